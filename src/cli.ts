@@ -1,0 +1,38 @@
+import { SlotbrokerError } from "./shared/errors.js";
+
+/** A subcommand: parses its own argv and resolves with the process exit code. */
+export type Command = (argv: string[]) => Promise<number>;
+
+// Each subcommand lives in src/commands/<name>.ts and is loaded only when run.
+const commands: Record<string, { summary: string; load: () => Promise<Command> }> = {
+};
+
+function usage(): string {
+  const lines = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(11)} ${c.summary}`);
+  return `usage: slotbroker <command> [options]\n\ncommands:\n${lines.join("\n")}\n\nRun "slotbroker <command> --help" for a command's options.`;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === "--help" || name === "-h" || name === "help") {
+    process.stdout.write(`${usage()}\n`);
+    return name ? 0 : 2;
+  }
+  const command = commands[name];
+  if (!command) {
+    process.stderr.write(`slotbroker: unknown command "${name}"\n\n${usage()}\n`);
+    return 2;
+  }
+  return (await command.load())(rest);
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    const e = SlotbrokerError.from(err);
+    process.stderr.write(`slotbroker: ${e.message}\n`);
+    process.exitCode = 1;
+  },
+);

@@ -1,0 +1,113 @@
+import { readFileSync } from "node:fs";
+import { parse as parseYaml } from "yaml";
+import { z } from "zod";
+import { parseDuration } from "./duration.js";
+import { ConfigError } from "./errors.js";
+
+/** A duration string with a unit ("5s", "250ms"), compiled to milliseconds. */
+export const durationMs = z.string().transform((text, ctx) => {
+  const ms = parseDuration(text);
+  if (ms === undefined) {
+    ctx.addIssue({ code: "custom", message: `expected a duration with a unit such as "5s" or "250ms", got "${text}"` });
+    return z.NEVER;
+  }
+  return ms;
+});
+
+/** A "host:port" listen address; port 0 picks a free port. IPv6 hosts go in brackets. */
+export const listenAddress = z.string().refine((text) => splitHostPort(text) !== undefined, {
+  message: 'expected "host:port", e.g. "127.0.0.1:7600" or "[::1]:7600"',
+});
+
+/** Splits "host:port" / "[v6]:port"; undefined when malformed. */
+export function splitHostPort(text: string): { host: string; port: number } | undefined {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(text);
+  if (!m) return undefined;
+  const port = Number(m[3]);
+  if (port > 65535) return undefined;
+  return { host: (m[1] ?? m[2])!, port };
+}
+
+/** True for 127.0.0.0/8, ::1, localhost and unix sockets: addresses only this host reaches. */
+export function isLoopbackHost(host: string): boolean {
+  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/** Reads a YAML file into plain data, naming the file when it cannot be read or parsed. */
+export function readYamlFile(path: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  try {
+    return parseYaml(text) ?? {};
+  } catch (err) {
+    throw new ConfigError(`${path}: invalid YAML: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/**
+ * Copies environment variables onto a raw config object before validation.
+ * `mapping` is env name → dotted key path, e.g. { SLOTBROKER_TOKEN: "token" }.
+ */
+export function applyEnvOverrides(
+  raw: unknown,
+  env: NodeJS.ProcessEnv,
+  mapping: Record<string, string>,
+): Record<string, unknown> {
+  const out: Record<string, unknown> =
+    typeof raw === "object" && raw !== null && !Array.isArray(raw) ? structuredClone(raw as Record<string, unknown>) : {};
+  for (const [name, path] of Object.entries(mapping)) {
+    const value = env[name];
+    if (value === undefined || value === "") continue;
+    const keys = path.split(".");
+    let node: Record<string, unknown> = out;
+    for (const key of keys.slice(0, -1)) {
+      const next = node[key];
+      if (typeof next !== "object" || next === null) node[key] = {};
+      node = node[key] as Record<string, unknown>;
+    }
+    node[keys[keys.length - 1]!] = coerceEnvValue(value);
+  }
+  return out;
+}
+
+function coerceEnvValue(value: string): unknown {
+  if (/^-?\d+$/.test(value)) return Number(value);
+  if (value === "true" || value === "false") return value === "true";
+  if (value.startsWith("[") || value.startsWith("{")) {
+    try {
+      return JSON.parse(value) as unknown;
+    } catch {
+      return value;
+    }
+  }
+  return value;
+}
+
+/**
+ * Validates raw config against a schema. The first problems are reported in one
+ * ConfigError whose message names each bad key by its dotted path.
+ */
+export function parseConfig<S extends z.ZodType>(schema: S, raw: unknown, source: string): z.output<S> {
+  const result = schema.safeParse(raw);
+  if (result.success) return result.data;
+  throw new ConfigError(`${source}: ${describeIssues(result.error.issues)}`);
+}
+
+/** Renders zod issues as "key.path: reason; other.key: reason". */
+export function describeIssues(issues: readonly z.core.$ZodIssue[]): string {
+  return issues
+    .slice(0, 5)
+    .map((issue) => {
+      const path = issue.path.map(String).join(".");
+      if (issue.code === "unrecognized_keys") {
+        const keys = issue.keys.map((k) => (path ? `${path}.${k}` : k));
+        return `unknown key${keys.length > 1 ? "s" : ""} ${keys.map((k) => `"${k}"`).join(", ")}`;
+      }
+      return `${path || "(top level)"}: ${issue.message}`;
+    })
+    .join("; ");
+}

@@ -1,0 +1,46 @@
+import { randomBytes } from "node:crypto";
+import { chmodSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { startEmbeddedPostgres, type LocalPostgres } from "../../src/shared/embedded-postgres.js";
+
+let server: Promise<LocalPostgres> | undefined;
+
+/**
+ * A real PostgreSQL for tests: DATABASE_URL when set, otherwise one embedded server per
+ * test run (started on first use, stopped by the root hooks).
+ */
+async function adminUrl(): Promise<string> {
+  if (process.env.DATABASE_URL) return process.env.DATABASE_URL;
+  if (!server) {
+    const dir = mkdtempSync(join(tmpdir(), "slotbroker-test-pg-"));
+    chmodSync(dir, 0o755); // the server runs as the "postgres" user when we are root
+    server = startEmbeddedPostgres({ dataDir: join(dir, "data"), persistent: false });
+  }
+  return (await server).url;
+}
+
+/** Creates a fresh, empty database and returns its URL. One per test file. */
+export async function createTestDatabase(prefix = "t"): Promise<string> {
+  const admin = await adminUrl();
+  const name = `${prefix}_${randomBytes(6).toString("hex")}`;
+  const client = new pg.Client(admin);
+  await client.connect();
+  try {
+    await client.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await client.end();
+  }
+  const url = new URL(admin);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+/** Stops the embedded server if this run started one. */
+export async function stopTestPostgres(): Promise<void> {
+  if (!server) return;
+  const s = await server;
+  server = undefined;
+  await s.stop();
+}
