@@ -1,0 +1,26 @@
+import type { Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
+
+/** Everything the runner needs to run one job; built by the session from config + JobSpec. */
+export interface RunRequest {
+  /** The service's configured argv (executable first); never run through a shell. */
+  readonly command: readonly string[];
+  /** JobSpec.args, appended to `command`. */
+  readonly args: readonly string[];
+  /** Environment for the process, already filtered by the service's allow-list. */
+  readonly env: Readonly<Record<string, string>>;
+  /** Kill after this long: SIGTERM to the process group, then SIGKILL after killGraceMs. */
+  readonly timeoutMs: number;
+  /** Delay between SIGTERM and SIGKILL (default 2000). */
+  readonly killGraceMs?: number;
+  /** HTTP(S) URL to GET stdin from; empty stdin when unset. */
+  readonly stdinUrl?: string;
+  /** HTTP(S) URL to PUT stdout to (chunked) once it passes the 4000-byte buffer. */
+  readonly stdoutUrl?: string;
+  /** Directory under which the per-job temp working dir is made (default os.tmpdir()). */
+  readonly tempRoot?: string;
+  /** Aborting cancels the job: the process group is killed, the receipt says CANCELLED. */
+  readonly signal: AbortSignal;
+}
+
+/** Runs one job to completion; never rejects — every failure is described in the Receipt. */
+export type RunJob = (request: RunRequest) => Promise<Receipt>;
