@@ -1,0 +1,157 @@
+import type { Logger } from "../../shared/log.js";
+import { PipeError } from "./errors.js";
+
+/**
+ * A pipe's lifecycle. "waiting" until its one consumer arrives, "streaming" while bytes
+ * flow, then exactly one terminal state. Only "waiting" can expire.
+ */
+export type PipeState = "waiting" | "streaming" | "done" | "aborted" | "expired";
+
+const transitions: Record<PipeState, readonly PipeState[]> = {
+  waiting: ["streaming", "expired", "aborted"],
+  streaming: ["done", "aborted"],
+  done: [],
+  aborted: [],
+  expired: [],
+};
+
+/** True for the states a pipe never leaves. */
+export function isTerminal(state: PipeState): boolean {
+  return transitions[state].length === 0;
+}
+
+/** Which way a pipe's bytes go, seen from the job: stdin ("in") or stdout ("out"). */
+export type PipeDirection = "in" | "out";
+
+/** What the registry learns when a pipe settles. */
+export interface PipeSettlement {
+  readonly id: string;
+  readonly direction: PipeDirection;
+  readonly state: PipeState;
+  /** True when a consumer opened the pipe before it settled. */
+  readonly opened: boolean;
+}
+
+/** What every pipe gets from the registry. */
+export interface PipeContext {
+  readonly id: string;
+  readonly ttlMs: number;
+  readonly logger: Logger;
+  readonly onSettled: (settlement: PipeSettlement) => void;
+}
+
+/** The owner's view of a pipe, returned by the registry's create calls. */
+export interface PipeHandle {
+  /** The pipe id; put it in the pipe URL. */
+  readonly id: string;
+  /** Resolves with the bytes moved on a clean end; rejects with a PipeError otherwise. */
+  readonly done: Promise<number>;
+  /** The current lifecycle state. */
+  readonly state: PipeState;
+  /** Aborts the pipe unless it already settled; its consumer sees an error. */
+  cancel(reason?: unknown): void;
+}
+
+/**
+ * Lifecycle, TTL timer and completion promise shared by in- and out-pipes. Subclasses
+ * release their stream in `release(error)` when the pipe fails.
+ */
+export abstract class PipeBase implements PipeHandle {
+  readonly id: string;
+  readonly done: Promise<number>;
+  protected bytes = 0;
+  protected readonly logger: Logger;
+  private current: PipeState = "waiting";
+  private opened = false;
+  private failure: PipeError | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private resolveDone!: (bytes: number) => void;
+  private rejectDone!: (err: PipeError) => void;
+
+  protected constructor(
+    readonly direction: PipeDirection,
+    private readonly context: PipeContext,
+  ) {
+    this.id = context.id;
+    this.logger = context.logger.child({ pipe: direction, pipeId: shortId(context.id) });
+    this.done = new Promise<number>((resolve, reject) => {
+      this.resolveDone = resolve;
+      this.rejectDone = reject;
+    });
+    // An owner that never awaits `done` must not crash the process with an unhandled
+    // rejection; the failure also reaches the owner's stream itself.
+    this.done.catch(() => undefined);
+    this.timer = setTimeout(() => this.expire(), context.ttlMs);
+    this.timer.unref();
+  }
+
+  /** The current lifecycle state. */
+  get state(): PipeState {
+    return this.current;
+  }
+
+  /** Aborts the pipe unless it already settled. */
+  cancel(reason?: unknown): void {
+    const message = reason instanceof Error ? reason.message : typeof reason === "string" ? reason : "cancelled by its owner";
+    this.fail(new PipeError(this.opened ? "aborted" : "cancelled", `pipe cancelled: ${message}`, { cause: reason }));
+  }
+
+  /** Fails the pipe with `error` (no-op once settled): rejects `done`, releases the stream. */
+  fail(error: PipeError): void {
+    if (isTerminal(this.current)) return;
+    this.failure = error;
+    this.setState(error.kind === "expired" ? "expired" : "aborted");
+    this.release(error);
+    this.rejectDone(error);
+    this.logger.debug({ bytes: this.bytes, err: error.message }, "pipe failed");
+    this.settle();
+  }
+
+  /** Releases the owner's stream after a failure. */
+  protected abstract release(error: PipeError): void;
+
+  /** waiting → streaming, for the one consumer. */
+  protected markOpened(): void {
+    this.setState("streaming");
+    this.opened = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  /** streaming → done, resolving `done` with the byte count. */
+  protected markDone(): void {
+    this.setState("done");
+    this.resolveDone(this.bytes);
+    this.logger.debug({ bytes: this.bytes }, "pipe done");
+    this.settle();
+  }
+
+  /** Throws the pipe's failure when it is no longer streaming (e.g. aborted meanwhile). */
+  protected assertStreaming(): void {
+    if (this.current === "streaming") return;
+    throw this.failure ?? new PipeError("aborted", `pipe is ${this.current}, not streaming`);
+  }
+
+  private expire(): void {
+    this.timer = undefined;
+    this.fail(new PipeError("expired", `pipe expired unused after ${this.context.ttlMs} ms`));
+  }
+
+  private setState(next: PipeState): void {
+    if (!transitions[this.current].includes(next)) {
+      throw new Error(`illegal pipe transition ${this.current} → ${next}`);
+    }
+    this.current = next;
+  }
+
+  private settle(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.context.onSettled({ id: this.id, direction: this.direction, state: this.current, opened: this.opened });
+  }
+}
+
+/** The first characters of an id, enough to correlate logs without leaking the credential. */
+export function shortId(id: string): string {
+  return `${id.slice(0, 6)}…`;
+}
