@@ -1,0 +1,98 @@
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { silentLogger, type Logger } from "../../shared/log.js";
+import { childEnv } from "./child-env.js";
+import { receiptNotRun } from "./receipt.js";
+import { checkRequest } from "./request-check.js";
+import { RunningJob } from "./running-job.js";
+import type { RunJob, RunRequest } from "./types.js";
+
+/** Options for createRunJob. */
+export interface RunnerOptions {
+  /** Where the runner logs (default: silent). */
+  readonly logger?: Logger;
+  /** PATH given to jobs whose env has none (default: the execserver's own PATH). */
+  readonly hostPath?: string;
+}
+
+/** Makes a RunJob bound to a logger; the execserver wires this one in. */
+export function createRunJob(options: RunnerOptions = {}): RunJob {
+  const log = (options.logger ?? silentLogger).child({ component: "runner" });
+  return async (request) => {
+    try {
+      return await runInTempDir(request, log, options.hostPath ?? process.env.PATH);
+    } catch (err) {
+      // Unreachable by design; RunJob must never reject, so a bug still yields a receipt.
+      log.error({ err }, "runner failed unexpectedly");
+      return receiptNotRun({ kind: ErrorKind.UNSPECIFIED, message: `internal runner error: ${String(err)}` });
+    }
+  };
+}
+
+/** Runs one job with a silent logger and the execserver's PATH; never rejects. */
+export const runJob: RunJob = createRunJob();
+
+async function runInTempDir(request: RunRequest, log: Logger, hostPath: string | undefined): Promise<Receipt> {
+  const invalid = checkRequest(request);
+  if (invalid) return receiptNotRun(invalid);
+  if (request.signal.aborted) return receiptNotRun({ kind: ErrorKind.CANCELLED, message: "cancelled before start" });
+  const root = request.tempRoot ?? tmpdir();
+  let cwd: string;
+  try {
+    cwd = await mkdtemp(join(root, "slotbroker-job-"));
+  } catch (err) {
+    return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: `cannot create a working directory under ${root}: ${String(err)}` });
+  }
+  try {
+    return await runIn(cwd, request, log, hostPath);
+  } finally {
+    await rm(cwd, { recursive: true, force: true, maxRetries: 2 }).catch((err: unknown) => log.warn({ err, cwd }, "cannot remove job directory"));
+  }
+}
+
+async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: string | undefined): Promise<Receipt> {
+  const [file = "", ...fixedArgs] = request.command;
+  let child: ChildProcessWithoutNullStreams;
+  try {
+    // No shell, ever; detached gives the job its own process group to signal as a whole.
+    child = spawn(file, [...fixedArgs, ...request.args], { cwd, env: childEnv(request.env, hostPath), detached: true, stdio: "pipe" });
+  } catch (err) {
+    return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, err) });
+  }
+  const spawnError = await spawned(child);
+  if (spawnError) {
+    child.stdin.destroy();
+    child.stdout.destroy();
+    child.stderr.destroy();
+    return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, spawnError) });
+  }
+  return new RunningJob(child, request, log.child({ pid: child.pid, command: file })).run();
+}
+
+/** Resolves with the spawn error, or undefined once the process is running. */
+function spawned(child: ChildProcessWithoutNullStreams): Promise<Error | undefined> {
+  return new Promise((resolve) => {
+    const onError = (err: Error): void => {
+      child.off("spawn", onSpawn);
+      resolve(err);
+    };
+    const onSpawn = (): void => {
+      child.off("error", onError);
+      resolve(undefined);
+    };
+    child.once("error", onError);
+    child.once("spawn", onSpawn);
+  });
+}
+
+/** "cannot start \"nope\": ENOENT (no such file or directory on PATH)" and the like. */
+export function spawnMessage(file: string, err: unknown): string {
+  const code = (err as { code?: unknown }).code;
+  const hint =
+    code === "ENOENT" ? "no such file or directory (looked up on the job's PATH)" : code === "EACCES" ? "permission denied (not executable?)" : undefined;
+  const detail = hint ? `${String(code)}: ${hint}` : err instanceof Error ? err.message : String(err);
+  return `cannot start ${JSON.stringify(file)}: ${detail}`;
+}

@@ -1,0 +1,151 @@
+import type { ChildProcessWithoutNullStreams } from "node:child_process";
+import { performance } from "node:perf_hooks";
+import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
+import type { Logger } from "../../shared/log.js";
+import { ProcessGroup } from "./process-group.js";
+import { receiptFromOutcome, type JobFailure } from "./receipt.js";
+import { MAX_TIMEOUT_MS, parsePipeUrl } from "./request-check.js";
+import { LastLineTracker } from "./stderr-line.js";
+import { pipeStdin, type StdinPipe } from "./stdin-pipe.js";
+import { StdoutBuffer } from "./stdout-buffer.js";
+import { StdoutUpload } from "./stdout-upload.js";
+import type { RunRequest } from "./types.js";
+
+/** Default delay between SIGTERM and SIGKILL. */
+export const DEFAULT_KILL_GRACE_MS = 2000;
+
+/**
+ * One spawned job, from its first byte to its receipt. Every failure the runner sees or
+ * causes (timeout, cancel, a pipe) goes through `fail`: the first one is recorded, and it
+ * stops the process group and both pipes.
+ */
+export class RunningJob {
+  readonly #child: ChildProcessWithoutNullStreams;
+  readonly #request: RunRequest;
+  readonly #log: Logger;
+  readonly #group: ProcessGroup;
+  readonly #stdout = new StdoutBuffer();
+  readonly #stderr = new LastLineTracker();
+  readonly #upload: StdoutUpload | undefined;
+  #stdin: StdinPipe | undefined;
+  #failure: JobFailure | undefined;
+
+  constructor(child: ChildProcessWithoutNullStreams, request: RunRequest, log: Logger) {
+    this.#child = child;
+    this.#request = request;
+    this.#log = log;
+    this.#group = new ProcessGroup(child.pid!, request.killGraceMs ?? DEFAULT_KILL_GRACE_MS, () => this.#abandonPipes());
+    const stdoutUrl = request.stdoutUrl ? parsePipeUrl(request.stdoutUrl) : undefined;
+    this.#upload = stdoutUrl && new StdoutUpload(stdoutUrl, (message) => this.fail(ErrorKind.PIPE_FAILED, message));
+  }
+
+  /** Records the job's failure (first one wins) and stops the process and its pipes. */
+  fail(kind: ErrorKind, message: string): void {
+    if (this.#failure) return;
+    this.#failure = { kind, message };
+    this.#log.info({ error: ErrorKind[kind], message }, "stopping job");
+    this.#stdin?.stop();
+    this.#upload?.abort(message);
+    this.#group.terminate();
+  }
+
+  /** Runs the job to its end; the spawned process must not have been touched yet. */
+  async run(): Promise<Receipt> {
+    const { signal, timeoutMs } = this.#request;
+    const startedAt = performance.now();
+    let exitedAt: number | undefined;
+    this.#child.once("exit", () => (exitedAt = performance.now()));
+    const timer = setTimeout(() => this.fail(ErrorKind.TIMEOUT, `timed out after ${timeoutMs} ms`), Math.min(timeoutMs, MAX_TIMEOUT_MS));
+    const onAbort = (): void => this.fail(ErrorKind.CANCELLED, `cancelled: ${reasonText(signal.reason)}`);
+    signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      const closed = this.#closed();
+      this.#child.stderr.on("data", (chunk: Buffer) => this.#stderr.push(chunk));
+      this.#startStdin();
+      if (signal.aborted) onAbort();
+      const [[exitCode, exitSignal]] = await Promise.all([closed, this.#drainStdout()]);
+      // The leader is reaped: kill stragglers now, while its group id is still the job's.
+      this.#group.release();
+      this.#stdin?.stop();
+      await this.#settleUpload(exitCode, exitSignal);
+      return receiptFromOutcome({
+        exitCode,
+        signal: exitSignal,
+        durationMs: (exitedAt ?? performance.now()) - startedAt,
+        ...(this.#failure ? { failure: this.#failure } : {}),
+        stderrLine: this.#stderr.line(),
+        stdoutPrefix: this.#stdout.prefix(),
+        stdoutBytes: this.#stdout.total,
+        stdoutStreamed: this.#upload?.started ?? false,
+        uploadAborted: this.#upload?.aborted ?? false,
+      });
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", onAbort);
+      this.#stdin?.stop();
+      this.#upload?.abort("the runner stopped");
+      this.#group.release();
+      this.#abandonPipes();
+    }
+  }
+
+  /** Resolves with (code, signal) once the process exited and its stdio closed. */
+  #closed(): Promise<[number | null, NodeJS.Signals | null]> {
+    return new Promise((resolve) => {
+      this.#child.once("close", (code: number | null, sig: NodeJS.Signals | null) => resolve([code, sig]));
+      this.#child.on("error", (err) => this.#log.warn({ err }, "child process error"));
+    });
+  }
+
+  #startStdin(): void {
+    const stdin = this.#child.stdin;
+    // Writes to a child that has exited fail with EPIPE; never let that crash the process.
+    stdin.on("error", (err) => this.#log.debug({ err }, "child stdin error"));
+    const url = this.#request.stdinUrl ? parsePipeUrl(this.#request.stdinUrl) : undefined;
+    if (!url) {
+      stdin.end();
+      return;
+    }
+    this.#stdin = pipeStdin(url, stdin, (message) => this.fail(ErrorKind.PIPE_FAILED, message), this.#log);
+  }
+
+  /**
+   * Reads stdout to its end. Awaiting each upload write is the backpressure: while the
+   * receiver is slow, stdout is not read and the child blocks on its full pipe.
+   */
+  async #drainStdout(): Promise<void> {
+    try {
+      for await (const chunk of this.#child.stdout as AsyncIterable<Buffer>) {
+        const step = this.#stdout.push(chunk);
+        // Without an upload (no stdout URL), output past the buffer is counted and dropped.
+        if (step.kind !== "hold" && this.#upload) await this.#upload.write(step.data);
+      }
+    } catch (err) {
+      // Only when #abandonPipes destroyed the stream; the receipt explains the job's end.
+      this.#log.debug({ err }, "stdout closed abruptly");
+    }
+  }
+
+  /** Completes the upload only after a clean success; otherwise the receiver sees it abort. */
+  async #settleUpload(exitCode: number | null, exitSignal: NodeJS.Signals | null): Promise<void> {
+    const upload = this.#upload;
+    if (!upload?.started) return;
+    if (this.#failure || exitSignal !== null || exitCode !== 0) {
+      upload.abort(exitSignal ? `process killed by ${exitSignal}` : `process exited with code ${exitCode}`);
+      return;
+    }
+    await upload.finish();
+  }
+
+  /** Stops waiting for pipes held open by processes that escaped the group's kill. */
+  #abandonPipes(): void {
+    this.#child.stdin.destroy();
+    this.#child.stdout.destroy();
+    this.#child.stderr.destroy();
+  }
+}
+
+function reasonText(reason: unknown): string {
+  if (reason instanceof Error) return reason.message;
+  return typeof reason === "string" ? reason : "aborted";
+}
