@@ -1,0 +1,333 @@
+import { PositionState, RejectCode, type ConnectResponse, type JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
+import type { ServiceConfig } from "./config.js";
+import { checkJobId, checkJobSpec, exceedsBytes, limits, type CheckedJob } from "./limits.js";
+import { SlotLedger, TokenSource } from "./slot-ledger.js";
+import { WantBook, type ParkedWant } from "./want-book.js";
+
+// The broker's pure core: connections, their job records, and per waitgroup a want-book
+// and a slot ledger. It has no sockets and no timers; everything it wants done in the
+// world goes through BrokerEffects, and the I/O layer calls back with expire()/finish().
+// Effects must not call back into the Broker synchronously.
+
+/** Where a job_id stands on its connection; "ended" once it left the connection. */
+export type JobState = "parked" | "offered" | "running" | "ended";
+
+/** How an offer ended. */
+export type OfferOutcome = "accepted" | "declined" | "expired" | "withdrawn" | "dropped";
+
+/** Where a connection's outgoing frames go (the session's stream). */
+export interface FrameSink {
+  /** Queues one frame to the peer; never throws. */
+  send(frame: ConnectResponse): void;
+}
+
+/** One broker stream as the core sees it, with its counters for GetStatus. */
+export class BrokerConnection {
+  /** job_id → record, for every want of this connection that is parked, offered or running. */
+  readonly jobs = new Map<string, JobRecord>();
+  state: "open" | "closed" = "open";
+  wantsParked = 0;
+  offers = 0;
+  grants = 0;
+  declines = 0;
+  expired = 0;
+  rejects = 0;
+  running = 0;
+  done = 0;
+
+  constructor(
+    /** Unique within this execserver's lifetime. */
+    readonly id: string,
+    /** The peer's "ip:port" as observed. */
+    readonly peerAddress: string,
+    /** The `slotbroker-client` metadata, or "". */
+    readonly clientName: string,
+    readonly connectedAt: Date,
+    /** Frames for this connection go here. */
+    readonly sink: FrameSink,
+  ) {}
+}
+
+/** One want on one connection, from WANT until it is withdrawn or its job is done. */
+export class JobRecord {
+  state: JobState = "parked";
+  /** The book entry while parked. */
+  want: ParkedWant<JobRecord> | undefined = undefined;
+  /** The current offer's token while offered. */
+  offerToken = "";
+  /** When the job started (caller's clock), while running. */
+  startedAt = 0;
+  /** Opaque to the core: the I/O layer's offer timer or the running job's controller. */
+  handle: unknown = undefined;
+
+  constructor(
+    readonly jobId: string,
+    readonly connection: BrokerConnection,
+    readonly service: ServiceConfig,
+    readonly group: Waitgroup,
+    readonly priority: number,
+    /** When the WANT arrived (caller's clock), for grant latency. */
+    readonly wantedAt: number,
+  ) {}
+}
+
+/** A waitgroup: its slots and its want-book. */
+export class Waitgroup {
+  readonly book = new WantBook<JobRecord>();
+  readonly ledger: SlotLedger;
+
+  constructor(readonly name: string, processes: number) {
+    this.ledger = new SlotLedger(name, processes);
+  }
+}
+
+/** A rule a frame broke, to answer with a Reject. */
+export interface RejectInfo {
+  readonly code: RejectCode;
+  readonly message: string;
+}
+
+/** What the core asks the I/O layer to do. */
+export interface BrokerEffects {
+  /** A slot was reserved for `record`: send OFFER with record.offerToken and arm its timer. */
+  offered(record: JobRecord): void;
+  /** An offer ended (accepted or not): cancel its timer, count the outcome. */
+  offerEnded(record: JobRecord, outcome: OfferOutcome): void;
+  /** An offer was accepted: run the job, then call Broker.finish(record, runtimeMs). */
+  start(record: JobRecord, job: CheckedJob): void;
+  /** The running job's connection dropped or the server gave up on it: abort it. */
+  cancel(record: JobRecord): void;
+}
+
+/** Where a want stands, for a Position frame. */
+export interface PositionInfo {
+  readonly state: PositionState;
+  readonly waitgroup: string;
+  readonly running: number;
+  readonly capacity: number;
+  readonly ahead: number;
+  readonly etaMs: number | undefined;
+}
+
+/** Configuration the core needs. */
+export interface BrokerOptions {
+  readonly waitgroups: Readonly<Record<string, { readonly processes: number }>>;
+  readonly services: Readonly<Record<string, ServiceConfig>>;
+  readonly maxWantsPerConnection: number;
+}
+
+/** The want-books and slot ledgers of one execserver, driven frame by frame. */
+export class Broker {
+  /** Waitgroups by name. */
+  readonly waitgroups = new Map<string, Waitgroup>();
+  /** Open connections by id. */
+  readonly connections = new Map<string, BrokerConnection>();
+  private readonly services = new Map<string, { config: ServiceConfig; group: Waitgroup }>();
+  /** Every running job, including those whose connection is gone. */
+  readonly runningRecords = new Set<JobRecord>();
+  private readonly tokens = new TokenSource();
+  private drainingFlag = false;
+
+  constructor(
+    private readonly options: BrokerOptions,
+    private readonly effects: BrokerEffects,
+  ) {
+    for (const [name, wg] of Object.entries(options.waitgroups)) this.waitgroups.set(name, new Waitgroup(name, wg.processes));
+    for (const [name, config] of Object.entries(options.services)) {
+      this.services.set(name, { config, group: this.waitgroups.get(config.waitgroup)! });
+    }
+  }
+
+  /** True once drain() was called: no new wants, no new offers, no new jobs. */
+  get draining(): boolean {
+    return this.drainingFlag;
+  }
+
+  /** Jobs running across all waitgroups. */
+  get running(): number {
+    return this.runningRecords.size;
+  }
+
+  /** Registers a new stream. */
+  connect(connection: BrokerConnection): void {
+    this.connections.set(connection.id, connection);
+  }
+
+  /**
+   * Forgets a stream: its parked wants leave the books, its offers free their slots for the
+   * next wants, its running jobs are cancelled (they still end through finish()).
+   * O(this connection's jobs + waitgroups).
+   */
+  disconnect(connection: BrokerConnection): void {
+    if (connection.state === "closed") return;
+    connection.state = "closed";
+    this.connections.delete(connection.id);
+    for (const record of connection.jobs.values()) {
+      if (record.state === "parked") this.unpark(record);
+      else if (record.state === "offered") this.endOffer(record, "dropped");
+      else this.effects.cancel(record);
+    }
+    connection.jobs.clear();
+    for (const wg of this.waitgroups.values()) this.pump(wg);
+  }
+
+  /** WANT: park a want, granting it at once when a slot is free. */
+  want(connection: BrokerConnection, jobId: string, serviceName: string, priority: number, now: number): RejectInfo | undefined {
+    const badId = checkJobId(jobId);
+    if (badId) return this.reject(connection, RejectCode.INVALID_ARGUMENT, badId);
+    if (this.drainingFlag) return this.reject(connection, RejectCode.DRAINING, "execserver is draining; want elsewhere");
+    const service = this.services.get(serviceName);
+    if (!service) {
+      const shown = exceedsBytes(serviceName, limits.serviceBytes) ? `${serviceName.slice(0, 64)}…` : serviceName;
+      return this.reject(connection, RejectCode.UNKNOWN_SERVICE, `service: "${shown}" is not served here`);
+    }
+    const existing = connection.jobs.get(jobId);
+    if (existing) return this.reject(connection, RejectCode.DUPLICATE_JOB, `job_id: already ${existing.state} on this connection`);
+    if (connection.wantsParked >= this.options.maxWantsPerConnection) {
+      return this.reject(
+        connection,
+        RejectCode.RESOURCE_EXHAUSTED,
+        `job_id: this connection already has ${connection.wantsParked} wants parked (limit ${this.options.maxWantsPerConnection})`,
+      );
+    }
+    const group = service.group;
+    const record = new JobRecord(jobId, connection, service.config, group, priority, now);
+    connection.jobs.set(jobId, record);
+    connection.wantsParked++;
+    record.want = group.book.park(connection, priority, record);
+    this.pump(group);
+    return undefined;
+  }
+
+  /** UNWANT: withdraw a parked or offered want; unknown or running ids are ignored. */
+  unwant(connection: BrokerConnection, jobId: string): void {
+    const record = connection.jobs.get(jobId);
+    if (!record || record.state === "running") return;
+    connection.jobs.delete(jobId);
+    if (record.state === "parked") this.unpark(record);
+    else {
+      this.endOffer(record, "withdrawn");
+      this.pump(record.group);
+    }
+  }
+
+  /** JOB: accept an offer and start the job. */
+  job(connection: BrokerConnection, jobId: string, token: string, spec: JobSpec | undefined, now: number): RejectInfo | undefined {
+    const record = connection.jobs.get(jobId);
+    if (record?.state === "running") return this.reject(connection, RejectCode.DUPLICATE_JOB, "job_id: already running on this connection");
+    if (!record || record.state !== "offered" || record.offerToken !== token) {
+      return this.reject(connection, RejectCode.STALE_OFFER, "offer_token: not the current offer for this job_id (expired, withdrawn or never made)");
+    }
+    const withdraw = (code: RejectCode, message: string): RejectInfo => {
+      connection.jobs.delete(jobId);
+      this.endOffer(record, "withdrawn");
+      this.pump(record.group);
+      return this.reject(connection, code, message);
+    };
+    if (this.drainingFlag) return withdraw(RejectCode.DRAINING, "execserver is draining; the offer is withdrawn");
+    const checked = checkJobSpec(spec, record.service);
+    if ("error" in checked) return withdraw(RejectCode.INVALID_ARGUMENT, `${checked.error}; the offer is withdrawn`);
+    this.effects.offerEnded(record, "accepted");
+    record.group.ledger.accept();
+    record.state = "running";
+    record.offerToken = "";
+    record.startedAt = now;
+    connection.grants++;
+    connection.running++;
+    this.runningRecords.add(record);
+    this.effects.start(record, checked);
+    return undefined;
+  }
+
+  /** DECLINE: refuse an offer; the slot goes to the next want. Stale tokens are ignored. */
+  decline(connection: BrokerConnection, jobId: string, token: string): void {
+    const record = connection.jobs.get(jobId);
+    if (!record || record.state !== "offered" || record.offerToken !== token) return;
+    connection.jobs.delete(jobId);
+    connection.declines++;
+    this.endOffer(record, "declined");
+    this.pump(record.group);
+  }
+
+  /** The offer timer fired: if `token` is still the record's offer, the slot moves on. */
+  expire(record: JobRecord, token: string): boolean {
+    if (record.state !== "offered" || record.offerToken !== token) return false;
+    const connection = record.connection;
+    if (connection.jobs.get(record.jobId) === record) connection.jobs.delete(record.jobId);
+    connection.expired++;
+    this.endOffer(record, "expired");
+    this.pump(record.group);
+    return true;
+  }
+
+  /** A job ended: its slot goes to the next want. */
+  finish(record: JobRecord, runtimeMs: number): void {
+    if (record.state !== "running") throw new Error(`finish: job ${record.jobId} is ${record.state}, not running`);
+    const connection = record.connection;
+    record.group.ledger.finish(runtimeMs);
+    record.state = "ended";
+    record.handle = undefined;
+    this.runningRecords.delete(record);
+    connection.running--;
+    connection.done++;
+    if (connection.jobs.get(record.jobId) === record) connection.jobs.delete(record.jobId);
+    this.pump(record.group);
+  }
+
+
+  /** QUERY: where a job_id stands, replaying the grant rule for parked wants. */
+  position(connection: BrokerConnection, jobId: string): PositionInfo {
+    const record = connection.jobs.get(jobId);
+    if (!record) return { state: PositionState.UNSPECIFIED, waitgroup: "", running: 0, capacity: 0, ahead: 0, etaMs: undefined };
+    const { ledger, book } = record.group;
+    const base = { waitgroup: record.group.name, running: ledger.running, capacity: ledger.processes };
+    if (record.state === "running") return { ...base, state: PositionState.RUNNING, ahead: 0, etaMs: undefined };
+    if (record.state === "offered") return { ...base, state: PositionState.OFFERED, ahead: 0, etaMs: 0 };
+    const ahead = book.positionOf(record.want!) ?? 0;
+    const mean = ledger.meanRuntimeMs;
+    // Slots turn over about every mean/capacity ms; this want needs ahead+1 of them.
+    const etaMs = mean === undefined ? undefined : Math.round((mean * (ahead + 1)) / ledger.processes);
+    return { ...base, state: PositionState.PARKED, ahead, etaMs };
+  }
+
+  /** Stops granting: new wants and jobs are rejected with DRAINING. Idempotent. */
+  drain(): void {
+    this.drainingFlag = true;
+  }
+
+  private pump(group: Waitgroup): void {
+    if (this.drainingFlag) return;
+    const { ledger, book } = group;
+    while (ledger.free > 0) {
+      const want = book.pop();
+      if (!want) return;
+      const record = want.value;
+      record.want = undefined;
+      record.state = "offered";
+      record.offerToken = this.tokens.next();
+      record.connection.wantsParked--;
+      record.connection.offers++;
+      ledger.reserve();
+      this.effects.offered(record);
+    }
+  }
+
+  private unpark(record: JobRecord): void {
+    record.group.book.remove(record.want!);
+    record.want = undefined;
+    record.state = "ended";
+    record.connection.wantsParked--;
+  }
+
+  private endOffer(record: JobRecord, outcome: OfferOutcome): void {
+    record.group.ledger.withdraw();
+    record.offerToken = "";
+    record.state = "ended";
+    this.effects.offerEnded(record, outcome);
+  }
+
+  private reject(connection: BrokerConnection, code: RejectCode, message: string): RejectInfo {
+    connection.rejects++;
+    return { code, message };
+  }
+}

@@ -1,0 +1,132 @@
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import { z } from "zod";
+import {
+  applyEnvOverrides,
+  durationMs,
+  isLoopbackHost,
+  listenAddress,
+  parseConfig,
+  readYamlFile,
+  splitHostPort,
+} from "../shared/config.js";
+import { ConfigError } from "../shared/errors.js";
+
+/** Built-in in-process services: they run no process (benchmarks, load tests). */
+export const builtinServices = ["noop"] as const;
+
+/** The name of a built-in service. */
+export type BuiltinService = (typeof builtinServices)[number];
+
+const name = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/, "expected a name of letters, digits, '.', '_' or '-' (at most 128)");
+const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "expected an environment variable name");
+
+const serviceSchema = z.strictObject({
+  waitgroup: name,
+  command: z.array(z.string().min(1, "argv entries must not be empty")).min(1, "command must name an executable").optional(),
+  builtin: z.enum(builtinServices).optional(),
+  timeout: durationMs.prefault("10m"),
+  env: z.array(envName).default([]),
+});
+
+/** The YAML schema of `slotbroker execserver --config FILE`. */
+export const execserverConfigSchema = z.strictObject({
+  instanceId: z.string().min(1).max(128).optional(),
+  listen: listenAddress.default("127.0.0.1:7600"),
+  adminListen: listenAddress.default("127.0.0.1:7601"),
+  token: z.string().min(1).optional(),
+  tls: z
+    .strictObject({ certFile: z.string().min(1), keyFile: z.string().min(1), clientCaFile: z.string().min(1).optional() })
+    .optional(),
+  offerTimeout: durationMs.prefault("5s"),
+  drainTimeout: durationMs.prefault("30s"),
+  maxWantsPerConnection: z.number().int().min(1).default(100_000),
+  waitgroups: z.record(name, z.strictObject({ processes: z.number().int().min(1).max(100_000) })),
+  services: z.record(name, serviceSchema),
+});
+
+/** How a service runs: a command (via the runner) or a built-in. */
+export type ServiceConfig = {
+  /** Service name, as in WANT.service. */
+  readonly name: string;
+  /** The waitgroup whose slots it uses. */
+  readonly waitgroup: string;
+  /** Upper bound for a job's runtime. */
+  readonly timeoutMs: number;
+  /** Environment variable names a job may set. */
+  readonly env: readonly string[];
+} & ({ readonly kind: "command"; readonly command: readonly string[] } | { readonly kind: "builtin"; readonly builtin: BuiltinService });
+
+/** A fully defaulted, validated execserver configuration. */
+export interface ExecserverConfig {
+  readonly instanceId: string;
+  /** gRPC listen address, "host:port" (port 0 picks one). */
+  readonly listen: string;
+  /** Admin HTTP listen address. */
+  readonly adminListen: string;
+  /** Bearer token every BrokerService call must carry; undefined = no auth (loopback only). */
+  readonly token: string | undefined;
+  readonly tls: { readonly certFile: string; readonly keyFile: string; readonly clientCaFile?: string } | undefined;
+  readonly offerTimeoutMs: number;
+  readonly drainTimeoutMs: number;
+  readonly maxWantsPerConnection: number;
+  readonly waitgroups: Readonly<Record<string, { readonly processes: number }>>;
+  readonly services: Readonly<Record<string, ServiceConfig>>;
+}
+
+/** Raw config as written in YAML (before defaults). */
+export type ExecserverConfigInput = z.input<typeof execserverConfigSchema>;
+
+/** Environment variables that override config keys. */
+export const execserverEnvOverrides: Record<string, string> = {
+  SLOTBROKER_TOKEN: "token",
+  SLOTBROKER_LISTEN: "listen",
+  SLOTBROKER_ADMIN_LISTEN: "adminListen",
+  SLOTBROKER_INSTANCE_ID: "instanceId",
+};
+
+/**
+ * Validates raw config (after env overrides) and compiles it into an ExecserverConfig.
+ * Throws ConfigError naming the bad key.
+ */
+export function compileExecserverConfig(raw: unknown, source = "config", env: NodeJS.ProcessEnv = {}): ExecserverConfig {
+  const input = parseConfig(execserverConfigSchema, applyEnvOverrides(raw, env, execserverEnvOverrides), source);
+  const services: Record<string, ServiceConfig> = {};
+  for (const [serviceName, s] of Object.entries(input.services)) {
+    const key = `${source}: services.${serviceName}`;
+    if (!(s.waitgroup in input.waitgroups)) throw new ConfigError(`${key}.waitgroup: unknown waitgroup "${s.waitgroup}"`);
+    const common = { name: serviceName, waitgroup: s.waitgroup, timeoutMs: s.timeout, env: s.env };
+    if (s.command && s.builtin) throw new ConfigError(`${key}: set either "command" or "builtin", not both`);
+    if (s.command) services[serviceName] = { ...common, kind: "command", command: s.command };
+    else if (s.builtin) services[serviceName] = { ...common, kind: "builtin", builtin: s.builtin };
+    else throw new ConfigError(`${key}.command: required (or "builtin: noop")`);
+    if (s.timeout <= 0) throw new ConfigError(`${key}.timeout: must be more than 0`);
+  }
+  const { host } = splitHostPort(input.listen)!;
+  if (!input.token && !isLoopbackHost(host)) {
+    throw new ConfigError(`${source}: token: required when listen (${input.listen}) is not a loopback address (or set SLOTBROKER_TOKEN)`);
+  }
+  if (input.offerTimeout <= 0) throw new ConfigError(`${source}: offerTimeout: must be more than 0`);
+  return {
+    instanceId: input.instanceId ?? generateInstanceId(),
+    listen: input.listen,
+    adminListen: input.adminListen,
+    token: input.token,
+    tls: input.tls,
+    offerTimeoutMs: input.offerTimeout,
+    drainTimeoutMs: input.drainTimeout,
+    maxWantsPerConnection: input.maxWantsPerConnection,
+    waitgroups: input.waitgroups,
+    services,
+  };
+}
+
+/** Reads, validates and compiles a YAML config file, applying environment overrides. */
+export function loadExecserverConfig(path: string, env: NodeJS.ProcessEnv = process.env): ExecserverConfig {
+  return compileExecserverConfig(readYamlFile(path), path, env);
+}
+
+/** hostname + 8 random hex chars: unique per boot, still readable in logs. */
+export function generateInstanceId(): string {
+  return `${hostname()}-${randomBytes(4).toString("hex")}`;
+}

@@ -1,0 +1,330 @@
+import { readFileSync } from "node:fs";
+import { performance } from "node:perf_hooks";
+import { create } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import type { HealthImplementation } from "grpc-health-check";
+import {
+  BrokerService,
+  HelloSchema,
+  file_slotbroker_v1_broker,
+  type ConnectRequest,
+  type ConnectResponse,
+  type GetStatusResponse,
+  type Hello,
+} from "../../gen/slotbroker/v1/broker_pb.js";
+import { isLoopbackHost, splitHostPort } from "../shared/config.js";
+import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
+import { addHealth, addReflection, bindServer, grpcServiceDefinition, toGrpcError } from "../shared/grpc.js";
+import type { Logger } from "../shared/log.js";
+import { AdminServer } from "./admin-server.js";
+import { BearerAuth } from "./auth.js";
+import { Broker } from "./broker.js";
+import type { ExecserverConfig } from "./config.js";
+import { BrokerIo } from "./effects.js";
+import { limits } from "./limits.js";
+import { ExecserverMetrics } from "./metrics.js";
+import type { RunJob } from "./runner/index.js";
+import { Session, type SessionHost } from "./session.js";
+import { buildStatus, helloWaitgroups } from "./status.js";
+
+/** Lifecycle of an execserver. */
+export type ExecserverState = "created" | "serving" | "draining" | "stopped";
+
+const transitions: Record<ExecserverState, readonly ExecserverState[]> = {
+  created: ["serving", "stopped"],
+  serving: ["draining", "stopped"],
+  draining: ["stopped"],
+  stopped: [],
+};
+
+/** The health service names that flip to NOT_SERVING while draining. */
+export const healthServices = ["", BrokerService.typeName] as const;
+
+/** Optional parts of an execserver. */
+export interface ExecserverOptions {
+  readonly logger: Logger;
+  /** Runs command services; default: the process runner. */
+  readonly runJob?: RunJob;
+  /** How long Hello changes are gathered before one broadcast (default 25 ms). */
+  readonly helloCoalesceMs?: number;
+  /** After the drain timeout aborts jobs, how long to wait for their receipts (default 10 s). */
+  readonly abortWaitMs?: number;
+}
+
+const capabilities = ["query", "position-eta"];
+
+/**
+ * One execserver: the gRPC server (BrokerService, health, reflection), the admin HTTP
+ * listener and the broker core, with a checked lifecycle and graceful/forceful shutdown.
+ */
+export class Execserver implements SessionHost {
+  readonly broker: Broker;
+  readonly metrics: ExecserverMetrics;
+  readonly admin: AdminServer;
+  readonly startedAt = new Date();
+  private stateValue: ExecserverState = "created";
+  private readonly io: BrokerIo;
+  private readonly grpcServer: grpc.Server;
+  private readonly health: HealthImplementation;
+  private readonly auth: BearerAuth;
+  private readonly sessions = new Set<Session>();
+  private readonly services: Record<string, string> = {};
+  private readonly logger: Logger;
+  private helloVersionValue = 0;
+  private helloTimer: NodeJS.Timeout | undefined;
+  private nextConnectionId = 0;
+  private idleWaiters: (() => void)[] = [];
+  private closing: Promise<void> | undefined;
+  private forcing: Promise<void> | undefined;
+  grpcPort = 0;
+  adminPort = 0;
+
+  constructor(
+    readonly config: ExecserverConfig,
+    private readonly options: ExecserverOptions,
+  ) {
+    this.logger = options.logger.child({ component: "execserver", instanceId: config.instanceId });
+    for (const [name, s] of Object.entries(config.services)) this.services[name] = s.waitgroup;
+    this.io = new BrokerIo({
+      instanceId: config.instanceId,
+      offerTimeoutMs: config.offerTimeoutMs,
+      logger: this.logger,
+      runJob: options.runJob,
+      now: () => this.now(),
+      jobFinished: () => this.jobFinished(),
+    });
+    this.broker = new Broker(config, this.io);
+    this.metrics = new ExecserverMetrics(this.broker, config.instanceId);
+    this.io.attach(this.broker, this.metrics);
+    this.auth = new BearerAuth(config.token);
+    this.grpcServer = new grpc.Server({
+      "grpc.max_receive_message_length": limits.maxFrameBytes,
+      "grpc.keepalive_time_ms": 30_000,
+      "grpc.keepalive_timeout_ms": 10_000,
+      // Let fylrs ping every few seconds for half-open detection without a GOAWAY.
+      "grpc.http2.min_ping_interval_without_data_ms": 5_000,
+    });
+    this.grpcServer.addService(grpcServiceDefinition(BrokerService), {
+      connect: (call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>) => this.onConnect(call),
+      getStatus: (call: grpc.ServerUnaryCall<unknown, GetStatusResponse>, callback: grpc.sendUnaryData<GetStatusResponse>) =>
+        this.onGetStatus(call, callback),
+    });
+    addReflection(this.grpcServer, [file_slotbroker_v1_broker]);
+    this.health = addHealth(this.grpcServer, Object.fromEntries(healthServices.map((s) => [s, "SERVING" as const])));
+    this.admin = new AdminServer(this.logger);
+  }
+
+  /** Where the lifecycle stands. */
+  get state(): ExecserverState {
+    return this.stateValue;
+  }
+
+  /** @inheritdoc */
+  get helloVersion(): number {
+    return this.helloVersionValue;
+  }
+
+  /** Binds the gRPC and admin listeners. */
+  async start(): Promise<void> {
+    const { host } = splitHostPort(this.config.listen) ?? {};
+    if (host === undefined) throw new ConfigError(`listen: expected "host:port", got "${this.config.listen}"`);
+    if (!this.config.token && !isLoopbackHost(host)) {
+      throw new ConfigError(`token: required when listen (${this.config.listen}) is not a loopback address`);
+    }
+    try {
+      this.grpcPort = await bindServer(this.grpcServer, this.config.listen, this.credentials());
+      this.adminPort = await this.admin.listen(this.config.adminListen);
+    } catch (err) {
+      this.grpcServer.forceShutdown();
+      await this.admin.close();
+      this.setState("stopped");
+      throw err instanceof SlotbrokerError ? err : SlotbrokerError.from(err);
+    }
+    this.setState("serving");
+  }
+
+  /** @inheritdoc */
+  hello(peerAddress: string): Hello {
+    return create(HelloSchema, {
+      instanceId: this.config.instanceId,
+      services: this.services,
+      waitgroups: helloWaitgroups(this.broker),
+      clients: this.sessions.size,
+      capabilities,
+      peerAddress,
+      draining: this.broker.draining,
+    });
+  }
+
+  /** @inheritdoc */
+  now(): number {
+    return performance.now();
+  }
+
+  /** @inheritdoc */
+  closed(session: Session): void {
+    if (this.sessions.delete(session)) this.helloChanged();
+  }
+
+  /** The GetStatus snapshot. */
+  status(): GetStatusResponse {
+    return buildStatus(this.broker, this.config.instanceId, this.services, this.startedAt);
+  }
+
+  /**
+   * Graceful shutdown: stop granting, announce draining, let running jobs finish within
+   * drainTimeout, then abort what is left, report it, and stop listening. Idempotent.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.drainAndStop();
+    return this.closing;
+  }
+
+  /** Forceful shutdown: abort every job, drop every stream, stop at once. Idempotent. */
+  forceClose(): Promise<void> {
+    this.forcing ??= this.stopNow();
+    return this.forcing;
+  }
+
+  private async drainAndStop(): Promise<void> {
+    if (this.stateValue === "created") return this.setState("stopped");
+    if (this.stateValue === "stopped") return;
+    this.setState("draining");
+    this.broker.drain();
+    for (const service of healthServices) this.health.setStatus(service, "NOT_SERVING");
+    this.helloChanged();
+    this.flushHello();
+    this.logger.info({ running: this.broker.running, drainTimeoutMs: this.config.drainTimeoutMs }, "draining");
+    if (!(await this.waitForIdle(this.config.drainTimeoutMs))) {
+      this.logger.warn({ running: this.broker.running }, "drain timeout: aborting running jobs");
+      for (const record of this.broker.runningRecords) this.io.abortForShutdown(record);
+      if (!(await this.waitForIdle(this.options.abortWaitMs ?? 10_000))) {
+        this.logger.error({ running: this.broker.running }, "aborted jobs did not report; stopping anyway");
+      }
+    }
+    // forceClose() may have finished the job while we waited.
+    if (this.state === "stopped") return;
+    for (const session of [...this.sessions]) session.close("execserver stopped");
+    await new Promise<void>((resolve) => {
+      const force = setTimeout(() => {
+        this.grpcServer.forceShutdown();
+        resolve();
+      }, 2_000);
+      this.grpcServer.tryShutdown(() => {
+        clearTimeout(force);
+        resolve();
+      });
+    });
+    await this.admin.close();
+    this.finalStop();
+  }
+
+  private async stopNow(): Promise<void> {
+    if (this.stateValue === "stopped") return;
+    this.broker.drain();
+    for (const record of this.broker.runningRecords) this.io.abortForShutdown(record);
+    for (const session of [...this.sessions]) session.close("execserver force-closed");
+    this.grpcServer.forceShutdown();
+    await this.admin.close();
+    this.finalStop();
+  }
+
+  private finalStop(): void {
+    clearTimeout(this.helloTimer);
+    this.helloTimer = undefined;
+    for (const resolve of this.idleWaiters.splice(0)) resolve();
+    if (this.stateValue !== "stopped") this.setState("stopped");
+  }
+
+  private setState(next: ExecserverState): void {
+    if (!transitions[this.stateValue].includes(next)) {
+      throw new SlotbrokerError(Code.Internal, `execserver: illegal transition ${this.stateValue} → ${next}`);
+    }
+    this.stateValue = next;
+  }
+
+  private onConnect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {
+    try {
+      if (!this.auth.check(call.metadata)) {
+        call.emit("error", toGrpcError(new SlotbrokerError(Code.Unauthenticated, "missing or wrong bearer token")));
+        return;
+      }
+      if (this.stateValue !== "serving" && this.stateValue !== "draining") {
+        call.emit("error", toGrpcError(new SlotbrokerError(Code.Unavailable, "execserver is shutting down")));
+        return;
+      }
+      const id = `c${++this.nextConnectionId}`;
+      const session = new Session(call, this, id, this.logger.child({ component: "session", conn: id }));
+      this.sessions.add(session);
+      // The newcomer's own Hello already counts it; everyone else hears about it shortly.
+      this.helloChanged();
+      session.start();
+    } catch (err) {
+      this.logger.error({ err }, "connect handler failed");
+      call.emit("error", toGrpcError(err));
+    }
+  }
+
+  private onGetStatus(call: grpc.ServerUnaryCall<unknown, GetStatusResponse>, callback: grpc.sendUnaryData<GetStatusResponse>): void {
+    try {
+      if (!this.auth.check(call.metadata)) {
+        callback(toGrpcError(new SlotbrokerError(Code.Unauthenticated, "missing or wrong bearer token")));
+        return;
+      }
+      callback(null, this.status());
+    } catch (err) {
+      this.logger.error({ err }, "GetStatus failed");
+      callback(toGrpcError(err));
+    }
+  }
+
+  // Hello content changed (clients, draining): one coalesced broadcast per window, and
+  // only to peers that have not seen the latest version, so N connects cost O(N) frames.
+  private helloChanged(): void {
+    this.helloVersionValue++;
+    if (this.helloTimer || this.stateValue === "stopped") return;
+    this.helloTimer = setTimeout(() => this.flushHello(), this.options.helloCoalesceMs ?? 25);
+  }
+
+  private flushHello(): void {
+    clearTimeout(this.helloTimer);
+    this.helloTimer = undefined;
+    for (const session of this.sessions) session.sendHello();
+  }
+
+  private jobFinished(): void {
+    if (this.broker.running > 0) return;
+    for (const resolve of this.idleWaiters.splice(0)) resolve();
+  }
+
+  private waitForIdle(timeoutMs: number): Promise<boolean> {
+    if (this.broker.running === 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.idleWaiters = this.idleWaiters.filter((w) => w !== done);
+        resolve(false);
+      }, timeoutMs);
+      const done = (): void => {
+        clearTimeout(timer);
+        resolve(this.broker.running === 0);
+      };
+      this.idleWaiters.push(done);
+    });
+  }
+
+  private credentials(): grpc.ServerCredentials {
+    const tls = this.config.tls;
+    if (!tls) return grpc.ServerCredentials.createInsecure();
+    const read = (key: string, path: string): Buffer => {
+      try {
+        return readFileSync(path);
+      } catch (err) {
+        throw new ConfigError(`tls.${key}: cannot read ${path}: ${(err as Error).message}`, { cause: err });
+      }
+    };
+    const cert = read("certFile", tls.certFile);
+    const key = read("keyFile", tls.keyFile);
+    const ca = tls.clientCaFile === undefined ? null : read("clientCaFile", tls.clientCaFile);
+    return grpc.ServerCredentials.createSsl(ca, [{ cert_chain: cert, private_key: key }], ca !== null);
+  }
+}

@@ -1,0 +1,186 @@
+import { create } from "@bufbuild/protobuf";
+import type { ServerDuplexStream } from "@grpc/grpc-js";
+import {
+  ConnectResponseSchema,
+  PongSchema,
+  PositionSchema,
+  RejectSchema,
+  type ConnectRequest,
+  type ConnectResponse,
+  type Hello,
+} from "../../gen/slotbroker/v1/broker_pb.js";
+import type { Logger } from "../shared/log.js";
+import { durationFromMs } from "../shared/proto-time.js";
+import { BrokerConnection, type Broker, type FrameSink, type RejectInfo } from "./broker.js";
+import { limits } from "./limits.js";
+
+/** What a session needs from the server around it. */
+export interface SessionHost {
+  readonly broker: Broker;
+  /** The current Hello content version; bumped when clients/services/draining change. */
+  readonly helloVersion: number;
+  /** A Hello for one peer. */
+  hello(peerAddress: string): Hello;
+  /** The clock for grant latency and runtimes (ms, monotonic). */
+  now(): number;
+  /** Called once when the stream is gone. */
+  closed(session: Session): void;
+}
+
+type Lifecycle = "open" | "closed";
+
+/**
+ * One broker stream: decodes frames into Broker calls and writes the answers. It holds no
+ * scheduling state of its own; a handler failure is logged and the frame dropped, so no
+ * frame can take the stream, let alone the server, down.
+ */
+export class Session implements FrameSink {
+  /** The core's view of this stream. */
+  readonly connection: BrokerConnection;
+  /** The Hello version this peer saw last. */
+  helloVersion = -1;
+  private state: Lifecycle = "open";
+  private warnedUnknownFrame = false;
+
+  constructor(
+    private readonly call: ServerDuplexStream<ConnectRequest, ConnectResponse>,
+    private readonly host: SessionHost,
+    id: string,
+    private readonly logger: Logger,
+  ) {
+    const clientName = call.metadata.get("slotbroker-client")[0];
+    this.connection = new BrokerConnection(
+      id,
+      peerAddress(call.getPeer()),
+      typeof clientName === "string" ? clientName.slice(0, 128) : "",
+      new Date(),
+      this,
+    );
+  }
+
+  /** Registers with the broker, sends the first Hello and starts reading frames. */
+  start(): void {
+    this.host.broker.connect(this.connection);
+    this.sendHello();
+    this.call.on("data", (frame: ConnectRequest) => this.onFrame(frame));
+    // A half-close from the peer is its goodbye; end our side too.
+    this.call.on("end", () => this.close("peer ended the stream"));
+    this.call.on("error", (err: Error) => this.close(`stream error: ${err.message}`));
+    this.call.on("cancelled", () => this.close("cancelled"));
+    this.call.on("close", () => this.close("closed"));
+  }
+
+  /** Sends a frame unless the stream is gone. */
+  send(frame: ConnectResponse): void {
+    if (this.state !== "open") return;
+    try {
+      this.call.write(frame);
+    } catch (err) {
+      this.logger.debug({ err }, "write failed");
+      this.close("write failed");
+    }
+  }
+
+  /** Sends the current Hello if this peer has not seen it yet. */
+  sendHello(): void {
+    if (this.helloVersion === this.host.helloVersion) return;
+    this.helloVersion = this.host.helloVersion;
+    this.send(create(ConnectResponseSchema, { frame: { case: "hello", value: this.host.hello(this.connection.peerAddress) } }));
+  }
+
+  /** Ends the stream (OK status) and forgets the connection. Idempotent. */
+  close(reason: string): void {
+    if (this.state === "closed") return;
+    this.state = "closed";
+    this.logger.debug({ reason }, "connection closed");
+    try {
+      this.host.broker.disconnect(this.connection);
+    } finally {
+      this.host.closed(this);
+      try {
+        this.call.end();
+      } catch {
+        // the transport is already gone; nothing to tell the peer
+      }
+    }
+  }
+
+  private onFrame(request: ConnectRequest): void {
+    if (this.state !== "open") return;
+    try {
+      this.handle(request);
+    } catch (err) {
+      this.logger.error({ err, frame: request.frame.case }, "frame handler failed; frame dropped");
+    }
+  }
+
+  private handle(request: ConnectRequest): void {
+    const broker = this.host.broker;
+    const frame = request.frame;
+    switch (frame.case) {
+      case "want": {
+        const w = frame.value;
+        this.answer(w.jobId, broker.want(this.connection, w.jobId, w.service, w.priority, this.host.now()));
+        return;
+      }
+      case "unwant":
+        broker.unwant(this.connection, frame.value.jobId);
+        return;
+      case "job": {
+        const j = frame.value;
+        this.answer(j.jobId, broker.job(this.connection, j.jobId, j.offerToken, j.spec, this.host.now()));
+        return;
+      }
+      case "decline":
+        broker.decline(this.connection, frame.value.jobId, frame.value.offerToken);
+        return;
+      case "ping":
+        this.send(create(ConnectResponseSchema, { frame: { case: "pong", value: create(PongSchema, { nonce: frame.value.nonce }) } }));
+        return;
+      case "query":
+        this.sendPosition(frame.value.jobId);
+        return;
+      default:
+        // Forward compatibility: a newer peer may send frames we do not know.
+        if (!this.warnedUnknownFrame) {
+          this.warnedUnknownFrame = true;
+          this.logger.warn("skipping an empty or unknown frame kind (logged once per connection)");
+        }
+    }
+  }
+
+  private sendPosition(jobId: string): void {
+    const p = this.host.broker.position(this.connection, jobId);
+    const value = create(PositionSchema, {
+      jobId: echoId(jobId),
+      state: p.state,
+      waitgroup: p.waitgroup,
+      running: p.running,
+      ahead: p.ahead,
+      capacity: p.capacity,
+      eta: p.etaMs === undefined ? undefined : durationFromMs(p.etaMs),
+    });
+    this.send(create(ConnectResponseSchema, { frame: { case: "position", value } }));
+  }
+
+  private answer(jobId: string, reject: RejectInfo | undefined): void {
+    if (!reject) return;
+    this.logger.debug({ code: reject.code, message: reject.message }, "frame rejected");
+    const value = create(RejectSchema, { jobId: echoId(jobId), code: reject.code, message: reject.message });
+    this.send(create(ConnectResponseSchema, { frame: { case: "reject", value } }));
+  }
+}
+
+// An oversize job_id is cut before it is echoed, so a Reject never amplifies a frame.
+function echoId(jobId: string): string {
+  return jobId.length > limits.jobIdBytes ? jobId.slice(0, limits.jobIdBytes) : jobId;
+}
+
+// grpc-js reports "host:port" with IPv6 hosts unbracketed; bracket them so the port is
+// unambiguous.
+function peerAddress(peer: string): string {
+  const colon = peer.lastIndexOf(":");
+  if (colon < 0) return peer;
+  const host = peer.slice(0, colon);
+  return host.includes(":") && !host.startsWith("[") ? `[${host}]${peer.slice(colon)}` : peer;
+}
