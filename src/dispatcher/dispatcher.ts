@@ -1,0 +1,376 @@
+/**
+ * The dispatcher loop: one per fylr. Every poll (and right after an item finishes or the
+ * capacity changes) it heartbeats, requeues dead siblings' claims, and claims what
+ * admission allows — exec items up to its share of the exec capacity it sees, local items
+ * up to free permits — handing each item to its own task.
+ */
+import { randomUUID } from "node:crypto";
+import { hostname } from "node:os";
+import type pg from "pg";
+import { AbortReason, linkedAbortController, sleep } from "../shared/abort.js";
+import { Code, SlotbrokerError } from "../shared/errors.js";
+import { silentLogger, type Logger } from "../shared/log.js";
+import { execAdmission, type ExecAdmission, type InstanceShare } from "./admission.js";
+import type { CapacitySource } from "./capacity.js";
+import { dispatcherConfig, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
+import type { ExecBackend } from "./exec-backend.js";
+import { runItem } from "./item-runner.js";
+import { LiveItems, type LiveItem, type LiveListener } from "./live.js";
+import { createDefaultActions, type LocalActionRegistry } from "./local-actions.js";
+import { LocalPermits, type Permit } from "./local-permits.js";
+import { migrate } from "./migrate.js";
+import { normalizeSubmit } from "./payload.js";
+import { newCounters, settle, type DispatcherCounters } from "./settle.js";
+import { QueueStore, type StoredPosition } from "./store.js";
+import type { ClaimedItem, QueueItem, SubmitInput } from "./types.js";
+import { Wakeup } from "./wakeup.js";
+
+/** The loop's lifecycle. */
+export type DispatcherState = "idle" | "running" | "stopping" | "stopped";
+
+const transitions: Record<DispatcherState, readonly DispatcherState[]> = {
+  idle: ["running", "stopped"],
+  running: ["stopping"],
+  stopping: ["stopped"],
+  stopped: [],
+};
+
+/** Everything a dispatcher is built from. */
+export interface DispatcherOptions {
+  readonly pool: pg.Pool;
+  readonly capacity: CapacitySource;
+  readonly backend: ExecBackend;
+  /** Default: the built-in actions (checksum, count). */
+  readonly actions?: LocalActionRegistry;
+  /** Compiled config; missing keys take the defaults. */
+  readonly config?: Partial<DispatcherConfig>;
+  readonly logger?: Logger;
+  /** This fylr's id in the `fylrs` table; default a random UUID. */
+  readonly fylrId?: string;
+  /** This fylr's QueueService URL, recorded for operators. */
+  readonly apiUrl?: string;
+  /** Apply pending migrations in start() (default true). */
+  readonly migrate?: boolean;
+}
+
+/** A snapshot for QueueService.Stats. */
+export interface DispatcherStats {
+  readonly fylrId: string;
+  readonly state: DispatcherState;
+  readonly execHeld: number;
+  readonly execAdmission: number;
+  readonly shares: readonly InstanceShare[];
+  readonly localRunning: number;
+  readonly localCapacity: number;
+  readonly localReservedForHigh: number;
+  readonly counters: Readonly<DispatcherCounters>;
+}
+
+/** An item's place in line as this fylr knows it: the database's count plus its own live view. */
+export interface ItemPosition extends StoredPosition {
+  /** Present while this fylr holds the item. */
+  readonly live: LiveItem | undefined;
+}
+
+/** Running items did not end within the force timeout after being aborted. */
+export class DispatcherStopTimeoutError extends SlotbrokerError {
+  override name = "DispatcherStopTimeoutError";
+  constructor(left: number, waitedMs: number) {
+    super(Code.DeadlineExceeded, `${left} item task(s) still running ${waitedMs} ms after being aborted`);
+  }
+}
+
+const minPriority = -2_147_483_648;
+const forceTimeoutMs = 5000;
+
+/** The Postgres dispatcher of one fylr. */
+export class Dispatcher {
+  readonly store: QueueStore;
+  readonly config: DispatcherConfig;
+  readonly fylrId: string;
+  private readonly log: Logger;
+  private readonly actions: LocalActionRegistry;
+  private readonly permits: LocalPermits;
+  private readonly live = new LiveItems();
+  private readonly counters = newCounters();
+  private readonly wakeup = new Wakeup();
+  private readonly loopAbort = new AbortController();
+  private readonly tasksAbort = new AbortController();
+  private readonly tasks = new Set<Promise<void>>();
+  private readonly controllers = new Map<string, AbortController>();
+  private currentState: DispatcherState = "idle";
+  private execHeld = 0;
+  private admission: ExecAdmission = { admission: 0, held: 0, free: 0, shares: [] };
+  private lastBeatAt = -Infinity;
+  private dbFailures = 0;
+  private loopDone: Promise<void> = Promise.resolve();
+  private stopping: Promise<void> | undefined;
+  private unsubscribeCapacity: () => void = () => undefined;
+
+  constructor(private readonly options: DispatcherOptions) {
+    this.config = dispatcherConfig(options.config);
+    this.store = new QueueStore(options.pool);
+    this.fylrId = options.fylrId ?? randomUUID();
+    this.actions = options.actions ?? createDefaultActions();
+    this.permits = new LocalPermits(effectiveLocalSlots(this.config));
+    this.log = (options.logger ?? silentLogger).child({ component: "dispatcher", fylrId: this.fylrId });
+  }
+
+  /** The lifecycle state. */
+  get state(): DispatcherState {
+    return this.currentState;
+  }
+
+  private setState(next: DispatcherState): void {
+    if (!transitions[this.currentState].includes(next)) throw new Error(`dispatcher: illegal transition ${this.currentState} → ${next}`);
+    this.currentState = next;
+  }
+
+  /** Migrates (unless disabled), registers this fylr and starts the loop. Aborting `signal` stops it. */
+  async start(signal?: AbortSignal): Promise<void> {
+    if (this.currentState !== "idle") throw new Error(`dispatcher: start() in state ${this.currentState}`);
+    if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
+    await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
+    this.setState("running");
+    this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify());
+    signal?.addEventListener("abort", () => void this.stop().catch((err: unknown) => this.log.error({ err }, "stop failed")), {
+      once: true,
+    });
+    this.loopDone = this.loop();
+    this.log.info({ localSlots: this.permits.capacity, headroom: this.config.headroom }, "dispatcher started");
+  }
+
+  /**
+   * Stops claiming, lets running items finish within `graceMs` (default config.stopGraceMs),
+   * then aborts the rest and gives them back to the queue, and removes this fylr's row.
+   * Idempotent: every call returns the same promise.
+   */
+  stop(options: { graceMs?: number } = {}): Promise<void> {
+    if (this.currentState === "idle") {
+      this.setState("stopped");
+      return Promise.resolve();
+    }
+    this.stopping ??= this.shutdown(options.graceMs ?? this.config.stopGraceMs);
+    return this.stopping;
+  }
+
+  private async shutdown(graceMs: number): Promise<void> {
+    this.setState("stopping");
+    this.unsubscribeCapacity();
+    this.loopAbort.abort(new AbortReason("shutdown", "dispatcher stopping"));
+    await this.loopDone;
+    let left = await this.settled(graceMs);
+    if (left > 0) {
+      this.log.warn({ left, graceMs }, "items still running after the grace period; aborting and giving them back");
+      this.tasksAbort.abort(new AbortReason("shutdown", "dispatcher stopped before the item finished"));
+      left = await this.settled(forceTimeoutMs);
+    }
+    try {
+      await this.store.deregisterFylr(this.fylrId);
+    } catch (err) {
+      // Our row goes stale instead and siblings sweep our claims after the threshold.
+      this.log.warn({ err }, "could not remove this fylr's row");
+    }
+    this.setState("stopped");
+    this.log.info(this.counters, "dispatcher stopped");
+    if (left > 0) throw new DispatcherStopTimeoutError(left, forceTimeoutMs);
+  }
+
+  private async settled(ms: number): Promise<number> {
+    const timeout = new AbortController();
+    await Promise.race([Promise.allSettled([...this.tasks]), sleep(ms, timeout.signal).catch(() => undefined)]);
+    timeout.abort();
+    return this.tasks.size;
+  }
+
+  /** Validates and enqueues an item (or returns the one holding its idempotency key). */
+  async submit(input: SubmitInput): Promise<{ item: QueueItem; created: boolean }> {
+    const normalized = normalizeSubmit(input, this.actions, {
+      maxInputBytes: this.config.maxInputBytes,
+      defaultMaxAttempts: this.config.maxAttempts,
+    });
+    const result = await this.store.submit(normalized);
+    if (result.created) this.wakeup.notify();
+    return result;
+  }
+
+  /** An item from the database, or undefined. */
+  get(id: string): Promise<QueueItem | undefined> {
+    return this.store.get(id);
+  }
+
+  /** Where an item stands: the database count ahead of it, plus this fylr's live view. */
+  async position(id: string): Promise<ItemPosition | undefined> {
+    const stored = await this.store.position(id);
+    return stored && { ...stored, live: this.live.get(id) };
+  }
+
+  /** This fylr's in-memory view of an item it holds. */
+  liveItem(id: string): LiveItem | undefined {
+    return this.live.get(id);
+  }
+
+  /** Follows changes of the items this fylr holds; returns the unsubscribe function. */
+  subscribe(listener: LiveListener): () => void {
+    return this.live.subscribe(listener);
+  }
+
+  /** Asks for an extra loop pass soon (e.g. after a submit through another path). */
+  poke(): void {
+    this.wakeup.notify();
+  }
+
+  /** A snapshot of admission, holdings and counters. */
+  stats(): DispatcherStats {
+    const permits = this.permits.counts();
+    return {
+      fylrId: this.fylrId,
+      state: this.currentState,
+      execHeld: this.execHeld,
+      execAdmission: this.admission.admission,
+      shares: this.admission.shares,
+      localRunning: permits.held,
+      localCapacity: permits.capacity,
+      localReservedForHigh: permits.reservedForHigh,
+      counters: { ...this.counters },
+    };
+  }
+
+  private async loop(): Promise<void> {
+    const signal = this.loopAbort.signal;
+    while (!signal.aborted) {
+      await this.pass(signal);
+      try {
+        await this.wakeup.wait(this.config.pollIntervalMs, signal);
+      } catch {
+        return;
+      }
+    }
+  }
+
+  private async pass(signal: AbortSignal): Promise<void> {
+    try {
+      if (performance.now() - this.lastBeatAt >= this.config.heartbeatIntervalMs) {
+        await this.heartbeat();
+        await this.sweep();
+      }
+      if (!signal.aborted) await this.claimExec();
+      if (!signal.aborted) await this.claimLocal();
+      if (this.dbFailures > 0) this.log.info({ failures: this.dbFailures }, "database reachable again");
+      this.dbFailures = 0;
+    } catch (err) {
+      if (signal.aborted) return;
+      this.dbFailures += 1;
+      // Staged: the first failure and every 30th are warnings, the rest debug noise.
+      const level = this.dbFailures === 1 || this.dbFailures % 30 === 0 ? "warn" : "debug";
+      this.log[level]({ err, failures: this.dbFailures }, "dispatcher pass failed; retrying next poll");
+    }
+  }
+
+  private async heartbeat(): Promise<void> {
+    const alive = await this.store.heartbeat(this.fylrId);
+    this.lastBeatAt = performance.now();
+    if (alive) return;
+    // A sibling found our heartbeat stale (a long pause, a lost database connection) and
+    // requeued our claims. Whatever we still run belongs to someone else now: abort it all
+    // and come back as a fresh member.
+    const held = this.controllers.size;
+    this.log.error({ incident: "declared-dead", held }, "this fylr was declared dead by a sibling; abandoning held items and re-registering");
+    for (const controller of this.controllers.values()) {
+      controller.abort(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
+    }
+    await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
+  }
+
+  private async sweep(): Promise<void> {
+    const reaped = await this.store.reapStale(this.config.staleAfterMs, this.fylrId);
+    const rescued = reaped.requeued.length + reaped.failed.length;
+    this.counters.orphansRescued += rescued;
+    if (reaped.deadFylrs.length > 0 || rescued > 0) {
+      this.log.warn(
+        { deadFylrs: reaped.deadFylrs, requeued: reaped.requeued.length, failed: reaped.failed.map((f) => f.id) },
+        "requeued the claims of fylrs whose heartbeat went stale",
+      );
+    }
+  }
+
+  private async claimExec(): Promise<void> {
+    this.admission = execAdmission(this.options.capacity.instances(), this.execHeld, this.config.headroom);
+    const want = Math.min(this.admission.free, this.config.maxClaimBatch);
+    if (want === 0) return;
+    const items = await this.store.claim(this.fylrId, "exec", minPriority, want);
+    for (const item of items) this.spawn(item, undefined);
+    if (items.length === want && this.admission.free > want) this.wakeup.notify();
+  }
+
+  private async claimLocal(): Promise<void> {
+    // First the reserved permits, for high-priority items only; then the rest for anyone.
+    const highOnly = this.permits.available(this.permits.highPriority) - this.permits.available(minPriority);
+    await this.claimLocalWith(this.permits.highPriority, Math.min(highOnly, this.config.maxClaimBatch));
+    await this.claimLocalWith(minPriority, Math.min(this.permits.available(minPriority), this.config.maxClaimBatch));
+  }
+
+  private async claimLocalWith(priorityFloor: number, count: number): Promise<void> {
+    const permits: Permit[] = [];
+    for (let i = 0; i < count; i++) {
+      const permit = this.permits.tryReserve(priorityFloor);
+      if (!permit) break;
+      permits.push(permit);
+    }
+    if (permits.length === 0) return;
+    try {
+      const items = await this.store.claim(this.fylrId, "local", priorityFloor, permits.length);
+      for (const item of items) this.spawn(item, permits.shift());
+    } finally {
+      for (const unused of permits) unused.release();
+    }
+  }
+
+  private spawn(item: ClaimedItem, permit: Permit | undefined): void {
+    this.counters.claimed += 1;
+    const task = this.runTask(item, permit).finally(() => {
+      this.tasks.delete(task);
+      this.wakeup.notify();
+    });
+    this.tasks.add(task);
+  }
+
+  private async runTask(item: ClaimedItem, permit: Permit | undefined): Promise<void> {
+    const log = this.log.child({ itemId: item.id, lease: item.lease, kind: item.kind });
+    const controller = linkedAbortController(this.tasksAbort.signal);
+    this.controllers.set(item.id, controller);
+    this.live.add({ id: item.id, kind: item.kind, priority: item.priority, lease: item.lease, callCount: item.calls.length });
+    if (item.kind === "exec") this.execHeld += 1;
+    let marking: Promise<void> | undefined;
+    const onStart = (): void => {
+      marking ??= this.markRunning(item, controller, log);
+    };
+    try {
+      permit?.markUsed();
+      const outcome = await runItem(item, { backend: this.options.backend, actions: this.actions, live: this.live, maxOutputBytes: this.config.maxOutputBytes, onStart }, controller.signal);
+      await marking;
+      this.live.setPhase(item.id, "finishing");
+      await settle(item, outcome, { store: this.store, config: this.config, counters: this.counters, keepTrying: () => this.currentState !== "stopped" }, log);
+    } catch (err) {
+      log.error({ err }, "item task failed unexpectedly");
+    } finally {
+      if (item.kind === "exec") this.execHeld -= 1;
+      permit?.release();
+      this.live.remove(item.id);
+      this.controllers.delete(item.id);
+    }
+  }
+
+  private async markRunning(item: ClaimedItem, controller: AbortController, log: Logger): Promise<void> {
+    try {
+      const ok = await this.store.markRunning({ id: item.id, claimedBy: item.claimedBy, lease: item.lease });
+      if (ok) return;
+      this.counters.fenced += 1;
+      log.error({ incident: "lease-fenced" }, "mark running refused by the lease fence: the claim was taken back; aborting this run");
+      controller.abort(new AbortReason("cancelled", "the claim was taken back (lease fenced)"));
+    } catch (err) {
+      // Cosmetic: the item still completes from "claimed". Not worth failing the run over.
+      log.warn({ err }, "could not mark the item running");
+    }
+  }
+}

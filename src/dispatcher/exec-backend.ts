@@ -1,0 +1,93 @@
+/**
+ * The exec backend: how the dispatcher runs one exec call on some execserver.
+ *
+ * The fylr's exec client implements this (WANT on every eligible connection, first OFFER
+ * wins, JOB with pipe URLs, DONE → receipt). Keeping it an interface lets the dispatcher be
+ * built and tested before the broker client exists.
+ */
+import { ErrorKind, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
+import { Code, SlotbrokerError } from "../shared/errors.js";
+
+/** One exec call as the backend receives it; stdin is already resolved. */
+export interface ExecRequest {
+  /** The service to run; the execserver's config fixes the executable. */
+  readonly service: string;
+  /** Appended to the service's command. Never run through a shell. */
+  readonly args: readonly string[];
+  /** Environment for the process; the execserver filters it by the service's allow-list. */
+  readonly env: Readonly<Record<string, string>>;
+  /** Job timeout; unset uses the service's own. */
+  readonly timeoutMs?: number;
+  /**
+   * stdin: bytes to serve through an in-pipe (inline data, or the previous call's stdout),
+   * or a URL the fylr fetches and streams to the job. Unset means empty stdin.
+   */
+  readonly stdin?: Buffer | URL;
+}
+
+/** Per-call options the dispatcher passes along. */
+export interface ExecRunOptions {
+  /** WANT priority; larger is more urgent. The item's queue priority. */
+  readonly priority: number;
+  /**
+   * Aborted when the dispatcher gives the item up (shutdown past its grace period, or this
+   * fylr was declared dead by a sibling). The backend must UNWANT / stop waiting and reject
+   * promptly with an abort error (the signal's reason is fine).
+   */
+  readonly signal: AbortSignal;
+  /**
+   * The most stdout the dispatcher will keep. The backend may stop collecting past it (the
+   * dispatcher reads the true size from receipt.stdoutBytes and fails the item clearly).
+   */
+  readonly maxStdoutBytes: number;
+  /** Called with each POSITION the execserver reports while the want is parked. */
+  readonly onPosition?: (position: Position) => void;
+  /**
+   * Called once when a slot was granted and the job was sent (JOB), with the instance that
+   * runs it. The dispatcher marks the item running in the database then.
+   */
+  readonly onStart?: (instanceId: string) => void;
+}
+
+/** What one exec call produced. */
+export interface ExecResult {
+  /** The execserver's receipt, also for a failed command: failure is data, not an exception. */
+  readonly receipt: Receipt;
+  /** The whole stdout (the prefix in the receipt when it was not streamed). */
+  readonly stdout: Buffer;
+}
+
+/**
+ * Runs exec calls for the dispatcher.
+ *
+ * Contract for implementers:
+ * - resolve with the receipt whenever the command ran (or was spawned and failed): a
+ *   non-zero exit, a signal or a receipt error is a *result*; the dispatcher decides about
+ *   retries;
+ * - reject with `NoSlotError` when no slot was offered within connectTimeout (after
+ *   UNWANTing everywhere): the dispatcher requeues the item a minute out and gives its
+ *   attempt back;
+ * - reject with an abort error when `signal` aborts;
+ * - reject with any other error for a transport failure (connection lost mid-job, pipe
+ *   failure before a receipt): the dispatcher counts it as a failed attempt and retries.
+ */
+export interface ExecBackend {
+  /** Runs one exec call to completion. */
+  run(request: ExecRequest, options: ExecRunOptions): Promise<ExecResult>;
+}
+
+/** No execserver offered a slot within connectTimeout; the item goes back to the queue. */
+export class NoSlotError extends SlotbrokerError {
+  override name = "NoSlotError";
+  constructor(service: string, waitedMs: number, options: { cause?: unknown } = {}) {
+    super(Code.ResourceExhausted, `no slot for service "${service}" within ${waitedMs} ms`, {
+      cause: options.cause,
+      details: { service, waitedMs },
+    });
+  }
+}
+
+/** True when the receipt reports a clean exit: code 0, no signal, no error. */
+export function receiptSucceeded(receipt: Receipt): boolean {
+  return receipt.exitCode === 0 && receipt.signal === "" && receipt.error === ErrorKind.UNSPECIFIED;
+}

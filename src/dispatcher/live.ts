@@ -1,0 +1,114 @@
+/**
+ * The in-memory view of items this fylr is running: which phase each is in and the last
+ * POSITION its execserver reported. Only this fylr knows it (the database says "claimed"
+ * for an item both parked at an execserver and about to be), so QueueService merges it
+ * into Get/Watch/Position answers.
+ */
+import type { Position } from "../../gen/slotbroker/v1/broker_pb.js";
+import type { ItemKind } from "./types.js";
+
+/**
+ * An item's phase inside this fylr:
+ * claimed → waiting (want parked for call N) → running (call N has a slot) → waiting (call
+ * N+1) … → finishing (writing the outcome). Local items go claimed → running → finishing.
+ */
+export type LivePhase = "claimed" | "waiting" | "running" | "finishing";
+
+const transitions: Record<LivePhase, readonly LivePhase[]> = {
+  claimed: ["waiting", "running", "finishing"],
+  waiting: ["running", "finishing"],
+  running: ["waiting", "finishing"],
+  finishing: [],
+};
+
+/** One item this fylr holds. */
+export interface LiveItem {
+  readonly id: string;
+  readonly kind: ItemKind;
+  readonly priority: number;
+  readonly lease: number;
+  readonly phase: LivePhase;
+  /** Exec items: the call being waited for or run (0-based) and how many there are. */
+  readonly callIndex: number;
+  readonly callCount: number;
+  /** The service of the current call. */
+  readonly service: string | undefined;
+  /** The instance running the current call, once it started. */
+  readonly instanceId: string | undefined;
+  /** The last POSITION the execserver reported for the current call. */
+  readonly position: Position | undefined;
+  readonly claimedAt: Date;
+  readonly phaseSince: Date;
+}
+
+/** A change: the item as it is now, or `removed` once this fylr let go of it. */
+export type LiveListener = (item: LiveItem, removed: boolean) => void;
+
+/** The table of held items, with checked phase transitions and change listeners. */
+export class LiveItems {
+  private readonly items = new Map<string, LiveItem>();
+  private readonly listeners = new Set<LiveListener>();
+
+  /** Starts tracking a freshly claimed item. */
+  add(init: Pick<LiveItem, "id" | "kind" | "priority" | "lease" | "callCount">): void {
+    const now = new Date();
+    this.put({ ...init, phase: "claimed", callIndex: 0, service: undefined, instanceId: undefined, position: undefined, claimedAt: now, phaseSince: now });
+  }
+
+  /** Moves an item to a new phase; throws on an illegal transition (a bug in the runner). */
+  setPhase(id: string, phase: LivePhase, patch: Partial<Pick<LiveItem, "callIndex" | "service" | "instanceId">> = {}): void {
+    const item = this.items.get(id);
+    if (!item) return;
+    if (item.phase !== phase && !transitions[item.phase].includes(phase)) {
+      throw new Error(`live item ${id}: illegal phase change ${item.phase} → ${phase}`);
+    }
+    // A new call starts without the previous call's position or instance.
+    const fresh = phase === "waiting" ? { position: undefined, instanceId: undefined } : {};
+    this.put({ ...item, ...fresh, ...patch, phase, phaseSince: item.phase === phase ? item.phaseSince : new Date() });
+  }
+
+  /** Records the execserver's latest POSITION for an item. */
+  setPosition(id: string, position: Position): void {
+    const item = this.items.get(id);
+    if (item) this.put({ ...item, position });
+  }
+
+  /** Stops tracking an item. */
+  remove(id: string): void {
+    const item = this.items.get(id);
+    if (!item) return;
+    this.items.delete(id);
+    this.emit(item, true);
+  }
+
+  /** The item, if this fylr holds it. */
+  get(id: string): LiveItem | undefined {
+    return this.items.get(id);
+  }
+
+  /** All held items. */
+  list(): LiveItem[] {
+    return [...this.items.values()];
+  }
+
+  /** Registers a change listener; returns a function that removes it. */
+  subscribe(listener: LiveListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private put(item: LiveItem): void {
+    this.items.set(item.id, item);
+    this.emit(item, false);
+  }
+
+  private emit(item: LiveItem, removed: boolean): void {
+    for (const listener of [...this.listeners]) {
+      try {
+        listener(item, removed);
+      } catch {
+        // A listener's failure is its own; the runner must not trip over it.
+      }
+    }
+  }
+}

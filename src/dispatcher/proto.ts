@@ -1,0 +1,128 @@
+/**
+ * Conversions between the queue.proto messages and the dispatcher's own types, for
+ * QueueService. Kept here so the mapping of every field lives next to the types it maps.
+ */
+import { create } from "@bufbuild/protobuf";
+import {
+  CallResultSchema,
+  ExecCallSchema,
+  InstanceShareSchema,
+  ItemKind as ProtoItemKind,
+  ItemSchema,
+  ItemState as ProtoItemState,
+  LocalActionSchema,
+  StatsResponseSchema,
+  type ExecCall,
+  type Item,
+  type StatsResponse,
+  type SubmitRequest,
+} from "../../gen/slotbroker/v1/queue_pb.js";
+import { dateFromTimestamp, durationFromMs, msFromDuration, timestampFromDate } from "../shared/proto-time.js";
+import type { DispatcherStats } from "./dispatcher.js";
+import type { ExecCallSpec, ItemKind, ItemState, QueueItem, StdinSource, SubmitInput } from "./types.js";
+
+const kinds: Record<ItemKind, ProtoItemKind> = { exec: ProtoItemKind.EXEC, local: ProtoItemKind.LOCAL };
+
+const states: Record<ItemState, ProtoItemState> = {
+  queued: ProtoItemState.QUEUED,
+  claimed: ProtoItemState.CLAIMED,
+  running: ProtoItemState.RUNNING,
+  succeeded: ProtoItemState.SUCCEEDED,
+  failed: ProtoItemState.FAILED,
+};
+
+/** The proto enum value of a state. */
+export function itemStateToProto(state: ItemState): ProtoItemState {
+  return states[state];
+}
+
+function stdinFromProto(call: ExecCall): StdinSource | undefined {
+  switch (call.stdin.case) {
+    case "stdinData":
+      return { kind: "data", data: Buffer.from(call.stdin.value) };
+    case "stdinUrl":
+      return { kind: "url", url: call.stdin.value };
+    case "stdinFromPrevious":
+      return call.stdin.value ? { kind: "previous" } : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/** A SubmitRequest as the dispatcher's SubmitInput (validation happens in submit). */
+export function submitInputFromProto(req: SubmitRequest): SubmitInput {
+  return {
+    calls: req.calls.map(
+      (c): ExecCallSpec => ({
+        service: c.service,
+        args: c.args,
+        env: c.env,
+        timeoutMs: msFromDuration(c.timeout),
+        stdin: stdinFromProto(c),
+      }),
+    ),
+    local: req.local ? { name: req.local.name, params: req.local.params, input: Buffer.from(req.local.input) } : undefined,
+    priority: req.priority,
+    startAfter: dateFromTimestamp(req.startAfter),
+    idempotencyKey: req.idempotencyKey || undefined,
+    maxAttempts: req.maxAttempts || undefined,
+  };
+}
+
+function callToProto(call: ExecCallSpec): ExecCall {
+  const stdin: ExecCall["stdin"] =
+    call.stdin?.kind === "data"
+      ? { case: "stdinData", value: call.stdin.data }
+      : call.stdin?.kind === "url"
+        ? { case: "stdinUrl", value: call.stdin.url }
+        : call.stdin?.kind === "previous"
+          ? { case: "stdinFromPrevious", value: true }
+          : { case: undefined };
+  return create(ExecCallSchema, {
+    service: call.service,
+    args: [...call.args],
+    env: { ...call.env },
+    stdin,
+    timeout: call.timeoutMs === undefined ? undefined : durationFromMs(call.timeoutMs),
+  });
+}
+
+/** A stored item as the proto Item. */
+export function itemToProto(item: QueueItem): Item {
+  const held = item.state === "claimed" || item.state === "running";
+  return create(ItemSchema, {
+    id: item.id,
+    kind: kinds[item.kind],
+    priority: item.priority,
+    state: states[item.state],
+    calls: item.calls.map(callToProto),
+    local: item.local && create(LocalActionSchema, { name: item.local.name, params: { ...item.local.params }, input: item.local.input }),
+    claimedBy: held ? (item.claimedBy ?? "") : "",
+    attempts: item.attempts,
+    maxAttempts: item.maxAttempts,
+    startAfter: timestampFromDate(item.startAfter),
+    createdAt: timestampFromDate(item.createdAt),
+    finishedAt: item.finishedAt && timestampFromDate(item.finishedAt),
+    results: item.results.map((r) => create(CallResultSchema, { service: r.service, receipt: r.receipt })),
+    output: item.output ?? new Uint8Array(),
+    error: item.error ?? "",
+    idempotencyKey: item.idempotencyKey ?? "",
+  });
+}
+
+/** Dispatcher stats as the proto StatsResponse. */
+export function statsToProto(stats: DispatcherStats): StatsResponse {
+  return create(StatsResponseSchema, {
+    fylrId: stats.fylrId,
+    execHeld: stats.execHeld,
+    execAdmission: stats.execAdmission,
+    localRunning: stats.localRunning,
+    localCapacity: stats.localCapacity,
+    shares: stats.shares.map((s) => create(InstanceShareSchema, { ...s })),
+    claimedTotal: BigInt(stats.counters.claimed),
+    succeededTotal: BigInt(stats.counters.succeeded),
+    failedTotal: BigInt(stats.counters.failed),
+    requeuedTotal: BigInt(stats.counters.requeued),
+    orphansRescuedTotal: BigInt(stats.counters.orphansRescued),
+  });
+}

@@ -1,0 +1,118 @@
+/**
+ * Writing an attempt's outcome: the fenced store call for each Outcome, retried through
+ * short database outages, with the counters and log lines that go with it. A write the
+ * fence refuses means the item was requeued and maybe claimed again while this fylr still
+ * ran it — the work ran twice — so it is logged at error level as an incident and dropped.
+ */
+import { AbortReason, sleep } from "../shared/abort.js";
+import type { Logger } from "../shared/log.js";
+import { retryBackoffMs } from "./admission.js";
+import type { DispatcherConfig } from "./config.js";
+import type { Outcome } from "./item-runner.js";
+import { isTransient } from "./pg-errors.js";
+import type { QueueStore } from "./store.js";
+import type { ClaimedItem, Fence } from "./types.js";
+
+/** Running totals since start, for Stats and metrics. */
+export interface DispatcherCounters {
+  claimed: number;
+  succeeded: number;
+  failed: number;
+  /** Back to the queue: retry after a failed attempt, no slot in time, given back on stop. */
+  requeued: number;
+  /** Stale claims of dead siblings this fylr requeued or failed. */
+  orphansRescued: number;
+  /** Writes refused by the lease fence. */
+  fenced: number;
+}
+
+/** A fresh set of zeroed counters. */
+export function newCounters(): DispatcherCounters {
+  return { claimed: 0, succeeded: 0, failed: 0, requeued: 0, orphansRescued: 0, fenced: 0 };
+}
+
+/** What settling needs. */
+export interface SettleDeps {
+  readonly store: QueueStore;
+  readonly config: DispatcherConfig;
+  readonly counters: DispatcherCounters;
+  /** True while writes are still worth retrying (the dispatcher has not stopped). */
+  readonly keepTrying: () => boolean;
+}
+
+/** Records one attempt's outcome in the database. Never rejects. */
+export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDeps, log: Logger): Promise<void> {
+  const fence: Fence = { id: item.id, claimedBy: item.claimedBy, lease: item.lease };
+  const { store, config, counters } = deps;
+  try {
+    switch (outcome.kind) {
+      case "succeeded": {
+        const ok = await retrying(deps, log, "complete", () => store.complete(fence, outcome.results, outcome.output));
+        if (!ok) return refused(deps, log, "completion");
+        counters.succeeded += 1;
+        log.info({ attempts: item.attempts, outputBytes: outcome.output.length }, "item succeeded");
+        return;
+      }
+      case "failed": {
+        const delayMs = retryBackoffMs(item.attempts, config.retryInitialMs, config.retryMaxMs);
+        const state = await retrying(deps, log, "fail attempt", () =>
+          store.failAttempt(fence, outcome.results, outcome.error, delayMs, outcome.permanent),
+        );
+        if (state === undefined) return refused(deps, log, "failure");
+        if (state === "queued") {
+          counters.requeued += 1;
+          log.warn({ attempts: item.attempts, maxAttempts: item.maxAttempts, retryInMs: delayMs, error: outcome.error }, "attempt failed; will retry");
+        } else {
+          counters.failed += 1;
+          log.warn({ attempts: item.attempts, permanent: outcome.permanent, error: outcome.error }, "item failed");
+        }
+        return;
+      }
+      case "no-slot": {
+        const ok = await retrying(deps, log, "release", () => store.release(fence, config.noSlotDelayMs));
+        if (!ok) return refused(deps, log, "no-slot requeue");
+        counters.requeued += 1;
+        // Expected under load: the paper calls this "silent"; info, not a warning.
+        log.info({ delayMs: config.noSlotDelayMs, reason: outcome.error.message }, "no slot in time; requeued with the attempt given back");
+        return;
+      }
+      case "aborted":
+        return await givenUp(item, fence, outcome.reason, deps, log);
+    }
+  } catch (err) {
+    // The write kept failing; the claim stays ours until this fylr stops or dies, and then
+    // a sibling's sweep requeues it.
+    log.error({ err, outcome: outcome.kind }, "could not record the outcome; the item stays claimed until this fylr is gone");
+  }
+}
+
+async function givenUp(item: ClaimedItem, fence: Fence, reason: unknown, deps: SettleDeps, log: Logger): Promise<void> {
+  const kind = reason instanceof AbortReason ? reason.kind : "cancelled";
+  if (kind === "shutdown" || kind === "disconnected") {
+    // Stopping, or declared dead: give it back now. After a sweep already requeued it the
+    // fence refuses this, which is expected here and not an incident.
+    const ok = await retrying(deps, log, "release", () => deps.store.release(fence, 0));
+    if (ok) deps.counters.requeued += 1;
+    log.info({ given: ok, reason: kind, attempts: item.attempts }, ok ? "gave the item back to the queue" : "item was already taken back");
+    return;
+  }
+  log.warn({ reason: String(reason) }, "item run abandoned without a write");
+}
+
+function refused(deps: SettleDeps, log: Logger, what: string): void {
+  deps.counters.fenced += 1;
+  log.error({ incident: "lease-fenced" }, `${what} refused by the lease fence: the item was requeued after this fylr's heartbeat went stale, and may have run twice`);
+}
+
+async function retrying<T>(deps: SettleDeps, log: Logger, what: string, write: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await write();
+    } catch (err) {
+      if (!isTransient(err) || !deps.keepTrying() || attempt >= 30) throw err;
+      const pause = Math.min(5000, 100 * 2 ** attempt);
+      log.warn({ err, attempt, retryInMs: pause }, `${what} failed; retrying`);
+      await sleep(pause);
+    }
+  }
+}

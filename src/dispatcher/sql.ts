@@ -1,0 +1,166 @@
+/**
+ * Every runtime query of the dispatcher, one named constant per purpose, `$n` parameters.
+ * Durations are passed in milliseconds and scaled in SQL; all times are the database's
+ * `now()`, so fylrs with skewed clocks still agree on staleness and start_after.
+ *
+ * Owner writes are fenced: `WHERE id = $1 AND claimed_by = $2 AND lease = $3` plus a held
+ * state. A write from an older claim (requeued since, or claimed again by anyone) matches
+ * no row, and the caller logs the refusal.
+ */
+
+/** Submit. $1 kind, $2 priority, $3 payload, $4 start_after (null = now), $5 max_attempts, $6 idempotency_key. Empty result = key taken. */
+export const insertItem = `
+INSERT INTO queue_items (kind, priority, payload, start_after, max_attempts, idempotency_key)
+VALUES ($1, $2, $3, coalesce($4::timestamptz, now()), $5, $6)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *`;
+
+/** The item holding an idempotency key. $1 key. */
+export const selectItemByKey = `SELECT * FROM queue_items WHERE idempotency_key = $1`;
+
+/** One item. $1 id. */
+export const selectItem = `SELECT * FROM queue_items WHERE id = $1`;
+
+/**
+ * Claim up to $4 queued items of kind $2 with priority ≥ $3 whose start_after has come,
+ * in claim order, for fylr $1. SKIP LOCKED lets concurrent claimers take disjoint rows
+ * without waiting; each claim bumps the lease and counts an attempt.
+ */
+export const claimItems = `
+WITH next AS (
+  SELECT id FROM queue_items
+  WHERE state = 'queued' AND kind = $2 AND priority >= $3 AND start_after <= now()
+  ORDER BY priority DESC, start_after, seq
+  LIMIT $4
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE queue_items q
+SET state = 'claimed', claimed_by = $1, lease = q.lease + 1, attempts = q.attempts + 1,
+    claimed_at = now(), updated_at = now()
+FROM next
+WHERE q.id = next.id
+RETURNING q.*`;
+
+/** The claim query's SELECT alone, for EXPLAIN in tests. Same parameters minus $1. */
+export const explainClaimPath = `
+EXPLAIN SELECT id FROM queue_items
+WHERE state = 'queued' AND kind = $1 AND priority >= $2 AND start_after <= now()
+ORDER BY priority DESC, start_after, seq
+LIMIT $3
+FOR UPDATE SKIP LOCKED`;
+
+/** claimed → running (the slot came). Fenced: $1 id, $2 claimed_by, $3 lease. */
+export const markRunning = `
+UPDATE queue_items SET state = 'running', updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state = 'claimed'
+RETURNING state`;
+
+/** → succeeded. Fenced ($1–$3); $4 result, $5 output. */
+export const completeItem = `
+UPDATE queue_items
+SET state = 'succeeded', result = $4, output = $5, error = NULL, finished_at = now(), updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
+RETURNING state`;
+
+/**
+ * A failed attempt. Fenced ($1–$3); $4 result, $5 error, $6 retry delay ms, $7 permanent.
+ * With attempts left and not permanent: back to queued after the delay. Otherwise: failed.
+ */
+export const failAttempt = `
+UPDATE queue_items
+SET state       = CASE WHEN attempts < max_attempts AND NOT $7::boolean THEN 'queued' ELSE 'failed' END,
+    claimed_by  = CASE WHEN attempts < max_attempts AND NOT $7::boolean THEN NULL ELSE claimed_by END,
+    start_after = CASE WHEN attempts < max_attempts AND NOT $7::boolean
+                       THEN now() + $6::double precision * interval '1 millisecond' ELSE start_after END,
+    finished_at = CASE WHEN attempts < max_attempts AND NOT $7::boolean THEN NULL ELSE now() END,
+    result = $4, error = $5, updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
+RETURNING state`;
+
+/**
+ * Give an item back without spending its attempt: no slot in time ($4 = one minute), or
+ * stopped before it could finish ($4 = 0). Fenced ($1–$3).
+ */
+export const releaseItem = `
+UPDATE queue_items
+SET state = 'queued', claimed_by = NULL, attempts = greatest(attempts - 1, 0),
+    start_after = now() + $4::double precision * interval '1 millisecond', updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
+RETURNING state`;
+
+/** Register a fylr. $1 id, $2 hostname, $3 pid, $4 api_url, $5 version. */
+export const registerFylr = `
+INSERT INTO fylrs (id, hostname, pid, api_url, version) VALUES ($1, $2, $3, $4, $5)`;
+
+/** Heartbeat. $1 id. No row: a sibling declared this fylr dead and removed it. */
+export const heartbeatFylr = `UPDATE fylrs SET heartbeat_at = now() WHERE id = $1`;
+
+/** Goodbye on graceful stop; any claims left behind become orphans at once. $1 id. */
+export const deregisterFylr = `DELETE FROM fylrs WHERE id = $1`;
+
+/**
+ * The survivors' sweep. $1 stale threshold ms, $2 this fylr's id.
+ *
+ * Removes fylr rows whose heartbeat is older than the threshold, and in the same statement
+ * requeues every held item whose owner has no fresh row (stale, removed now, or gone
+ * already) — except this fylr's own. An item that has used its last attempt is failed
+ * instead, so an item that crashes its fylr cannot loop forever.
+ *
+ * Safe under concurrency: the DELETE holds the stale rows' locks, so a paused owner's
+ * heartbeat waits and then finds its row gone (and learns it was declared dead); a second
+ * sweeper waits on the item rows, re-checks `state` after the first commits and skips
+ * them. Nothing is requeued twice.
+ */
+export const reapStale = `
+WITH dead AS (
+  DELETE FROM fylrs
+  WHERE heartbeat_at < now() - $1::double precision * interval '1 millisecond' AND id <> $2
+  RETURNING id
+), orphans AS (
+  UPDATE queue_items q
+  SET state       = CASE WHEN q.attempts < q.max_attempts THEN 'queued' ELSE 'failed' END,
+      claimed_by  = CASE WHEN q.attempts < q.max_attempts THEN NULL ELSE q.claimed_by END,
+      finished_at = CASE WHEN q.attempts < q.max_attempts THEN NULL ELSE now() END,
+      error       = CASE WHEN q.attempts < q.max_attempts THEN q.error
+                         ELSE 'fylr ' || q.claimed_by || ' stopped heartbeating during the last attempt' END,
+      updated_at  = now()
+  WHERE q.state IN ('claimed', 'running') AND q.claimed_by <> $2
+    AND NOT EXISTS (
+      SELECT 1 FROM fylrs f
+      WHERE f.id = q.claimed_by AND f.heartbeat_at >= now() - $1::double precision * interval '1 millisecond'
+    )
+  RETURNING q.id, q.state, q.claimed_by
+)
+SELECT
+  (SELECT coalesce(json_agg(id), '[]'::json) FROM dead) AS dead,
+  (SELECT coalesce(json_agg(json_build_object('id', id, 'state', state, 'claimedBy', claimed_by)), '[]'::json) FROM orphans) AS orphans`;
+
+/**
+ * Where an item stands: its state and, while queued, how many queued items of its kind
+ * would be claimed before it. Two index range scans on the claim index: more urgent items
+ * (eligible by the time this one is), and same-priority items earlier in claim order.
+ * $1 id.
+ */
+export const itemPosition = `
+SELECT i.state, i.kind,
+  CASE WHEN i.state = 'queued' THEN
+      (SELECT count(*) FROM queue_items q
+       WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority > i.priority
+         AND q.start_after <= greatest(now(), i.start_after))
+    + (SELECT count(*) FROM queue_items q
+       WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority = i.priority
+         AND (q.start_after, q.seq) < (i.start_after, i.seq))
+  ELSE 0 END AS ahead
+FROM queue_items i WHERE i.id = $1`;
+
+/** Unfinished items by kind and state, for status pages. */
+export const countOpen = `
+SELECT kind, state, count(*)::int AS n FROM queue_items
+WHERE state IN ('queued', 'claimed', 'running')
+GROUP BY kind, state`;
+
+/** Live fylrs and how many items each holds. */
+export const listFylrs = `
+SELECT f.id, f.hostname, f.pid, f.api_url, f.started_at, f.heartbeat_at,
+       (SELECT count(*)::int FROM queue_items q WHERE q.claimed_by = f.id AND q.state IN ('claimed', 'running')) AS held
+FROM fylrs f ORDER BY f.started_at`;

@@ -1,0 +1,197 @@
+/**
+ * The queue store: typed calls over the named queries in sql.ts. The only module that
+ * talks to Postgres at run time; every error leaves it translated (pg-errors.ts).
+ */
+import type pg from "pg";
+import { Code, SlotbrokerError } from "../shared/errors.js";
+import { encodeResults, itemFromRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
+import { fromPgError } from "./pg-errors.js";
+import * as sql from "./sql.js";
+import type { CallResult, ClaimedItem, Fence, ItemKind, ItemState, QueueItem } from "./types.js";
+
+/** What a fylr says about itself in the `fylrs` table. */
+export interface FylrRegistration {
+  readonly id: string;
+  readonly hostname: string;
+  readonly pid: number;
+  readonly apiUrl?: string;
+  readonly version?: string;
+}
+
+/** A live fylr as listed for status pages. */
+export interface FylrRow {
+  readonly id: string;
+  readonly hostname: string;
+  readonly pid: number;
+  readonly apiUrl: string | undefined;
+  readonly startedAt: Date;
+  readonly heartbeatAt: Date;
+  readonly held: number;
+}
+
+/** What one stale-claim sweep did. */
+export interface ReapResult {
+  /** Fylr rows removed for a stale heartbeat. */
+  readonly deadFylrs: readonly string[];
+  /** Items sent back to the queue. */
+  readonly requeued: readonly { id: string; claimedBy: string }[];
+  /** Items failed because their owner died during their last attempt. */
+  readonly failed: readonly { id: string; claimedBy: string }[];
+}
+
+/** Where a stored item stands in the database queue. */
+export interface StoredPosition {
+  readonly state: ItemState;
+  readonly kind: ItemKind;
+  /** Queued items of its kind claimed before it; 0 unless it is queued. */
+  readonly aheadInQueue: number;
+}
+
+const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+function checkId(id: string): void {
+  if (!uuid.test(id)) throw new SlotbrokerError(Code.InvalidArgument, `id: not a UUID: "${id}"`);
+}
+
+/** Claim order: priority desc, then eligibility time, then submission time. */
+function claimOrder(a: QueueItem, b: QueueItem): number {
+  return b.priority - a.priority || a.startAfter.getTime() - b.startAfter.getTime() || a.createdAt.getTime() - b.createdAt.getTime();
+}
+
+/** Typed access to queue_items and fylrs. */
+export class QueueStore {
+  constructor(readonly pool: pg.Pool) {}
+
+  private async query<R extends pg.QueryResultRow>(what: string, text: string, params: unknown[] = []): Promise<pg.QueryResult<R>> {
+    try {
+      return await this.pool.query<R>(text, params);
+    } catch (err) {
+      throw fromPgError(err, what);
+    }
+  }
+
+  /** Inserts an item, or returns the one already holding its idempotency key. */
+  async submit(n: NormalizedSubmit): Promise<{ item: QueueItem; created: boolean }> {
+    const params = [n.kind, n.priority, JSON.stringify(n.payload), n.startAfter ?? null, n.maxAttempts, n.idempotencyKey ?? null];
+    // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit; the
+    // follow-up SELECT runs with a fresh snapshot and therefore sees the winner's row.
+    for (let tries = 0; tries < 3; tries++) {
+      const inserted = await this.query<ItemRow>("submit", sql.insertItem, params);
+      if (inserted.rows[0]) return { item: itemFromRow(inserted.rows[0]), created: true };
+      const existing = await this.query<ItemRow>("submit", sql.selectItemByKey, [n.idempotencyKey]);
+      if (existing.rows[0]) return { item: itemFromRow(existing.rows[0]), created: false };
+    }
+    throw new SlotbrokerError(Code.Aborted, `submit: idempotency key "${n.idempotencyKey}" conflicted but its item vanished`);
+  }
+
+  /** One item, or undefined. */
+  async get(id: string): Promise<QueueItem | undefined> {
+    checkId(id);
+    const row = (await this.query<ItemRow>("get", sql.selectItem, [id])).rows[0];
+    return row ? itemFromRow(row) : undefined;
+  }
+
+  /** Claims up to `limit` eligible items of `kind` with priority ≥ minPriority, in claim order. */
+  async claim(fylrId: string, kind: ItemKind, minPriority: number, limit: number): Promise<ClaimedItem[]> {
+    if (limit <= 0) return [];
+    const rows = (await this.query<ItemRow>("claim", sql.claimItems, [fylrId, kind, minPriority, limit])).rows;
+    // UPDATE … RETURNING has no order; restore the claim order for FIFO wants.
+    return rows.map((r) => itemFromRow(r) as ClaimedItem).sort(claimOrder);
+  }
+
+  /** claimed → running. False when the fence refused it. */
+  async markRunning(fence: Fence): Promise<boolean> {
+    return (await this.query("mark running", sql.markRunning, fenceParams(fence))).rowCount === 1;
+  }
+
+  /** → succeeded with receipts and output. False when the fence refused it. */
+  async complete(fence: Fence, results: readonly CallResult[], output: Buffer | undefined): Promise<boolean> {
+    const r = await this.query("complete", sql.completeItem, [...fenceParams(fence), encodeResults(results), output ?? null]);
+    return r.rowCount === 1;
+  }
+
+  /**
+   * Records a failed attempt: back to queued after `retryDelayMs` while attempts remain
+   * (and not `permanent`), else failed. Returns the new state, or undefined when fenced.
+   */
+  async failAttempt(
+    fence: Fence,
+    results: readonly CallResult[],
+    error: string,
+    retryDelayMs: number,
+    permanent: boolean,
+  ): Promise<"queued" | "failed" | undefined> {
+    const r = await this.query<{ state: "queued" | "failed" }>("fail attempt", sql.failAttempt, [
+      ...fenceParams(fence),
+      encodeResults(results),
+      error,
+      retryDelayMs,
+      permanent,
+    ]);
+    return r.rows[0]?.state;
+  }
+
+  /** Back to queued after `delayMs` with the attempt given back. False when fenced. */
+  async release(fence: Fence, delayMs: number): Promise<boolean> {
+    return (await this.query("release", sql.releaseItem, [...fenceParams(fence), delayMs])).rowCount === 1;
+  }
+
+  /** Adds this fylr's row. */
+  async registerFylr(reg: FylrRegistration): Promise<void> {
+    await this.query("register fylr", sql.registerFylr, [reg.id, reg.hostname, reg.pid, reg.apiUrl ?? null, reg.version ?? null]);
+  }
+
+  /** Touches this fylr's row; false when the row is gone (a sibling declared it dead). */
+  async heartbeat(id: string): Promise<boolean> {
+    return (await this.query("heartbeat", sql.heartbeatFylr, [id])).rowCount === 1;
+  }
+
+  /** Removes this fylr's row. */
+  async deregisterFylr(id: string): Promise<void> {
+    await this.query("deregister fylr", sql.deregisterFylr, [id]);
+  }
+
+  /** Removes stale fylrs and requeues (or, on their last attempt, fails) their claims. */
+  async reapStale(staleAfterMs: number, selfId: string): Promise<ReapResult> {
+    type Orphan = { id: string; state: "queued" | "failed"; claimedBy: string };
+    const row = (await this.query<{ dead: string[]; orphans: Orphan[] }>("reap stale claims", sql.reapStale, [staleAfterMs, selfId])).rows[0];
+    const orphans = row?.orphans ?? [];
+    return {
+      deadFylrs: row?.dead ?? [],
+      requeued: orphans.filter((o) => o.state === "queued").map(({ id, claimedBy }) => ({ id, claimedBy })),
+      failed: orphans.filter((o) => o.state === "failed").map(({ id, claimedBy }) => ({ id, claimedBy })),
+    };
+  }
+
+  /** State and queue position of an item, or undefined. */
+  async position(id: string): Promise<StoredPosition | undefined> {
+    checkId(id);
+    const row = (await this.query<{ state: ItemState; kind: ItemKind; ahead: string }>("position", sql.itemPosition, [id])).rows[0];
+    return row ? { state: row.state, kind: row.kind, aheadInQueue: Number(row.ahead) } : undefined;
+  }
+
+  /** Unfinished items by kind and state. */
+  async countOpen(): Promise<{ kind: ItemKind; state: ItemState; count: number }[]> {
+    const rows = (await this.query<{ kind: ItemKind; state: ItemState; n: number }>("count open", sql.countOpen)).rows;
+    return rows.map((r) => ({ kind: r.kind, state: r.state, count: r.n }));
+  }
+
+  /** Live fylrs with their holdings. */
+  async listFylrs(): Promise<FylrRow[]> {
+    type Row = { id: string; hostname: string; pid: number; api_url: string | null; started_at: Date; heartbeat_at: Date; held: number };
+    const rows = (await this.query<Row>("list fylrs", sql.listFylrs)).rows;
+    return rows.map((r) => ({
+      id: r.id,
+      hostname: r.hostname,
+      pid: r.pid,
+      apiUrl: r.api_url ?? undefined,
+      startedAt: r.started_at,
+      heartbeatAt: r.heartbeat_at,
+      held: r.held,
+    }));
+  }
+}
+
+function fenceParams(fence: Fence): [string, string, number] {
+  return [fence.id, fence.claimedBy, fence.lease];
+}

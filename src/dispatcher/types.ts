@@ -1,0 +1,91 @@
+import type { Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
+
+/** Where an item runs: on an execserver through the broker, or inside this fylr. */
+export type ItemKind = "exec" | "local";
+
+/** An item's lifecycle in the database (the `queue_items.state` column). */
+export type ItemState = "queued" | "claimed" | "running" | "succeeded" | "failed";
+
+/** Where one exec call's stdin comes from. */
+export type StdinSource =
+  | { readonly kind: "data"; readonly data: Buffer }
+  | { readonly kind: "url"; readonly url: string }
+  | { readonly kind: "previous" };
+
+/** One command for an execserver, as submitted. */
+export interface ExecCallSpec {
+  readonly service: string;
+  readonly args: readonly string[];
+  readonly env: Readonly<Record<string, string>>;
+  /** Job timeout; unset uses the service's own. */
+  readonly timeoutMs?: number;
+  /** Unset means empty stdin. */
+  readonly stdin?: StdinSource;
+}
+
+/** A local action, as submitted. */
+export interface LocalActionSpec {
+  readonly name: string;
+  readonly params: Readonly<Record<string, string>>;
+  readonly input: Buffer;
+}
+
+/** What a caller submits: exactly one of `calls` or `local`. */
+export interface SubmitInput {
+  readonly calls?: readonly ExecCallSpec[];
+  readonly local?: LocalActionSpec;
+  /** Larger is more urgent; default 0. */
+  readonly priority?: number;
+  /** Not claimed before this time; default now. */
+  readonly startAfter?: Date;
+  /** A repeated submit with the same key returns the first item. */
+  readonly idempotencyKey?: string;
+  /** Attempts allowed before the item fails; default from config. */
+  readonly maxAttempts?: number;
+}
+
+/** The outcome of one exec call: the execserver's receipt. */
+export interface CallResult {
+  readonly service: string;
+  readonly receipt: Receipt;
+}
+
+/** A queue item as stored. */
+export interface QueueItem {
+  readonly id: string;
+  readonly kind: ItemKind;
+  readonly priority: number;
+  readonly state: ItemState;
+  /** Exec items: the calls, run in order. */
+  readonly calls: readonly ExecCallSpec[];
+  /** Local items: the action. */
+  readonly local: LocalActionSpec | undefined;
+  readonly claimedBy: string | undefined;
+  /** Fencing counter, bumped on every claim. */
+  readonly lease: number;
+  readonly attempts: number;
+  readonly maxAttempts: number;
+  readonly startAfter: Date;
+  readonly createdAt: Date;
+  readonly claimedAt: Date | undefined;
+  readonly updatedAt: Date;
+  readonly finishedAt: Date | undefined;
+  /** Receipts of the calls that ran in the latest attempt. */
+  readonly results: readonly CallResult[];
+  /** The final stdout (exec) or the action's output (local). */
+  readonly output: Buffer | undefined;
+  readonly error: string | undefined;
+  readonly idempotencyKey: string | undefined;
+}
+
+/** What a claim hands the loop: enough to run the item and to fence its completion. */
+export interface ClaimedItem extends QueueItem {
+  readonly claimedBy: string;
+}
+
+/** The fence a completion must present: only the current claim may write. */
+export interface Fence {
+  readonly id: string;
+  readonly claimedBy: string;
+  readonly lease: number;
+}
