@@ -6,6 +6,7 @@ export type Command = (argv: string[]) => Promise<number>;
 // Each subcommand lives in src/commands/<name>.ts and is loaded only when run.
 const commands: Record<string, { summary: string; load: () => Promise<Command> }> = {
   execserver: { summary: "run an execserver (slots, want-book, jobs)", load: async () => (await import("./commands/execserver.js")).run },
+  migrate: { summary: "apply pending database migrations", load: async () => (await import("./commands/migrate.js")).run },
 };
 
 function usage(): string {
