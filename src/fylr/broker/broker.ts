@@ -1,0 +1,337 @@
+import { randomBytes } from "node:crypto";
+import { EventEmitter } from "node:events";
+import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { silentLogger, type Logger } from "../../shared/log.js";
+import type { BrokerConfig } from "./config.js";
+import type { BrokerConnection } from "./connection.js";
+import { NoSlotError, UnknownServiceError, JobRejectedError } from "./errors.js";
+import { AddressPool, type BrokerInstance } from "./pool.js";
+import { RunningJobs } from "./running-jobs.js";
+import { Slot, emptyReceipt } from "./slot.js";
+import { RaceBook, WantRace } from "./want-race.js";
+
+/** One request for a slot. */
+export interface AcquireOptions {
+  readonly service: string;
+  /** Larger is more urgent (default 0). */
+  readonly priority?: number;
+  /** Aborting UNWANTs everywhere and rejects with the signal's reason. */
+  readonly signal?: AbortSignal;
+  /** Give up with NoSlotError after this long (default: the config's connectTimeout). */
+  readonly connectTimeoutMs?: number;
+  /** Called with each POSITION while parked (queried every positionInterval). */
+  readonly onPosition?: (position: Position, instanceId: string) => void;
+}
+
+/** Counters of the broker client, for status pages and tests. */
+export interface BrokerStats {
+  /** Offers taken (first offer of a want). */
+  accepted: number;
+  /** Surplus offers declined at once (a want already won elsewhere, or withdrawn). */
+  declined: number;
+  /** Wants that gave up without an offer. */
+  noSlot: number;
+}
+
+/** The events a Broker emits. */
+export interface BrokerEvents {
+  /** The reachable instances or one of their HELLOs changed. */
+  instances: [];
+}
+
+// One acquisition: the pure race bookkeeping plus the promise and timers around it.
+class Acquisition extends WantRace<BrokerConnection> {
+  timer: NodeJS.Timeout | undefined;
+  positionTimer: NodeJS.Timeout | undefined;
+  detach: (() => void) | undefined;
+  constructor(
+    jobId: string,
+    service: string,
+    priority: number,
+    readonly resolve: (slot: Slot) => void,
+    readonly reject: (err: Error) => void,
+    readonly onPosition: AcquireOptions["onPosition"],
+  ) {
+    super(jobId, service, priority, Date.now());
+  }
+  clearTimers(): void {
+    clearTimeout(this.timer);
+    clearInterval(this.positionTimer);
+    this.detach?.();
+  }
+}
+
+type BrokerState = "idle" | "running" | "closed";
+
+/**
+ * The fylr's side of the broker: a demand-driven pool per configured address, WANTs routed
+ * to connections whose HELLO lists the service, and slot acquisition as a race — parked on
+ * one connection per distinct instance, the first OFFER wins, later ones are DECLINEd, the
+ * rest UNWANTed. Implements the dispatcher's CapacitySource (instances/subscribe).
+ */
+export class Broker extends EventEmitter<BrokerEvents> {
+  readonly config: BrokerConfig;
+  readonly stats: BrokerStats = { accepted: 0, declined: 0, noSlot: 0 };
+  private state: BrokerState = "idle";
+  private readonly logger: Logger;
+  private readonly addressPools: AddressPool[];
+  private readonly book = new RaceBook<BrokerConnection, Acquisition>();
+  private readonly jobs = new RunningJobs();
+  // The connection each distinct instance is parked on; other connections to the same
+  // instance (through another configured address) stay idle.
+  private readonly primaries = new Map<string, BrokerConnection>();
+  private readonly settleWaiters = new Set<() => void>();
+  private snapshot: readonly BrokerInstance[] | undefined;
+  private startedAt = 0;
+
+  constructor(config: BrokerConfig, options: { logger?: Logger } = {}) {
+    super();
+    this.config = config;
+    this.logger = (options.logger ?? silentLogger).child({ component: "broker" });
+    const connection = { token: config.token, clientName: config.clientName, tls: config.tls, timings: config.timings };
+    this.addressPools = config.addresses.map(
+      (address) => new AddressPool({ address, connection, growth: config.growth, logger: options.logger }),
+    );
+    for (const pool of this.addressPools) {
+      pool.on("connection", (conn) => this.wire(conn));
+      pool.on("instances", () => this.instancesChanged());
+    }
+  }
+
+  /** Opens the first connection of every pool. */
+  start(): void {
+    if (this.state !== "idle") return;
+    this.state = "running";
+    this.startedAt = Date.now();
+    for (const pool of this.addressPools) pool.start();
+  }
+
+  /** The address pools, in configuration order. */
+  pools(): readonly AddressPool[] {
+    return this.addressPools;
+  }
+
+  /** The distinct instances reachable now (deduplicated across addresses by instance_id). */
+  instances(): readonly BrokerInstance[] {
+    if (this.snapshot) return this.snapshot;
+    const seen = new Map<string, BrokerInstance>();
+    for (const pool of this.addressPools) {
+      for (const instance of pool.instances()) if (!seen.has(instance.instanceId)) seen.set(instance.instanceId, instance);
+    }
+    return (this.snapshot = [...seen.values()]);
+  }
+
+  /** Calls `listener` after the instance snapshot changed; returns the unsubscribe function. */
+  subscribe(listener: () => void): () => void {
+    this.on("instances", listener);
+    return () => this.off("instances", listener);
+  }
+
+  /** Wants parked right now. */
+  get parked(): number {
+    return this.book.size;
+  }
+
+  /** Jobs sent and not yet done. */
+  get running(): number {
+    return this.jobs.size;
+  }
+
+  /**
+   * Waits for a slot of `service`: parks one want on every instance that offers it and
+   * resolves with the first offer (a Slot; send the job with `slot.start`). Rejects with
+   * UnknownServiceError at once when connected execservers exist but none offers the
+   * service, NoSlotError when no offer came within connectTimeout, or the signal's reason.
+   */
+  async acquire(options: AcquireOptions): Promise<Slot> {
+    if (this.state !== "running") throw new SlotbrokerError(Code.FailedPrecondition, `broker is ${this.state}`);
+    await this.settled(options.signal);
+    options.signal?.throwIfAborted();
+    if (this.state !== "running") throw new SlotbrokerError(Code.Unavailable, "the broker client was closed");
+    const service = options.service;
+    const ready = [...this.primaries.values()].filter((c) => c.state === "ready");
+    if (ready.length > 0 && !ready.some((c) => c.serves(service))) {
+      const offered = [...new Set(ready.flatMap((c) => (c.hello && !c.hello.draining ? Object.keys(c.hello.services) : [])))];
+      throw new UnknownServiceError(service, offered.sort(), ready.length);
+    }
+    const timeoutMs = options.connectTimeoutMs ?? this.config.connectTimeoutMs;
+    return new Promise<Slot>((resolve, reject) => {
+      const jobId = randomBytes(15).toString("base64url");
+      const acq = new Acquisition(jobId, service, options.priority ?? 0, resolve, reject, options.onPosition);
+      this.book.add(acq);
+      for (const conn of this.primaries.values()) if (conn.serves(service)) this.park(acq, conn);
+      acq.timer = setTimeout(() => {
+        const instances = acq.parkedOn.size;
+        if (this.giveUp(acq)) {
+          this.stats.noSlot++;
+          reject(new NoSlotError(service, timeoutMs, instances));
+        }
+      }, timeoutMs);
+      if (options.onPosition) {
+        acq.positionTimer = setInterval(() => {
+          for (const conn of acq.parkedOn) conn.query(jobId);
+        }, this.config.positionIntervalMs);
+      }
+      const signal = options.signal;
+      if (signal) {
+        const onAbort = (): void => {
+          if (this.giveUp(acq)) reject(signal.reason as Error);
+        };
+        signal.addEventListener("abort", onAbort, { once: true });
+        acq.detach = () => signal.removeEventListener("abort", onAbort);
+      }
+    });
+  }
+
+  /** Fails parked wants and running jobs, closes every connection. Idempotent. */
+  close(): Promise<void> {
+    if (this.state === "closed") return Promise.resolve();
+    this.state = "closed";
+    const err = new SlotbrokerError(Code.Unavailable, "the broker client was closed");
+    for (const acq of [...this.book.all()]) if (this.giveUp(acq)) acq.reject(err);
+    for (const pool of this.addressPools) pool.close();
+    for (const wake of this.settleWaiters) wake();
+    return Promise.resolve();
+  }
+
+  private park(acq: Acquisition, conn: BrokerConnection): void {
+    if (acq.park(conn)) conn.want(acq.jobId, acq.service, acq.priority);
+  }
+
+  // Ends a parked acquisition: UNWANT everywhere. False when it was already over.
+  private giveUp(acq: Acquisition): boolean {
+    if (acq.state !== "parked") return false;
+    for (const conn of acq.end()) conn.unwant(acq.jobId);
+    acq.clearTimers();
+    this.book.delete(acq);
+    return true;
+  }
+
+  private wire(conn: BrokerConnection): void {
+    conn.on("offer", (offer) => this.onOffer(conn, offer));
+    conn.on("done", (done) => this.jobs.done(conn, done.jobId, done.receipt, emptyReceipt));
+    conn.on("lost", (jobIds, err) => this.jobs.lost(conn, jobIds, err));
+    conn.on("reject", (reject) => this.onReject(conn, reject));
+    conn.on("unparked", (jobIds) => {
+      for (const jobId of jobIds) this.book.get(jobId)?.unpark(conn);
+    });
+    conn.on("position", (position) => {
+      const acq = this.book.get(position.jobId);
+      acq?.onPosition?.(position, conn.hello?.instanceId ?? "");
+    });
+    conn.on("hello", (_hello, first) => {
+      // A changed HELLO may list new services: park the waiting wants for them.
+      if (!first && this.primaries.get(conn.instanceId ?? "") === conn) this.placeAll(conn);
+    });
+    conn.on("state", (state, previous) => {
+      if (state === "ready") this.promote(conn);
+      else if (previous === "ready") this.demote(conn);
+      if (state !== "connecting") for (const wake of this.settleWaiters) wake();
+    });
+  }
+
+  private onOffer(conn: BrokerConnection, offer: Offer): void {
+    const acq = this.book.get(offer.jobId);
+    const verdict = acq ? acq.offer(conn) : { accept: false as const };
+    if (!acq || !verdict.accept) {
+      // A surplus offer: the want already won elsewhere or was withdrawn. Free the slot now.
+      this.stats.declined++;
+      conn.decline(offer);
+      return;
+    }
+    this.stats.accepted++;
+    for (const other of verdict.unwant) other.unwant(offer.jobId);
+    acq.clearTimers();
+    this.book.delete(acq);
+    acq.resolve(new Slot(acq.service, conn, offer, this.jobs));
+  }
+
+  private onReject(conn: BrokerConnection, reject: Reject): void {
+    if (this.jobs.rejected(conn, reject)) return;
+    const acq = this.book.get(reject.jobId);
+    if (!acq) {
+      this.logger.debug({ conn: conn.name, code: reject.code, message: reject.message }, "reject for no known want");
+      return;
+    }
+    acq.unpark(conn);
+    if (reject.code === RejectCode.INVALID_ARGUMENT && this.giveUp(acq)) {
+      // Every execserver would refuse the same want: fail now instead of timing out.
+      acq.reject(new JobRejectedError(acq.jobId, RejectCode[reject.code], reject.message, Code.InvalidArgument));
+      return;
+    }
+    this.logger.warn({ conn: conn.name, jobId: acq.jobId, code: RejectCode[reject.code], message: reject.message }, "want rejected");
+  }
+
+  // A connection became ready: it parks wants for its instance unless another connection
+  // already does (the same instance reached through a second configured address).
+  private promote(conn: BrokerConnection): void {
+    const instanceId = conn.instanceId!;
+    const primary = this.primaries.get(instanceId);
+    if (primary && primary !== conn && primary.state === "ready") {
+      for (const acq of this.book.all()) {
+        if (!conn.has(acq.jobId)) continue;
+        acq.unpark(conn);
+        conn.unwant(acq.jobId);
+      }
+      return;
+    }
+    this.primaries.set(instanceId, conn);
+    this.placeAll(conn);
+  }
+
+  private demote(conn: BrokerConnection): void {
+    for (const [instanceId, primary] of this.primaries) {
+      if (primary !== conn) continue;
+      this.primaries.delete(instanceId);
+      // Another address may reach the same instance: let it take over the wants.
+      const heir = this.allConnections().find((c) => c !== conn && c.instanceId === instanceId);
+      if (heir) this.promote(heir);
+    }
+  }
+
+  private placeAll(conn: BrokerConnection): void {
+    const hello = conn.hello;
+    if (!hello) return;
+    for (const service of Object.keys(hello.services)) {
+      if (!conn.serves(service)) continue;
+      for (const acq of this.book.forService(service)) this.park(acq, conn);
+    }
+  }
+
+  private allConnections(): BrokerConnection[] {
+    return this.addressPools.flatMap((pool) => [...pool.connections()]);
+  }
+
+  private instancesChanged(): void {
+    this.snapshot = undefined;
+    this.emit("instances");
+  }
+
+  // Start-up grace: until every pool reached an instance or failed once (or the grace
+  // passed), "no connected execserver offers X" cannot be told from "not connected yet".
+  private isSettled(): boolean {
+    if (this.state !== "running" || Date.now() - this.startedAt >= this.config.startupGraceMs) return true;
+    return this.addressPools.every((pool) =>
+      pool.connections().some((c) => c.state === "ready" || c.lastError !== undefined),
+    );
+  }
+
+  private async settled(signal: AbortSignal | undefined): Promise<void> {
+    while (!this.isSettled()) {
+      signal?.throwIfAborted();
+      await new Promise<void>((resolve) => {
+        const done = (): void => {
+          clearTimeout(timer);
+          this.settleWaiters.delete(done);
+          signal?.removeEventListener("abort", done);
+          resolve();
+        };
+        const timer = setTimeout(done, Math.max(1, this.startedAt + this.config.startupGraceMs - Date.now()));
+        this.settleWaiters.add(done);
+        signal?.addEventListener("abort", done, { once: true });
+      });
+    }
+  }
+}

@@ -1,0 +1,97 @@
+import { hostname } from "node:os";
+import { z } from "zod";
+import { durationMs, listenAddress, parseConfig } from "../../shared/config.js";
+import { ConfigError } from "../../shared/errors.js";
+import type { BrokerTlsOptions, ConnectionTimings } from "./connection.js";
+import type { GrowthPolicy } from "./pool-policy.js";
+
+/**
+ * The `execserver` section of a fylr config: where the execservers are and how the broker
+ * client behaves. Every duration has a unit; every key has a default but `addresses`.
+ */
+export const brokerConfigSchema = z.strictObject({
+  /** Execserver (or load balancer) addresses, "host:port"; one pool each. */
+  addresses: z.array(listenAddress).min(1, "name at least one execserver address"),
+  /** Bearer token for the execservers. */
+  token: z.string().min(1).optional(),
+  /** This fylr's name in the execservers' status (slotbroker-client metadata). */
+  clientName: z.string().min(1).max(200).optional(),
+  tls: z.strictObject({ caFile: z.string().min(1).optional(), serverName: z.string().min(1).optional() }).optional(),
+  /** How long a want waits for an offer before it gives up with "no slot". */
+  connectTimeout: durationMs.prefault("30s"),
+  /** A want parked this long without an offer is backpressure: the pool may grow. */
+  retryTick: durationMs.prefault("1s"),
+  /** At most one new connection per address per this interval. */
+  growInterval: durationMs.prefault("2s"),
+  /** Most connections per address. */
+  maxConnectionsPerAddress: z.number().int().min(1).max(256).default(8),
+  /** How long a covered pool stops growing before it probes for new instances again. */
+  reprobeInterval: durationMs.prefault("60s"),
+  keepaliveTime: durationMs.prefault("10s"),
+  keepaliveTimeout: durationMs.prefault("5s"),
+  pingInterval: durationMs.prefault("10s"),
+  pingTimeout: durationMs.prefault("5s"),
+  helloTimeout: durationMs.prefault("10s"),
+  reconnectInitial: durationMs.prefault("100ms"),
+  reconnectMax: durationMs.prefault("10s"),
+  /** How long a want waits at start-up for the first HELLOs before judging a service unknown. */
+  startupGrace: durationMs.prefault("3s"),
+  /** How often a parked want with a position listener asks for its position. */
+  positionInterval: durationMs.prefault("2s"),
+  /** Host put into pipe URLs instead of the connection's local address (NAT). */
+  pipeHost: z.string().min(1).optional(),
+});
+
+/** The raw `execserver` section as written in YAML. */
+export type BrokerConfigInput = z.input<typeof brokerConfigSchema>;
+
+/** The compiled broker settings: durations in milliseconds, everything defaulted. */
+export interface BrokerConfig {
+  readonly addresses: readonly string[];
+  readonly token: string | undefined;
+  readonly clientName: string;
+  readonly tls: BrokerTlsOptions | undefined;
+  readonly connectTimeoutMs: number;
+  readonly growth: GrowthPolicy;
+  readonly timings: ConnectionTimings;
+  readonly startupGraceMs: number;
+  readonly positionIntervalMs: number;
+  readonly pipeHost: string | undefined;
+}
+
+/** Validates and compiles an `execserver` section; throws ConfigError naming the key. */
+export function compileBrokerConfig(raw: unknown, source = "execserver"): BrokerConfig {
+  const c = parseConfig(brokerConfigSchema, raw, source);
+  const positive = { connectTimeout: c.connectTimeout, retryTick: c.retryTick, growInterval: c.growInterval, pingInterval: c.pingInterval };
+  for (const [key, ms] of Object.entries(positive)) {
+    if (ms <= 0) throw new ConfigError(`${source}: ${key}: must be more than 0`);
+  }
+  if (c.reconnectMax < c.reconnectInitial) {
+    throw new ConfigError(`${source}: reconnectMax: must not be less than reconnectInitial`);
+  }
+  if (new Set(c.addresses).size !== c.addresses.length) throw new ConfigError(`${source}: addresses: listed twice`);
+  return {
+    addresses: c.addresses,
+    token: c.token,
+    clientName: c.clientName ?? `fylr@${hostname()}`,
+    tls: c.tls,
+    connectTimeoutMs: c.connectTimeout,
+    growth: {
+      retryTickMs: c.retryTick,
+      growIntervalMs: c.growInterval,
+      maxConnections: c.maxConnectionsPerAddress,
+      reprobeMs: c.reprobeInterval,
+    },
+    timings: {
+      keepaliveTimeMs: c.keepaliveTime,
+      keepaliveTimeoutMs: c.keepaliveTimeout,
+      pingIntervalMs: c.pingInterval,
+      pingTimeoutMs: c.pingTimeout,
+      helloTimeoutMs: c.helloTimeout,
+      backoff: { initialMs: c.reconnectInitial, maxMs: c.reconnectMax, multiplier: 2, jitter: 0.5 },
+    },
+    startupGraceMs: c.startupGrace,
+    positionIntervalMs: c.positionInterval,
+    pipeHost: c.pipeHost,
+  };
+}

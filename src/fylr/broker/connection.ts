@@ -1,0 +1,491 @@
+import { EventEmitter } from "node:events";
+import { readFileSync } from "node:fs";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import {
+  BrokerService,
+  ConnectRequestSchema,
+  type ConnectRequest,
+  type ConnectResponse,
+  type Done,
+  type Hello,
+  type JobSpec,
+  type Offer,
+  type Position,
+  type Reject,
+} from "../../../gen/slotbroker/v1/broker_pb.js";
+import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { grpcClientConstructor } from "../../shared/grpc.js";
+import { silentLogger, type Logger } from "../../shared/log.js";
+import { backoffDelay, type BackoffPolicy } from "./backoff.js";
+import { checkTransition, type ConnectionState } from "./connection-state.js";
+import { resolveLocalAddress, type LocalAddress } from "./local-address.js";
+
+/** TLS towards the execserver: a CA bundle to trust and an optional name to verify. */
+export interface BrokerTlsOptions {
+  /** PEM file with the CA certificates to trust; the system roots when unset. */
+  readonly caFile?: string;
+  /** Expected server name when it differs from the address host. */
+  readonly serverName?: string;
+}
+
+/** Liveness and reconnect timings of a broker connection. */
+export interface ConnectionTimings {
+  /** gRPC keepalive: HTTP/2 PING interval (half-open detection below the stream). */
+  readonly keepaliveTimeMs: number;
+  /** gRPC keepalive: how long a PING may go unanswered before the transport is dropped. */
+  readonly keepaliveTimeoutMs: number;
+  /** Application Ping interval while ready. */
+  readonly pingIntervalMs: number;
+  /** An application Ping unanswered this long restarts the stream. */
+  readonly pingTimeoutMs: number;
+  /** A stream that shows no HELLO this long after opening is restarted. */
+  readonly helloTimeoutMs: number;
+  /** Reconnect delays. */
+  readonly backoff: BackoffPolicy;
+}
+
+/** Defaults for ConnectionTimings. */
+export const defaultConnectionTimings: ConnectionTimings = {
+  keepaliveTimeMs: 10_000,
+  keepaliveTimeoutMs: 5_000,
+  pingIntervalMs: 10_000,
+  pingTimeoutMs: 5_000,
+  helloTimeoutMs: 10_000,
+  backoff: { initialMs: 100, maxMs: 10_000, multiplier: 2, jitter: 0.5 },
+};
+
+/** Everything one broker connection needs. */
+export interface BrokerConnectionOptions {
+  /** The execserver (or load balancer) address, "host:port". */
+  readonly address: string;
+  /** Bearer token for the execserver; sent as `authorization` metadata. */
+  readonly token?: string;
+  /** This fylr's name, sent as `slotbroker-client` metadata. */
+  readonly clientName: string;
+  /** Use TLS; plaintext when unset. */
+  readonly tls?: BrokerTlsOptions;
+  readonly timings?: Partial<ConnectionTimings>;
+  /** A label for logs, e.g. "127.0.0.1:7600#2". */
+  readonly name?: string;
+  readonly logger?: Logger;
+}
+
+/** The events a broker connection emits. */
+export interface BrokerConnectionEvents {
+  /** The lifecycle moved. */
+  state: [state: ConnectionState, previous: ConnectionState];
+  /** A HELLO arrived; `first` is true for the first HELLO of a stream (before "ready"). */
+  hello: [hello: Hello, first: boolean];
+  /** A slot was offered; the want is no longer parked here. Answer with accept or decline. */
+  offer: [offer: Offer];
+  done: [done: Done];
+  position: [position: Position];
+  reject: [reject: Reject];
+  /** The connection dropped these parked wants (service no longer listed, or closed). */
+  unparked: [jobIds: readonly string[]];
+  /** These jobs were running when the stream dropped; the execserver cancels them. */
+  lost: [jobIds: readonly string[], error: Error];
+  /** An application Ping round trip, in milliseconds. */
+  rtt: [ms: number];
+}
+
+interface ParkedWant {
+  readonly service: string;
+  readonly priority: number;
+  /** When the want was parked on this connection (Date.now()). */
+  readonly parkedAt: number;
+}
+
+interface PendingPing {
+  readonly sentAt: bigint;
+  readonly timer: NodeJS.Timeout;
+  readonly resolve: (ms: number) => void;
+  readonly reject: (err: Error) => void;
+}
+
+const BrokerClient = grpcClientConstructor(BrokerService);
+
+type ConnectCall = grpc.ClientDuplexStream<ConnectRequest, ConnectResponse>;
+type FrameInit = MessageInitShape<typeof ConnectRequestSchema>["frame"];
+
+// A stream that stayed ready at least this long resets the backoff: a server that accepts
+// and drops at once must not be hammered at the initial delay.
+const STABLE_MS = 1_000;
+
+/**
+ * One broker stream to one address, kept alive: connect, HELLO, reconnect with backoff,
+ * re-register every still-parked want on the next stream. Each connection has its own
+ * channel with a local subchannel pool, so every connection is its own TCP connection
+ * even to the same address, and a load balancer can spread them.
+ */
+export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
+  readonly address: string;
+  readonly name: string;
+  private current: ConnectionState = "idle";
+  private readonly options: BrokerConnectionOptions;
+  private readonly timings: ConnectionTimings;
+  private readonly logger: Logger;
+  private readonly parked = new Map<string, ParkedWant>();
+  private readonly running = new Set<string>();
+  private readonly pings = new Map<bigint, PendingPing>();
+  private client: grpc.Client | undefined;
+  private call: ConnectCall | undefined;
+  private attempt = 0;
+  private failures = 0;
+  private readySince = 0;
+  private nonce = 0n;
+  private latestHello: Hello | undefined;
+  private localAddressPromise: Promise<LocalAddress | undefined> | undefined;
+  private helloTimer: NodeJS.Timeout | undefined;
+  private pingTimer: NodeJS.Timeout | undefined;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private caCache: Buffer | undefined;
+  private lastRtt: number | undefined;
+  /** Streams opened so far (1 after the first connect). */
+  streams = 0;
+  /** Why the last stream ended, for status and errors. */
+  lastError: Error | undefined;
+
+  constructor(options: BrokerConnectionOptions) {
+    super();
+    this.options = options;
+    this.address = options.address;
+    this.name = options.name ?? options.address;
+    this.timings = { ...defaultConnectionTimings, ...options.timings };
+    this.logger = (options.logger ?? silentLogger).child({ component: "broker-connection", conn: this.name });
+  }
+
+  /** The lifecycle state. */
+  get state(): ConnectionState {
+    return this.current;
+  }
+
+  /** The latest HELLO (kept across a reconnect until the next one arrives). */
+  get hello(): Hello | undefined {
+    return this.latestHello;
+  }
+
+  /** The instance the current stream reaches; undefined unless ready. */
+  get instanceId(): string | undefined {
+    return this.current === "ready" ? this.latestHello?.instanceId : undefined;
+  }
+
+  /** The latest application Ping round trip in milliseconds. */
+  get rttMs(): number | undefined {
+    return this.lastRtt;
+  }
+
+  /** Wants parked (or waiting to be re-registered) on this connection. */
+  get parkedCount(): number {
+    return this.parked.size;
+  }
+
+  /** Jobs accepted here and not yet done. */
+  get runningCount(): number {
+    return this.running.size;
+  }
+
+  /** When the oldest want still parked here was parked; undefined when none is. */
+  oldestParkedAt(): number | undefined {
+    // Map iteration follows insertion order, so the first entry is the oldest.
+    for (const want of this.parked.values()) return want.parkedAt;
+    return undefined;
+  }
+
+  /** True when the current HELLO lists `service` and the instance is not draining. */
+  serves(service: string): boolean {
+    const hello = this.latestHello;
+    return this.current === "ready" && hello !== undefined && !hello.draining && service in hello.services;
+  }
+
+  /** True when the want is parked here. */
+  has(jobId: string): boolean {
+    return this.parked.has(jobId);
+  }
+
+  /** idle → connecting: opens the first stream. */
+  start(): void {
+    this.connect();
+  }
+
+  /** Parks a want; sent now when ready, otherwise on the next stream's HELLO. */
+  want(jobId: string, service: string, priority: number, now = Date.now()): void {
+    if (this.current === "closed") return;
+    this.parked.set(jobId, { service, priority, parkedAt: now });
+    if (this.current === "ready") this.send({ case: "want", value: { jobId, service, priority } });
+  }
+
+  /** Withdraws a want (or an outstanding offer for it); safe for unknown ids. */
+  unwant(jobId: string): void {
+    const had = this.parked.delete(jobId);
+    if (had && this.current === "ready") this.send({ case: "unwant", value: { jobId } });
+  }
+
+  /** Accepts an offer: sends JOB; the job counts as running here until DONE or loss. */
+  accept(offer: Offer, spec: JobSpec): boolean {
+    if (this.current !== "ready") return false;
+    this.running.add(offer.jobId);
+    this.send({ case: "job", value: { jobId: offer.jobId, offerToken: offer.offerToken, spec } });
+    return true;
+  }
+
+  /** Refuses an offer; the execserver offers the slot to the next want at once. */
+  decline(offer: Offer): void {
+    if (this.current === "ready") this.send({ case: "decline", value: { jobId: offer.jobId, offerToken: offer.offerToken } });
+  }
+
+  /** Asks where a want stands; the answer arrives as a "position" event. */
+  query(jobId: string): void {
+    if (this.current === "ready") this.send({ case: "query", value: { jobId } });
+  }
+
+  /** Forgets a running job without waiting for DONE (the caller gave up on it). */
+  forgetJob(jobId: string): void {
+    this.running.delete(jobId);
+  }
+
+  /** One application Ping round trip in milliseconds; rejects on timeout or stream loss. */
+  ping(timeoutMs = this.timings.pingTimeoutMs): Promise<number> {
+    if (this.current !== "ready") {
+      return Promise.reject(new SlotbrokerError(Code.Unavailable, `broker connection ${this.name} is ${this.current}`));
+    }
+    const nonce = ++this.nonce;
+    return new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pings.delete(nonce);
+        reject(new SlotbrokerError(Code.DeadlineExceeded, `no Pong from ${this.name} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      timer.unref();
+      this.pings.set(nonce, { sentAt: process.hrtime.bigint(), timer, resolve, reject });
+      this.send({ case: "ping", value: { nonce } });
+    });
+  }
+
+  /**
+   * This fylr's address on the current stream's TCP connection (channelz, then a UDP
+   * probe towards the same address). Cached per stream.
+   */
+  localAddress(): Promise<LocalAddress | undefined> {
+    const channel = this.client?.getChannel();
+    this.localAddressPromise ??= resolveLocalAddress(channel, this.address);
+    return this.localAddressPromise;
+  }
+
+  /** Closes for good: running jobs are reported lost, parked wants dropped. Idempotent. */
+  close(reason = "connection closed by the fylr"): void {
+    if (this.current === "closed") return;
+    const error = new SlotbrokerError(Code.Canceled, reason);
+    this.teardown(error);
+    clearTimeout(this.retryTimer);
+    this.setState("closed");
+    const dropped = [...this.parked.keys()];
+    this.parked.clear();
+    if (dropped.length > 0) this.emit("unparked", dropped);
+  }
+
+  private connect(): void {
+    this.setState("connecting");
+    const attempt = ++this.attempt;
+    this.streams++;
+    this.localAddressPromise = undefined;
+    const client = new BrokerClient(this.address, this.credentials(), this.channelOptions());
+    this.client = client;
+    const metadata = new grpc.Metadata();
+    if (this.options.token) metadata.set("authorization", `Bearer ${this.options.token}`);
+    metadata.set("slotbroker-client", this.options.clientName);
+    const call = (client as unknown as { connect(md: grpc.Metadata): ConnectCall }).connect(metadata);
+    this.call = call;
+    call.on("data", (response: ConnectResponse) => {
+      if (attempt === this.attempt) this.receive(response);
+    });
+    call.on("error", (err: grpc.ServiceError) => {
+      if (attempt === this.attempt) this.restart(translateStreamError(err, this.name));
+    });
+    call.on("status", (status: grpc.StatusObject) => {
+      if (attempt !== this.attempt) return;
+      this.restart(new SlotbrokerError(Code.Unavailable, `broker stream to ${this.name} ended (${status.details || status.code})`));
+    });
+    this.helloTimer = setTimeout(() => {
+      if (attempt === this.attempt) {
+        this.restart(new SlotbrokerError(Code.DeadlineExceeded, `no HELLO from ${this.name} within ${this.timings.helloTimeoutMs} ms`));
+      }
+    }, this.timings.helloTimeoutMs);
+    this.helloTimer.unref();
+  }
+
+  private receive(response: ConnectResponse): void {
+    const frame = response.frame;
+    switch (frame.case) {
+      case "hello":
+        return this.onHello(frame.value);
+      case "offer":
+        // The execserver took the want out of its book; it is no longer parked here.
+        this.parked.delete(frame.value.jobId);
+        this.emit("offer", frame.value);
+        return;
+      case "done":
+        this.running.delete(frame.value.jobId);
+        this.emit("done", frame.value);
+        return;
+      case "pong":
+        return this.onPong(frame.value.nonce);
+      case "position":
+        this.emit("position", frame.value);
+        return;
+      case "reject":
+        this.onReject(frame.value);
+        return;
+      default:
+        // An unknown or unset frame kind is skipped: newer servers may send more.
+        this.logger.debug({ frame: frame.case }, "skipping unknown frame");
+    }
+  }
+
+  private onHello(hello: Hello): void {
+    const first = this.current === "connecting";
+    this.latestHello = hello;
+    if (first) {
+      clearTimeout(this.helloTimer);
+      this.helloTimer = undefined;
+    }
+    // Listeners see the HELLO before anything is sent, so a pool can close a duplicate
+    // without first re-registering wants on it.
+    this.emit("hello", hello, first);
+    if (this.current === "closed") return;
+    this.dropUnservedWants(hello);
+    if (!first) return;
+    for (const [jobId, want] of this.parked) {
+      this.send({ case: "want", value: { jobId, service: want.service, priority: want.priority } });
+    }
+    this.readySince = Date.now();
+    this.setState("ready");
+    this.startPingLoop();
+  }
+
+  private dropUnservedWants(hello: Hello): void {
+    const dropped: string[] = [];
+    for (const [jobId, want] of this.parked) {
+      if (want.service in hello.services && !hello.draining) continue;
+      this.parked.delete(jobId);
+      dropped.push(jobId);
+      // On a live stream the execserver may still hold it; after a reconnect it never did.
+      if (this.current === "ready") this.send({ case: "unwant", value: { jobId } });
+    }
+    if (dropped.length > 0) this.emit("unparked", dropped);
+  }
+
+  private onReject(reject: Reject): void {
+    // A rejected WANT is not parked at the execserver; a rejected JOB never started.
+    if (reject.jobId) {
+      this.parked.delete(reject.jobId);
+      this.running.delete(reject.jobId);
+    }
+    this.logger.debug({ jobId: reject.jobId, code: reject.code, message: reject.message }, "frame rejected");
+    this.emit("reject", reject);
+  }
+
+  private onPong(nonce: bigint): void {
+    const pending = this.pings.get(nonce);
+    if (!pending) return;
+    this.pings.delete(nonce);
+    clearTimeout(pending.timer);
+    const ms = Number(process.hrtime.bigint() - pending.sentAt) / 1e6;
+    this.lastRtt = ms;
+    pending.resolve(ms);
+    this.emit("rtt", ms);
+  }
+
+  private startPingLoop(): void {
+    const attempt = this.attempt;
+    this.pingTimer = setInterval(() => {
+      if (attempt !== this.attempt || this.current !== "ready") return;
+      this.ping().catch((err: unknown) => {
+        // Only a timeout on this very stream means half-open; a loss is handled elsewhere.
+        if (attempt === this.attempt && this.current === "ready") this.restart(SlotbrokerError.from(err));
+      });
+    }, this.timings.pingIntervalMs);
+    this.pingTimer.unref();
+  }
+
+  private restart(error: Error): void {
+    if (this.current === "closed" || this.current === "backoff") return;
+    const stable = this.current === "ready" && Date.now() - this.readySince >= STABLE_MS;
+    this.failures = stable ? 0 : this.failures + 1;
+    const delay = backoffDelay(Math.max(0, this.failures - 1), this.timings.backoff);
+    const level = this.failures > 3 ? "warn" : "info";
+    this.logger[level]({ err: error.message, delayMs: delay, failures: this.failures }, "broker stream down; reconnecting");
+    this.teardown(error);
+    this.setState("backoff");
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      if (this.current === "backoff") this.connect();
+    }, delay);
+    this.retryTimer.unref();
+  }
+
+  // Ends the current stream and channel; parked wants stay for re-registration.
+  private teardown(error: Error): void {
+    this.lastError = error;
+    this.attempt++;
+    clearTimeout(this.helloTimer);
+    clearInterval(this.pingTimer);
+    this.helloTimer = this.pingTimer = undefined;
+    const call = this.call;
+    const client = this.client;
+    this.call = this.client = undefined;
+    call?.cancel();
+    client?.close();
+    for (const pending of this.pings.values()) {
+      clearTimeout(pending.timer);
+      pending.reject(new SlotbrokerError(Code.Unavailable, `broker stream to ${this.name} ended before the Pong`, { cause: error }));
+    }
+    this.pings.clear();
+    if (this.running.size > 0) {
+      const lost = [...this.running];
+      this.running.clear();
+      this.emit("lost", lost, error);
+    }
+  }
+
+  private send(frame: FrameInit): void {
+    this.call?.write(create(ConnectRequestSchema, { frame }));
+  }
+
+  private setState(next: ConnectionState): void {
+    const previous = this.current;
+    checkTransition(previous, next);
+    this.current = next;
+    this.emit("state", next, previous);
+  }
+
+  private credentials(): grpc.ChannelCredentials {
+    const tls = this.options.tls;
+    if (!tls) return grpc.credentials.createInsecure();
+    if (tls.caFile && !this.caCache) this.caCache = readFileSync(tls.caFile);
+    return grpc.credentials.createSsl(this.caCache ?? null);
+  }
+
+  private channelOptions(): grpc.ChannelOptions {
+    const options: grpc.ChannelOptions = {
+      // Own subchannel pool per channel: every connection is its own TCP connection.
+      "grpc.use_local_subchannel_pool": 1,
+      "grpc.keepalive_time_ms": this.timings.keepaliveTimeMs,
+      "grpc.keepalive_timeout_ms": this.timings.keepaliveTimeoutMs,
+      "grpc.keepalive_permit_without_calls": 1,
+      "grpc.enable_retries": 0,
+    };
+    if (this.options.tls?.serverName) options["grpc.ssl_target_name_override"] = this.options.tls.serverName;
+    return options;
+  }
+}
+
+// grpc-js status codes are translated once, here, into the project's error type.
+function translateStreamError(err: grpc.ServiceError, name: string): SlotbrokerError {
+  const code = typeof err.code === "number" ? (err.code as number as Code) : Code.Unavailable;
+  const details = err.details || err.message;
+  if (code === Code.Unauthenticated) {
+    return new SlotbrokerError(code, `execserver ${name} refused the token (UNAUTHENTICATED): ${details}`, { cause: err });
+  }
+  return new SlotbrokerError(code, `broker stream to ${name} failed: ${details}`, { cause: err });
+}

@@ -1,0 +1,62 @@
+import { NoSlotError as DispatcherNoSlotError } from "../../dispatcher/exec-backend.js";
+import { formatDuration } from "../../shared/duration.js";
+import { Code, SlotbrokerError } from "../../shared/errors.js";
+
+/**
+ * No execserver offered a slot within connectTimeout; the want was UNWANTed everywhere.
+ * A subclass of the dispatcher's NoSlotError, so its requeue path recognises it.
+ */
+export class NoSlotError extends DispatcherNoSlotError {
+  override name = "NoSlotError";
+  /** Distinct instances the want was parked on when it gave up. */
+  readonly instances: number;
+
+  constructor(service: string, waitedMs: number, instances: number) {
+    super(service, waitedMs);
+    this.instances = instances;
+    this.message = `no slot for service "${service}" within ${formatDuration(waitedMs)} on ${instances} instance${instances === 1 ? "" : "s"}`;
+    Object.assign(this.details, { instances });
+  }
+}
+
+/** No connected execserver lists the service in its HELLO: failing fast beats waiting. */
+export class UnknownServiceError extends SlotbrokerError {
+  override name = "UnknownServiceError";
+  constructor(
+    readonly service: string,
+    offered: readonly string[],
+    instances: number,
+  ) {
+    const list = offered.length > 0 ? offered.map((s) => `"${s}"`).join(", ") : "none";
+    super(
+      Code.FailedPrecondition,
+      `no execserver offers service "${service}" (${instances} connected instance${instances === 1 ? "" : "s"} offer: ${list})`,
+      { details: { service, offered, instances } },
+    );
+  }
+}
+
+/** The broker connection that ran (or was about to run) a job dropped; the execserver cancels the job. */
+export class ConnectionLostError extends SlotbrokerError {
+  override name = "ConnectionLostError";
+  constructor(jobId: string, instanceId: string, address: string, cause?: unknown) {
+    super(
+      Code.Unavailable,
+      `broker connection to execserver ${instanceId} (${address}) was lost while job ${jobId} was running; the execserver cancels it`,
+      { cause, details: { jobId, instanceId, address } },
+    );
+  }
+}
+
+/** The execserver answered a frame of this job with a Reject. */
+export class JobRejectedError extends SlotbrokerError {
+  override name = "JobRejectedError";
+  constructor(
+    jobId: string,
+    readonly rejectCode: string,
+    message: string,
+    code: Code,
+  ) {
+    super(code, `execserver rejected job ${jobId}: ${rejectCode}: ${message}`, { details: { jobId, rejectCode } });
+  }
+}

@@ -1,0 +1,25 @@
+// The fylr's broker client: connections, pools per address, slot acquisition.
+export { backoffDelay, type BackoffPolicy } from "./backoff.js";
+export { Broker, type AcquireOptions, type BrokerStats, type BrokerEvents } from "./broker.js";
+export { brokerConfigSchema, compileBrokerConfig, type BrokerConfig, type BrokerConfigInput } from "./config.js";
+export {
+  BrokerConnection,
+  defaultConnectionTimings,
+  type BrokerConnectionOptions,
+  type BrokerConnectionEvents,
+  type BrokerTlsOptions,
+  type ConnectionTimings,
+} from "./connection.js";
+export { canTransition, checkTransition, type ConnectionState } from "./connection-state.js";
+export { ConnectionLostError, JobRejectedError, NoSlotError, UnknownServiceError } from "./errors.js";
+export {
+  channelzLocalAddress,
+  ipFromBytes,
+  resolveLocalAddress,
+  udpLocalAddress,
+  type LocalAddress,
+} from "./local-address.js";
+export { AddressPool, describeInstance, type AddressPoolOptions, type BrokerInstance, type PoolStats } from "./pool.js";
+export { decideGrowth, isCovered, type GrowthDecision, type GrowthInput, type GrowthPolicy } from "./pool-policy.js";
+export { Slot, type SlotState } from "./slot.js";
+export { RaceBook, WantRace, type OfferVerdict, type RaceState } from "./want-race.js";

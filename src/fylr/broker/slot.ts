@@ -1,0 +1,102 @@
+import { create } from "@bufbuild/protobuf";
+import { ReceiptSchema, type JobSpec, type Offer, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { msFromDuration } from "../../shared/proto-time.js";
+import type { BrokerConnection } from "./connection.js";
+import { ConnectionLostError } from "./errors.js";
+import type { LocalAddress } from "./local-address.js";
+import type { RunningJobs } from "./running-jobs.js";
+
+/** A won slot's lifecycle: offered until JOB or DECLINE is sent. */
+export type SlotState = "offered" | "started" | "declined";
+
+/**
+ * A slot offered to this fylr: the winning OFFER and the connection it came on. Send the
+ * job with `start` (before the offer expires) or give it back with `decline`.
+ */
+export class Slot {
+  readonly jobId: string;
+  readonly service: string;
+  readonly connection: BrokerConnection;
+  readonly offer: Offer;
+  /** The instance that offered the slot (and will run the job). */
+  readonly instanceId: string;
+  /** When the offer lapses (Date.now() based); JOB after that is rejected STALE_OFFER. */
+  readonly expiresAt: number;
+  private current: SlotState = "offered";
+  private readonly jobs: RunningJobs;
+
+  constructor(service: string, connection: BrokerConnection, offer: Offer, jobs: RunningJobs, now = Date.now()) {
+    this.jobId = offer.jobId;
+    this.service = service;
+    this.connection = connection;
+    this.offer = offer;
+    this.instanceId = connection.hello?.instanceId ?? "";
+    this.expiresAt = now + (msFromDuration(offer.expiresIn) ?? 5_000);
+    this.jobs = jobs;
+  }
+
+  /** offered, started or declined. */
+  get state(): SlotState {
+    return this.current;
+  }
+
+  /** The address configured for the connection's pool. */
+  get address(): string {
+    return this.connection.address;
+  }
+
+  /** The waitgroup whose slot this is. */
+  get waitgroup(): string {
+    return this.offer.waitgroup;
+  }
+
+  /** This fylr's address on the connection that will run the job (for pinned pipe URLs). */
+  localAddress(): Promise<LocalAddress | undefined> {
+    return this.connection.localAddress();
+  }
+
+  /**
+   * Sends JOB and resolves with the receipt from DONE. Rejects with ConnectionLostError when
+   * the connection drops first, JobRejectedError when the execserver refuses the job, or
+   * the signal's reason when `signal` aborts (the job's DONE is then ignored).
+   */
+  start(spec: JobSpec, signal?: AbortSignal): Promise<Receipt> {
+    this.setState("started");
+    if (signal?.aborted) {
+      this.connection.decline(this.offer);
+      return Promise.reject(signal.reason as Error);
+    }
+    const receipt = this.jobs.track(this.jobId, this.connection, this.instanceId);
+    if (!this.connection.accept(this.offer, spec)) {
+      const err = new ConnectionLostError(this.jobId, this.instanceId, this.address, this.connection.lastError);
+      this.jobs.forget(this.jobId, err);
+      return receipt;
+    }
+    if (!signal) return receipt;
+    const onAbort = (): void => this.jobs.forget(this.jobId, signal.reason as Error);
+    signal.addEventListener("abort", onAbort, { once: true });
+    const cleanup = (): void => signal.removeEventListener("abort", onAbort);
+    receipt.then(cleanup, cleanup);
+    return receipt;
+  }
+
+  /** Gives the slot back at once (DECLINE). */
+  decline(): void {
+    if (this.current !== "offered") return;
+    this.setState("declined");
+    this.connection.decline(this.offer);
+  }
+
+  private setState(next: SlotState): void {
+    if (this.current !== "offered") {
+      throw new SlotbrokerError(Code.FailedPrecondition, `slot for job ${this.jobId} is already ${this.current}`);
+    }
+    this.current = next;
+  }
+}
+
+/** An empty receipt, for a DONE that carried none. */
+export function emptyReceipt(): Receipt {
+  return create(ReceiptSchema, {});
+}

@@ -1,0 +1,40 @@
+import { Readable } from "node:stream";
+import type { ExecBackend, ExecRequest, ExecResult, ExecRunOptions } from "../dispatcher/exec-backend.js";
+import { Code, SlotbrokerError } from "../shared/errors.js";
+import type { ExecClient } from "./exec-client.js";
+
+/** The dispatcher's ExecBackend on top of an ExecClient. */
+export function execBackend(client: ExecClient): ExecBackend {
+  return {
+    async run(request: ExecRequest, options: ExecRunOptions): Promise<ExecResult> {
+      const result = await client.run({
+        service: request.service,
+        args: request.args,
+        env: request.env,
+        timeoutMs: request.timeoutMs,
+        priority: options.priority,
+        signal: options.signal,
+        stdin: request.stdin instanceof URL ? fetchLazily(request.stdin, options.signal) : request.stdin,
+        maxStdoutBytes: options.maxStdoutBytes,
+        onPosition: options.onPosition && ((position) => options.onPosition!(position)),
+        onStart: options.onStart && ((job) => options.onStart!(job.instanceId)),
+      });
+      return { receipt: result.receipt, stdout: result.stdout ?? Buffer.alloc(0) };
+    },
+  };
+}
+
+// The fetch starts only when the execserver reads the in-pipe: Readable.from pulls the
+// generator on the first read, so no connection is held open while the want is parked.
+function fetchLazily(url: URL, signal: AbortSignal): Readable {
+  return Readable.from(
+    (async function* () {
+      const response = await fetch(url, { signal });
+      if (!response.ok || !response.body) {
+        throw new SlotbrokerError(Code.Unavailable, `stdin ${url.href}: HTTP ${response.status}`);
+      }
+      for await (const chunk of response.body as AsyncIterable<Uint8Array>) yield chunk;
+    })(),
+    { objectMode: false },
+  );
+}

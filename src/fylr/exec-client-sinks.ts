@@ -1,0 +1,89 @@
+import { Writable } from "node:stream";
+
+/**
+ * The out-pipe's sink in front of the caller's stdout. It forwards bytes once the
+ * execserver starts streaming; an out-pipe that is cancelled unused (the output fit into
+ * the receipt) destroys only this wrapper, never the caller's stream. A failure after
+ * streaming started is forwarded, so the caller's stream sees the aborted upload.
+ */
+export class ForwardingSink extends Writable {
+  private started = false;
+
+  constructor(private readonly target: Writable) {
+    super({ highWaterMark: 1 << 20 });
+  }
+
+  /** True once the first byte (or the end) was forwarded. */
+  get forwarding(): boolean {
+    return this.started;
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+    this.started = true;
+    const target = this.target;
+    if (target.destroyed) return callback(target.errored ?? new Error("the stdout stream was destroyed"));
+    if (target.write(chunk)) return callback();
+    waitWritable(target, callback);
+  }
+
+  override _final(callback: (error?: Error | null) => void): void {
+    this.started = true;
+    this.target.end((err?: Error | null) => callback(err ?? null));
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    if (error && this.started && !this.target.destroyed) this.target.destroy(error);
+    callback(error);
+  }
+}
+
+function waitWritable(target: Writable, callback: (error?: Error | null) => void): void {
+  const cleanup = (): void => {
+    target.off("drain", onDrain);
+    target.off("error", onError);
+    target.off("close", onClose);
+  };
+  const onDrain = (): void => {
+    cleanup();
+    callback();
+  };
+  const onError = (err: Error): void => {
+    cleanup();
+    callback(err);
+  };
+  const onClose = (): void => {
+    cleanup();
+    callback(target.errored ?? new Error("the stdout stream closed while writing"));
+  };
+  target.on("drain", onDrain);
+  target.on("error", onError);
+  target.on("close", onClose);
+}
+
+/** Collects stdout in memory up to `limit` bytes; the rest is counted and dropped. */
+export class BufferCollector extends Writable {
+  private readonly chunks: Buffer[] = [];
+  private kept = 0;
+  /** Every byte written, kept or not. */
+  total = 0;
+
+  constructor(private readonly limit = Number.POSITIVE_INFINITY) {
+    super();
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+    this.total += chunk.byteLength;
+    const room = this.limit - this.kept;
+    if (room > 0) {
+      const part = chunk.byteLength <= room ? chunk : chunk.subarray(0, room);
+      this.chunks.push(part);
+      this.kept += part.byteLength;
+    }
+    callback();
+  }
+
+  /** The collected bytes. */
+  toBuffer(): Buffer {
+    return Buffer.concat(this.chunks, this.kept);
+  }
+}

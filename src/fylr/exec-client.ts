@@ -1,0 +1,223 @@
+import type { Readable, Writable } from "node:stream";
+import { create } from "@bufbuild/protobuf";
+import { JobSpecSchema, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
+import { receiptSucceeded } from "../dispatcher/exec-backend.js";
+import { linkedAbortController } from "../shared/abort.js";
+import { Code, SlotbrokerError } from "../shared/errors.js";
+import { silentLogger, type Logger } from "../shared/log.js";
+import { durationFromMs } from "../shared/proto-time.js";
+import type { Broker, Slot } from "./broker/index.js";
+import { BufferCollector, ForwardingSink } from "./exec-client-sinks.js";
+import { pipeUrls } from "./http/pipe-urls.js";
+import type { PipeHandle, PipeRegistry } from "./pipes/index.js";
+
+/** What an exec client needs: the broker, this replica's pipes and the port serving them. */
+export interface ExecClientOptions {
+  readonly broker: Broker;
+  readonly pipes: PipeRegistry;
+  /** Port of this fylr's HTTP server (the one serving `pipes`). */
+  readonly pipePort: number;
+  /**
+   * Host for pipe URLs instead of this fylr's local address on the broker connection
+   * (NAT). Default: the broker config's pipeHost, else the connection's local address.
+   */
+  readonly pipeHost?: string;
+  /** How long the out-pipe may take to settle after DONE said stdout was streamed (default 30 s). */
+  readonly settleTimeoutMs?: number;
+  readonly logger?: Logger;
+}
+
+/** One exec call. */
+export interface RunOptions {
+  readonly service: string;
+  /** Appended to the service's command; never run through a shell. */
+  readonly args?: readonly string[];
+  /** Environment; the execserver accepts only names the service allows. */
+  readonly env?: Readonly<Record<string, string>>;
+  /** Job timeout; unset uses the service's own. */
+  readonly timeoutMs?: number;
+  /** WANT priority; larger is more urgent (default 0). */
+  readonly priority?: number;
+  /** The job's stdin; empty when unset. A stream is consumed (or destroyed) by the call. */
+  readonly stdin?: Readable | Uint8Array;
+  /** Where stdout goes; it is ended after the last byte. Collected into a Buffer when unset. */
+  readonly stdout?: Writable;
+  /** Most stdout bytes collected when `stdout` is unset (default unlimited). */
+  readonly maxStdoutBytes?: number;
+  /** Aborting UNWANTs a parked want, or cancels the pipes of a running job. */
+  readonly signal?: AbortSignal;
+  /** Give up with NoSlotError after this long without an offer (default from config). */
+  readonly connectTimeoutMs?: number;
+  /** Called with each POSITION while the want is parked. */
+  readonly onPosition?: (position: Position, instanceId: string) => void;
+  /** Called once when JOB was sent. */
+  readonly onStart?: (job: StartedJob) => void;
+  /** Labels echoed in the execserver's logs. */
+  readonly labels?: Readonly<Record<string, string>>;
+}
+
+/** A job that was handed to an execserver. */
+export interface StartedJob {
+  readonly jobId: string;
+  readonly instanceId: string;
+  readonly stdinUrl: string | undefined;
+  readonly stdoutUrl: string;
+}
+
+/** What a finished exec call produced. */
+export interface RunResult extends StartedJob {
+  /** The execserver's receipt; a failed command is data here, not an exception. */
+  readonly receipt: Receipt;
+  /** The collected stdout when no `stdout` stream was given. */
+  readonly stdout: Buffer | undefined;
+  /**
+   * Set when the job failed and its stdout upload was aborted: the caller's stream was
+   * destroyed with this error. (A receipt that claims success with an incomplete upload
+   * makes `run` reject instead — never a short success.)
+   */
+  readonly stdoutError: Error | undefined;
+}
+
+/**
+ * Runs commands on the execserver fleet: acquires a slot, serves stdin and stdout through
+ * one-time pipes pinned to this replica, sends the job and settles it from the receipt.
+ *
+ * Outcome rules: `run` resolves with the receipt whenever the job ran, even when the
+ * command failed. It rejects when no slot came (NoSlotError), the service is unknown
+ * (UnknownServiceError), the connection dropped mid-job (ConnectionLostError), the signal
+ * aborted, or a job that reported success did not deliver all of its stdout. Output up to
+ * 4000 bytes arrives in the receipt and is written to the caller's stdout; the out-pipe is
+ * then cancelled unused. Whenever an upload aborts, the caller's stream is destroyed with
+ * the error.
+ */
+export class ExecClient {
+  private readonly options: ExecClientOptions;
+  private readonly logger: Logger;
+
+  constructor(options: ExecClientOptions) {
+    this.options = options;
+    this.logger = (options.logger ?? silentLogger).child({ component: "exec-client" });
+  }
+
+  /** Runs one command to completion (see the class comment for the outcome rules). */
+  async run(options: RunOptions): Promise<RunResult> {
+    const controller = linkedAbortController(options.signal);
+    const signal = controller.signal;
+    const slot = await this.options.broker.acquire({
+      service: options.service,
+      priority: options.priority,
+      signal,
+      connectTimeoutMs: options.connectTimeoutMs,
+      onPosition: options.onPosition,
+    });
+    const collector = options.stdout ? undefined : new BufferCollector(options.maxStdoutBytes);
+    const target = options.stdout ?? collector!;
+    let inPipe: PipeHandle | undefined;
+    let outPipe: PipeHandle | undefined;
+    try {
+      const host = await this.pipeHost(slot);
+      const sink = new ForwardingSink(target);
+      inPipe = options.stdin === undefined ? undefined : this.options.pipes.createInPipe(options.stdin);
+      outPipe = this.options.pipes.createOutPipe(sink);
+      const urls = pipeUrls(host, this.options.pipePort, { in: inPipe?.id, out: outPipe.id });
+      const spec = create(JobSpecSchema, {
+        args: [...(options.args ?? [])],
+        env: { ...options.env },
+        timeout: options.timeoutMs === undefined ? undefined : durationFromMs(options.timeoutMs),
+        stdinUrl: urls.in ?? "",
+        stdoutUrl: urls.out!,
+        labels: { ...options.labels },
+      });
+      const started: StartedJob = { jobId: slot.jobId, instanceId: slot.instanceId, stdinUrl: urls.in, stdoutUrl: urls.out! };
+      const receiptPromise = slot.start(spec, signal);
+      options.onStart?.(started);
+      const receipt = await receiptPromise;
+      if (inPipe?.state === "waiting") inPipe.cancel("the job ended without reading stdin");
+      const stdoutError = await this.settleStdout(receipt, outPipe, sink, target, slot.jobId);
+      return { ...started, receipt, stdout: collector?.toBuffer(), stdoutError };
+    } catch (err) {
+      if (slot.state === "offered") slot.decline();
+      inPipe?.cancel(err);
+      outPipe?.cancel(err);
+      throw err;
+    } finally {
+      controller.abort();
+    }
+  }
+
+  // Delivers stdout to the caller: the receipt's prefix when nothing streamed, otherwise
+  // the out-pipe's outcome. Returns the upload error of a failed job; throws when a job
+  // that reports success did not deliver its stdout completely.
+  private async settleStdout(
+    receipt: Receipt,
+    outPipe: PipeHandle,
+    sink: ForwardingSink,
+    target: Writable,
+    jobId: string,
+  ): Promise<Error | undefined> {
+    if (!receipt.stdoutStreamed) {
+      if (outPipe.state === "waiting") outPipe.cancel("the output fit into the receipt");
+      if (!sink.forwarding) {
+        await writeAndEnd(target, receipt.stdoutPrefix);
+        return undefined;
+      }
+    }
+    let error: Error | undefined;
+    try {
+      const bytes = await settleWithin(outPipe, this.options.settleTimeoutMs ?? 30_000);
+      if (receipt.stdoutStreamed && BigInt(bytes) !== receipt.stdoutBytes) {
+        error = new SlotbrokerError(
+          Code.DataLoss,
+          `job ${jobId}: the stdout upload delivered ${bytes} bytes, the receipt says ${receipt.stdoutBytes}`,
+        );
+        target.destroy(error);
+      }
+    } catch (err) {
+      error = SlotbrokerError.from(err, Code.Aborted);
+      if (!target.destroyed) target.destroy(error);
+    }
+    if (!error) return undefined;
+    this.logger.info({ jobId, err: error.message }, "stdout upload did not complete");
+    if (receiptSucceeded(receipt)) {
+      throw new SlotbrokerError(Code.DataLoss, `job ${jobId} reported success but its stdout upload failed: ${error.message}`, {
+        cause: error,
+      });
+    }
+    return error;
+  }
+
+  private async pipeHost(slot: Slot): Promise<string> {
+    const fixed = this.options.pipeHost ?? this.options.broker.config.pipeHost;
+    if (fixed) return fixed;
+    const local = await slot.localAddress();
+    if (!local) {
+      throw new SlotbrokerError(Code.Internal, `cannot tell this fylr's address on the connection to ${slot.address}; set pipeHost`);
+    }
+    return local.host;
+  }
+}
+
+// The out-pipe's `done`, bounded: DONE follows the finished upload, so a pipe still open
+// long after it is stuck (e.g. the uploader vanished without closing the connection).
+async function settleWithin(pipe: PipeHandle, timeoutMs: number): Promise<number> {
+  if (pipe.state === "waiting") pipe.cancel("the receipt says stdout was streamed, but the out-pipe was never opened");
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      pipe.cancel("the out-pipe did not settle after the job was done");
+      reject(new SlotbrokerError(Code.DeadlineExceeded, `out-pipe did not settle within ${timeoutMs} ms`));
+    }, timeoutMs);
+  });
+  try {
+    return await Promise.race([pipe.done, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function writeAndEnd(target: Writable, bytes: Uint8Array): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (bytes.byteLength > 0) target.write(bytes);
+    target.end((err?: Error | null) => (err ? reject(err) : resolve()));
+  });
+}
