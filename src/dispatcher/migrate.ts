@@ -116,7 +116,7 @@ async function applyPending(client: pg.ClientBase, migrations: readonly Migratio
   for (const m of migrations) {
     const recorded = done.get(m.version);
     if (recorded !== undefined) {
-      if (recorded !== m.checksum) log.warn({ version: m.version, name: m.name }, "an applied migration file was changed since; not re-applied");
+      if (recorded !== m.checksum) log.warn({ version: m.version, migration: m.name }, "an applied migration file was changed since; not re-applied");
       continue;
     }
     await client.query("BEGIN");
@@ -128,7 +128,7 @@ async function applyPending(client: pg.ClientBase, migrations: readonly Migratio
       await client.query("ROLLBACK").catch(() => undefined);
       throw fromPgError(err, `migration ${String(m.version).padStart(4, "0")}_${m.name}`);
     }
-    log.info({ version: m.version, name: m.name }, "applied migration");
+    log.info({ version: m.version, migration: m.name }, "applied migration");
     applied.push(m.version);
   }
   const known = migrations.length;
