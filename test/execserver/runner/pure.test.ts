@@ -1,0 +1,82 @@
+import { expect } from "chai";
+import { ErrorKind } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { childEnv, FALLBACK_PATH, receiptFromOutcome, type JobOutcome } from "../../../src/execserver/runner/index.js";
+import { checkRequest } from "../../../src/execserver/runner/request-check.js";
+import { msFromDuration } from "../../../src/shared/proto-time.js";
+
+const base: JobOutcome = {
+  exitCode: 0,
+  signal: null,
+  durationMs: 1500,
+  stderrLine: "",
+  stdoutPrefix: new Uint8Array(),
+  stdoutBytes: 0,
+  stdoutStreamed: false,
+  uploadAborted: false,
+};
+
+describe("runner: job environment", () => {
+  it("is exactly the given variables plus the execserver's PATH", () => {
+    expect(childEnv({ LANG: "C" }, "/opt/bin:/usr/bin")).to.deep.equal({ LANG: "C", PATH: "/opt/bin:/usr/bin" });
+  });
+
+  it("keeps a PATH the job was allowed to set", () => {
+    expect(childEnv({ PATH: "/job/bin" }, "/usr/bin")).to.deep.equal({ PATH: "/job/bin" });
+  });
+
+  it("falls back to a minimal PATH", () => {
+    expect(childEnv({}, undefined)).to.deep.equal({ PATH: FALLBACK_PATH });
+    expect(childEnv({}, "")).to.deep.equal({ PATH: FALLBACK_PATH });
+  });
+});
+
+describe("runner: receipts", () => {
+  it("reports a clean exit with its duration and no error", () => {
+    const receipt = receiptFromOutcome(base);
+    expect(receipt.exitCode).to.equal(0);
+    expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED);
+    expect(receipt.errorMessage).to.equal("");
+    expect(msFromDuration(receipt.duration)).to.equal(1500);
+  });
+
+  it("calls a signal nobody here sent KILLED", () => {
+    const receipt = receiptFromOutcome({ ...base, exitCode: null, signal: "SIGSEGV" });
+    expect(receipt.exitCode).to.equal(undefined);
+    expect(receipt.signal).to.equal("SIGSEGV");
+    expect(receipt.error).to.equal(ErrorKind.KILLED);
+  });
+
+  it("lets the runner's own failure explain the signal it sent", () => {
+    const receipt = receiptFromOutcome({
+      ...base,
+      exitCode: null,
+      signal: "SIGTERM",
+      failure: { kind: ErrorKind.TIMEOUT, message: "timed out after 5 ms" },
+    });
+    expect(receipt.error).to.equal(ErrorKind.TIMEOUT);
+    expect(receipt.signal).to.equal("SIGTERM");
+  });
+
+  it("says when an upload was aborted after a non-zero exit", () => {
+    const receipt = receiptFromOutcome({ ...base, exitCode: 2, stdoutBytes: 5000, stdoutStreamed: true, uploadAborted: true });
+    expect(receipt.exitCode).to.equal(2);
+    expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED);
+    expect(receipt.errorMessage).to.equal("exited with code 2; stdout upload aborted after 5000 bytes");
+  });
+});
+
+describe("runner: request checks", () => {
+  const signal = new AbortController().signal;
+  const ok = { command: ["cat"], args: [], env: {}, timeoutMs: 1000, signal };
+
+  it("accepts a plain request", () => {
+    expect(checkRequest(ok)).to.equal(undefined);
+  });
+
+  it("refuses an empty command, a non-positive timeout and non-http pipe URLs", () => {
+    expect(checkRequest({ ...ok, command: [] })?.kind).to.equal(ErrorKind.SPAWN_FAILED);
+    expect(checkRequest({ ...ok, timeoutMs: 0 })?.kind).to.equal(ErrorKind.SPAWN_FAILED);
+    expect(checkRequest({ ...ok, stdinUrl: "file:///etc/passwd" })?.kind).to.equal(ErrorKind.PIPE_FAILED);
+    expect(checkRequest({ ...ok, stdoutUrl: "not a url" })?.kind).to.equal(ErrorKind.PIPE_FAILED);
+  });
+});

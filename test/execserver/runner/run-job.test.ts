@@ -1,0 +1,315 @@
+import { expect } from "chai";
+import { createHash, randomBytes } from "node:crypto";
+import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { runJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { startPipeServer } from "./pipe-server.js";
+
+const sha256 = (data: Buffer): string => createHash("sha256").update(data).digest("hex");
+
+function run(request: Partial<RunRequest> & Pick<RunRequest, "command">): Promise<Receipt> {
+  return runJob({ args: [], env: {}, timeoutMs: 30_000, signal: new AbortController().signal, ...request });
+}
+
+/** True while `pid` is a live process (a zombie waiting to be reaped counts as gone). */
+async function isAlive(pid: number): Promise<boolean> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+/** Waits until `pid` is gone: a SIGKILL is delivered asynchronously, so allow it a moment. */
+async function isGone(pid: number): Promise<boolean> {
+  for (let i = 0; i < 100; i++) {
+    if (!(await isAlive(pid))) return true;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return false;
+}
+
+/** A loopback port with nothing listening on it. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+describe("runner: runJob", () => {
+  describe("streams", () => {
+    it("round-trips a 16 MiB body from the stdin URL through cat to the stdout URL", async () => {
+      const body = randomBytes(16 * 1024 * 1024);
+      const pipes = await startPipeServer({ stdinBody: body });
+      try {
+        const receipt = await run({ command: ["cat"], stdinUrl: pipes.stdinUrl, stdoutUrl: pipes.stdoutUrl });
+        expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED, receipt.errorMessage);
+        expect(receipt.exitCode).to.equal(0);
+        expect(receipt.stdoutStreamed).to.equal(true);
+        expect(receipt.stdoutBytes).to.equal(BigInt(body.length));
+        expect(Buffer.from(receipt.stdoutPrefix)).to.deep.equal(body.subarray(0, 4000));
+        expect(pipes.uploads).to.have.length(1);
+        const upload = await pipes.uploads[0]!;
+        expect(upload.outcome).to.equal("complete");
+        expect(upload.bytes).to.equal(body.length);
+        expect(upload.sha256).to.equal(sha256(body));
+      } finally {
+        await pipes.close();
+      }
+    });
+
+    it("sends nothing to the stdout URL when a command fails with small output", async () => {
+      const pipes = await startPipeServer();
+      try {
+        const script = 'echo "partial result"; echo "warning: something" >&2; echo "fatal: the decisive error" >&2; echo >&2; exit 3';
+        const receipt = await run({ command: ["sh", "-c", script], stdoutUrl: pipes.stdoutUrl });
+        expect(pipes.requests).to.deep.equal([]);
+        expect(receipt.exitCode).to.equal(3);
+        expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED);
+        expect(receipt.stderrLine).to.equal("fatal: the decisive error");
+        expect(Buffer.from(receipt.stdoutPrefix).toString()).to.equal("partial result\n");
+        expect(receipt.stdoutBytes).to.equal(15n);
+        expect(receipt.stdoutStreamed).to.equal(false);
+      } finally {
+        await pipes.close();
+      }
+    });
+
+    it("keeps exactly 4000 bytes of successful output in the receipt and streams 4001", async () => {
+      const pipes = await startPipeServer();
+      try {
+        const held = await run({ command: ["head", "-c", "4000", "/dev/zero"], stdoutUrl: pipes.stdoutUrl });
+        expect(held.exitCode).to.equal(0);
+        expect(held.stdoutStreamed).to.equal(false);
+        expect(held.stdoutPrefix.length).to.equal(4000);
+        expect(pipes.requests).to.deep.equal([]);
+
+        const streamed = await run({ command: ["head", "-c", "4001", "/dev/zero"], stdoutUrl: pipes.stdoutUrl });
+        expect(streamed.exitCode).to.equal(0);
+        expect(streamed.stdoutStreamed).to.equal(true);
+        expect(streamed.stdoutBytes).to.equal(4001n);
+        expect(pipes.requests).to.deep.equal(["PUT /out"]);
+        const upload = await pipes.uploads[0]!;
+        expect(upload).to.include({ outcome: "complete", bytes: 4001 });
+      } finally {
+        await pipes.close();
+      }
+    });
+
+    it("aborts the upload when the command fails after passing 4000 bytes", async () => {
+      const pipes = await startPipeServer();
+      try {
+        const script = "head -c 100000 /dev/zero; echo 'boom: it broke' >&2; exit 2";
+        const receipt = await run({ command: ["sh", "-c", script], stdoutUrl: pipes.stdoutUrl });
+        expect(receipt.exitCode).to.equal(2);
+        expect(receipt.stdoutStreamed).to.equal(true);
+        expect(receipt.stdoutBytes).to.equal(100000n);
+        expect(receipt.stderrLine).to.equal("boom: it broke");
+        expect(receipt.errorMessage).to.contain("stdout upload aborted");
+        expect(pipes.uploads).to.have.length(1);
+        const upload = await pipes.uploads[0]!;
+        expect(upload.outcome).to.equal("aborted");
+        expect(upload.bytes).to.be.above(4000);
+      } finally {
+        await pipes.close();
+      }
+    });
+
+    it("reports PIPE_FAILED when the stdout URL refuses the upload", async () => {
+      const pipes = await startPipeServer({ stdoutStatus: 500 });
+      try {
+        const receipt = await run({ command: ["head", "-c", "1000000", "/dev/zero"], stdoutUrl: pipes.stdoutUrl });
+        expect(receipt.error).to.equal(ErrorKind.PIPE_FAILED);
+        // The refusal arrives either as the answer itself or, when the server closes the
+        // connection before the runner reads it, as a write error on the upload.
+        expect(receipt.errorMessage).to.match(/HTTP 500|EPIPE|ECONNRESET/);
+        expect(receipt.stdoutStreamed).to.equal(true);
+      } finally {
+        await pipes.close();
+      }
+    });
+
+    it("reports PIPE_FAILED when nothing listens at the stdout URL", async () => {
+      const port = await closedPort();
+      const receipt = await run({ command: ["head", "-c", "100000", "/dev/zero"], stdoutUrl: `http://127.0.0.1:${port}/out` });
+      expect(receipt.error).to.equal(ErrorKind.PIPE_FAILED);
+      expect(receipt.errorMessage).to.contain("ECONNREFUSED");
+    });
+
+    it("discards output past the prefix when there is no stdout URL, without an error", async () => {
+      const receipt = await run({ command: ["head", "-c", "1000000", "/dev/zero"] });
+      expect(receipt.exitCode).to.equal(0);
+      expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED);
+      expect(receipt.stdoutStreamed).to.equal(false);
+      expect(receipt.stdoutBytes).to.equal(1000000n);
+      expect(receipt.stdoutPrefix.length).to.equal(4000);
+    });
+
+    it("reports PIPE_FAILED when the stdin URL answers 404, and sends no stdout", async () => {
+      const pipes = await startPipeServer({ stdinStatus: 404 });
+      try {
+        const receipt = await run({ command: ["cat"], stdinUrl: pipes.stdinUrl, stdoutUrl: pipes.stdoutUrl });
+        expect(receipt.error).to.equal(ErrorKind.PIPE_FAILED);
+        expect(receipt.errorMessage).to.contain("HTTP 404");
+        expect(pipes.requests).to.deep.equal(["GET /in"]);
+      } finally {
+        await pipes.close();
+      }
+    });
+
+    it("reports PIPE_FAILED when the stdin body breaks off, never ending cat's input cleanly", async () => {
+      const body = randomBytes(1024 * 1024);
+      const pipes = await startPipeServer({ stdinBody: body, stdinBreakAfter: 100_000 });
+      try {
+        const receipt = await run({ command: ["cat"], stdinUrl: pipes.stdinUrl, stdoutUrl: pipes.stdoutUrl });
+        expect(receipt.error).to.equal(ErrorKind.PIPE_FAILED);
+        expect(receipt.errorMessage).to.contain("broke off");
+        for (const upload of await Promise.all(pipes.uploads)) expect(upload.outcome).to.equal("aborted");
+      } finally {
+        await pipes.close();
+      }
+    });
+
+    it("reports PIPE_FAILED when nothing listens at the stdin URL", async () => {
+      const port = await closedPort();
+      const receipt = await run({ command: ["cat"], stdinUrl: `http://127.0.0.1:${port}/in` });
+      expect(receipt.error).to.equal(ErrorKind.PIPE_FAILED);
+      expect(receipt.errorMessage).to.contain("ECONNREFUSED");
+    });
+
+    it("does not blame the job when the command exits without reading all of stdin", async () => {
+      const body = randomBytes(8 * 1024 * 1024);
+      const pipes = await startPipeServer({ stdinBody: body });
+      try {
+        const receipt = await run({ command: ["head", "-c", "10"], stdinUrl: pipes.stdinUrl });
+        expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED, receipt.errorMessage);
+        expect(receipt.exitCode).to.equal(0);
+        expect(Buffer.from(receipt.stdoutPrefix)).to.deep.equal(body.subarray(0, 10));
+      } finally {
+        await pipes.close();
+      }
+    });
+
+    it("gives a command without a stdin URL an empty, closed stdin", async () => {
+      const receipt = await run({ command: ["cat"] });
+      expect(receipt.exitCode).to.equal(0);
+      expect(receipt.stdoutBytes).to.equal(0n);
+    });
+
+    it("keeps only the last non-empty stderr line of a long stderr", async () => {
+      const script = "i=0; while [ $i -lt 20000 ]; do echo \"noise line $i\" >&2; i=$((i+1)); done; echo 'the last word' >&2; echo '' >&2";
+      const receipt = await run({ command: ["sh", "-c", script] });
+      expect(receipt.exitCode).to.equal(0);
+      expect(receipt.stderrLine).to.equal("the last word");
+    });
+  });
+
+  describe("processes", () => {
+    it("kills the whole process group on timeout", async () => {
+      const script = "sleep 100 & echo $!; sleep 100 & echo $!; wait";
+      const receipt = await run({ command: ["sh", "-c", script], timeoutMs: 300, killGraceMs: 5000 });
+      expect(receipt.error).to.equal(ErrorKind.TIMEOUT);
+      expect(receipt.signal).to.equal("SIGTERM");
+      expect(receipt.exitCode).to.equal(undefined);
+      const pids = Buffer.from(receipt.stdoutPrefix).toString().trim().split("\n").map(Number);
+      expect(pids).to.have.length(2);
+      for (const pid of pids) expect(await isGone(pid), `sleep ${pid} still running`).to.equal(true);
+    });
+
+    it("escalates to SIGKILL when the group ignores SIGTERM", async () => {
+      // An ignored signal stays ignored in children, so `sleep` ignores SIGTERM too.
+      const receipt = await run({ command: ["sh", "-c", "trap '' TERM; sleep 100 & echo $!; wait"], timeoutMs: 200, killGraceMs: 200 });
+      expect(receipt.error).to.equal(ErrorKind.TIMEOUT);
+      expect(receipt.signal).to.equal("SIGKILL");
+      const pid = Number(Buffer.from(receipt.stdoutPrefix).toString().trim());
+      expect(await isGone(pid)).to.equal(true);
+    });
+
+    it("kills background processes a successful job leaves behind", async () => {
+      const receipt = await run({ command: ["sh", "-c", "sleep 100 >/dev/null 2>&1 & echo $!"] });
+      expect(receipt.exitCode).to.equal(0);
+      const pid = Number(Buffer.from(receipt.stdoutPrefix).toString().trim());
+      expect(await isGone(pid)).to.equal(true);
+    });
+
+    it("cancels on abort", async () => {
+      const controller = new AbortController();
+      const pending = run({ command: ["sh", "-c", "sleep 100 & wait"], signal: controller.signal });
+      setTimeout(() => controller.abort(new Error("connection dropped")), 100);
+      const receipt = await pending;
+      expect(receipt.error).to.equal(ErrorKind.CANCELLED);
+      expect(receipt.errorMessage).to.contain("connection dropped");
+    });
+
+    it("does not start a job whose signal is already aborted", async () => {
+      const controller = new AbortController();
+      controller.abort();
+      const receipt = await run({ command: ["sh", "-c", "exit 0"], signal: controller.signal });
+      expect(receipt.error).to.equal(ErrorKind.CANCELLED);
+      expect(receipt.exitCode).to.equal(undefined);
+    });
+
+    it("reports KILLED for a signal the runner did not send", async () => {
+      const receipt = await run({ command: ["sh", "-c", "kill -9 $$"] });
+      expect(receipt.error).to.equal(ErrorKind.KILLED);
+      expect(receipt.signal).to.equal("SIGKILL");
+      expect(receipt.exitCode).to.equal(undefined);
+    });
+
+    it("reports SPAWN_FAILED for a missing executable", async () => {
+      const receipt = await run({ command: ["slotbroker-no-such-command-here"], args: ["x"] });
+      expect(receipt.error).to.equal(ErrorKind.SPAWN_FAILED);
+      expect(receipt.errorMessage).to.contain("ENOENT").and.contain("slotbroker-no-such-command-here");
+      expect(receipt.exitCode).to.equal(undefined);
+    });
+
+    it("reports SPAWN_FAILED for a file that is not executable", async () => {
+      const dir = await mkdtemp(join(tmpdir(), "runner-test-"));
+      try {
+        const file = join(dir, "not-executable");
+        await writeFile(file, "#!/bin/sh\nexit 0\n");
+        await chmod(file, 0o644);
+        const receipt = await run({ command: [file] });
+        expect(receipt.error).to.equal(ErrorKind.SPAWN_FAILED);
+        expect(receipt.errorMessage).to.contain("EACCES");
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+
+    it("shows the process only the given environment plus PATH", async () => {
+      process.env.SLOTBROKER_RUNNER_TEST_SECRET = "must-not-leak";
+      try {
+        const receipt = await run({ command: ["env"], env: { GREETING: "hello world", LANG: "C" } });
+        const lines = Buffer.from(receipt.stdoutPrefix).toString().trim().split("\n").sort();
+        expect(lines).to.deep.equal(["GREETING=hello world", "LANG=C", `PATH=${process.env.PATH}`]);
+      } finally {
+        delete process.env.SLOTBROKER_RUNNER_TEST_SECRET;
+      }
+    });
+
+    it("passes arguments verbatim, without a shell", async () => {
+      const receipt = await run({ command: ["printf", "%s|"], args: ["$HOME", "a b", "*", "; rm -rf /"] });
+      expect(Buffer.from(receipt.stdoutPrefix).toString()).to.equal("$HOME|a b|*|; rm -rf /|");
+    });
+
+    it("runs in a fresh temp directory under tempRoot and removes it afterwards", async () => {
+      const root = await mkdtemp(join(tmpdir(), "runner-root-"));
+      try {
+        const receipt = await run({ command: ["sh", "-c", "pwd; touch leftover"], tempRoot: root });
+        expect(receipt.exitCode).to.equal(0);
+        const cwd = Buffer.from(receipt.stdoutPrefix).toString().trim();
+        expect(cwd.startsWith(join(root, "slotbroker-job-"))).to.equal(true);
+        expect(await readdir(root)).to.deep.equal([]);
+      } finally {
+        await rm(root, { recursive: true, force: true });
+      }
+    });
+  });
+});
