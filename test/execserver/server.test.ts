@@ -1,0 +1,145 @@
+import { expect } from "chai";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { service as healthService } from "grpc-health-check";
+import { RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
+import { compileExecserverConfig, startExecserver } from "../../src/execserver/index.js";
+import { ConfigError } from "../../src/shared/errors.js";
+import { track } from "../support/resources.js";
+import { BrokerStream, closeLater, eventually, releaseAll } from "./support/broker-stream.js";
+import { startTestServer } from "./support/server.js";
+
+const HealthClient = grpc.makeClientConstructor(healthService, "Health");
+
+function checkHealth(address: string, service: string): Promise<string> {
+  const client = closeLater(track(new HealthClient(address, grpc.credentials.createInsecure()), "health client", (c) => c.close()));
+  return new Promise((resolve, reject) =>
+    (client as unknown as { check: (r: object, cb: (e: Error | null, r: { status: string }) => void) => void }).check(
+      { service },
+      (err, res) => (err ? reject(err) : resolve(res.status)),
+    ),
+  );
+}
+
+// A reflection client from the .proto that ships with @grpc/reflection.
+function listServices(address: string): Promise<string[]> {
+  const require = createRequire(import.meta.url);
+  const root = join(dirname(require.resolve("@grpc/reflection/package.json")), "build", "proto");
+  const definition = protoLoader.loadSync(join(root, "grpc/reflection/v1/reflection.proto"), { includeDirs: [root] });
+  const pkg = grpc.loadPackageDefinition(definition) as unknown as {
+    grpc: { reflection: { v1: { ServerReflection: grpc.ServiceClientConstructor } } };
+  };
+  const client = closeLater(
+    track(new pkg.grpc.reflection.v1.ServerReflection(address, grpc.credentials.createInsecure()), "reflection client", (c) => c.close()),
+  );
+  const call = (client as unknown as { serverReflectionInfo: () => grpc.ClientDuplexStream<object, { listServicesResponse?: { service: { name: string }[] } }> })
+    .serverReflectionInfo();
+  return new Promise((resolve, reject) => {
+    call.on("data", (response) => {
+      resolve((response.listServicesResponse?.service ?? []).map((s: { name: string }) => s.name));
+      call.end();
+    });
+    call.on("error", reject);
+    call.write({ listServices: "*" });
+  });
+}
+
+async function get(url: string): Promise<{ status: number; body: string }> {
+  const response = await fetch(url);
+  return { status: response.status, body: await response.text() };
+}
+
+describe("execserver server", () => {
+  afterEach(releaseAll);
+
+  it("sends HELLO first and re-sends it when a client joins", async () => {
+    const server = await startTestServer();
+    const a = await BrokerStream.open(server.grpcAddress, { awaitHello: false });
+    const hello = await a.next("hello");
+    expect(a.received[0]!.frame.case).to.equal("hello");
+    expect(hello).to.include({ instanceId: "test-exec", clients: 1, draining: false });
+    expect(hello.services).to.deep.equal({ noop: "one", noop2: "two", sleep: "slow" });
+    expect(hello.waitgroups.map((w) => [w.name, w.processes])).to.deep.equal([["one", 1], ["two", 2], ["slow", 1]]);
+    expect(hello.peerAddress).to.match(/^127\.0\.0\.1:\d+$/);
+    expect(hello.capabilities).to.include("query");
+    await BrokerStream.open(server.grpcAddress);
+    expect((await a.next("hello")).clients).to.equal(2);
+  });
+
+  it("coalesces HELLOs during a burst of connects instead of fanning out N²", async () => {
+    const server = await startTestServer({}, { helloCoalesceMs: 200 });
+    const first = await BrokerStream.open(server.grpcAddress);
+    const burst = await Promise.all(Array.from({ length: 30 }, () => BrokerStream.open(server.grpcAddress)));
+    await eventually(() => expect(first.received.at(-1)?.frame.value).to.include({ clients: 31 }));
+    const hellos = [first, ...burst].reduce((n, s) => n + s.received.filter((f) => f.frame.case === "hello").length, 0);
+    // One on connect each, plus at most a couple of broadcasts each — far from 31².
+    expect(hellos).to.be.below(31 * 4);
+  });
+
+  it("answers gRPC health for the server and BrokerService, and lists BrokerService by reflection", async () => {
+    const server = await startTestServer();
+    expect(await checkHealth(server.grpcAddress, "")).to.equal("SERVING");
+    expect(await checkHealth(server.grpcAddress, "slotbroker.v1.BrokerService")).to.equal("SERVING");
+    const services = await listServices(server.grpcAddress);
+    expect(services).to.include("slotbroker.v1.BrokerService");
+  });
+
+  it("serves /healthz, /metrics and /status.json on the admin port", async () => {
+    const server = await startTestServer();
+    const a = await BrokerStream.open(server.grpcAddress);
+    a.want("m", "noop");
+    const offer = await a.next("offer");
+    a.job("m", offer.offerToken);
+    await a.next("done");
+    expect(await get(`${server.adminUrl}/healthz`)).to.deep.equal({ status: 200, body: "ok\n" });
+    const metrics = (await get(`${server.adminUrl}/metrics`)).body;
+    expect(metrics).to.match(/slotbroker_slots_total\{waitgroup="one",instance_id="test-exec"\} 1/);
+    expect(metrics).to.match(/slotbroker_grant_latency_seconds_count\{[^}]*waitgroup="one"[^}]*\} 1\n/);
+    expect(metrics).to.match(/slotbroker_offer_outcomes_total\{outcome="accepted",instance_id="test-exec"\} 1/);
+    expect(metrics).to.match(/slotbroker_connections\{instance_id="test-exec"\} 1/);
+    const status = JSON.parse((await get(`${server.adminUrl}/status.json`)).body) as { instanceId: string; connections: unknown[] };
+    expect(status.instanceId).to.equal("test-exec");
+    expect(status.connections).to.have.length(1);
+    expect((await get(`${server.adminUrl}/nope`)).status).to.equal(404);
+    server.admin.route("/extra", (_req, res) => void res.end("added"));
+    expect((await get(`${server.adminUrl}/extra`)).body).to.equal("added");
+  });
+
+  it("drains: announces it, refuses new wants, lets running jobs finish, then stops", async () => {
+    const server = await startTestServer();
+    const a = await BrokerStream.open(server.grpcAddress);
+    a.want("nap", "sleep");
+    const offer = await a.next("offer");
+    a.job("nap", offer.offerToken, { args: ["0.5"] });
+    await eventually(() => expect(server.status().waitgroups.find((w) => w.name === "slow")!.running).to.equal(1));
+    const closed = server.close();
+    expect((await a.next("hello")).draining).to.equal(true);
+    expect(await checkHealth(server.grpcAddress, "")).to.equal("NOT_SERVING");
+    expect(await checkHealth(server.grpcAddress, "slotbroker.v1.BrokerService")).to.equal("NOT_SERVING");
+    expect((await get(`${server.adminUrl}/healthz`)).status).to.equal(503);
+    a.want("late", "noop");
+    expect((await a.next("reject")).code).to.equal(RejectCode.DRAINING);
+    const done = await a.next("done", 10_000);
+    expect(done.receipt?.exitCode).to.equal(0);
+    await closed;
+    expect(server.state).to.equal("stopped");
+    expect((await a.ended).code).to.equal(grpc.status.OK);
+    await server.close(); // idempotent
+    await server.forceClose();
+  });
+
+  it("refuses to start on a non-loopback address without a token", async () => {
+    const config = { ...compileExecserverConfig({ waitgroups: {}, services: {} }, "t"), listen: "0.0.0.0:0", adminListen: "127.0.0.1:0" };
+    let error: unknown;
+    try {
+      const handle = await startExecserver(config);
+      await handle.forceClose();
+    } catch (err) {
+      error = err;
+    }
+    expect(error).to.be.instanceOf(ConfigError);
+    expect((error as Error).message).to.match(/^token: required/);
+  });
+});
