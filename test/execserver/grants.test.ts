@@ -78,7 +78,7 @@ describe("execserver grants over gRPC", () => {
     expect(reject.jobId).to.equal("slow");
     expect(reject.code).to.equal(RejectCode.STALE_OFFER);
     await a.ping();
-    const status = await server.status();
+    const status = server.status();
     const aStatus = status.connections.find((c) => c.expired === 1n)!;
     expect(aStatus.grants).to.equal(0n);
     expect(aStatus.running).to.equal(0);

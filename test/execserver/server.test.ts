@@ -34,11 +34,11 @@ function listServices(address: string): Promise<string[]> {
   const client = closeLater(
     track(new pkg.grpc.reflection.v1.ServerReflection(address, grpc.credentials.createInsecure()), "reflection client", (c) => c.close()),
   );
-  const call = (client as unknown as { serverReflectionInfo: () => grpc.ClientDuplexStream<object, { listServicesResponse?: { service: { name: string }[] } }> })
-    .serverReflectionInfo();
+  type Response = { listServicesResponse?: { service: { name: string }[] } };
+  const call = (client as unknown as { serverReflectionInfo: () => grpc.ClientDuplexStream<object, Response> }).serverReflectionInfo();
   return new Promise((resolve, reject) => {
-    call.on("data", (response) => {
-      resolve((response.listServicesResponse?.service ?? []).map((s: { name: string }) => s.name));
+    call.on("data", (response: Response) => {
+      resolve((response.listServicesResponse?.service ?? []).map((s) => s.name));
       call.end();
     });
     call.on("error", reject);

@@ -122,7 +122,7 @@ describe("WantBook", () => {
     const book = new WantBook<string>();
     const handles = new Map<string, ParkedWant<string>>();
     for (const owner of [a, b, c]) for (let i = 1; i <= 3; i++) {
-      const id = `${(owner as { name: string }).name}${i}`;
+      const id = `${(owner).name}${i}`;
       handles.set(id, book.park(owner, 0, id));
     }
     expect(book.remove(handles.get("a1")!)).to.equal(true);
