@@ -116,7 +116,16 @@ WITH dead AS (
   DELETE FROM fylrs
   WHERE heartbeat_at < now() - $1::double precision * interval '1 millisecond' AND id <> $2
   RETURNING id
+), stale AS (
+  SELECT q.id, q.claimed_by AS owner FROM queue_items q
+  WHERE q.state IN ('claimed', 'running') AND q.claimed_by <> $2
+    AND NOT EXISTS (
+      SELECT 1 FROM fylrs f
+      WHERE f.id = q.claimed_by AND f.heartbeat_at >= now() - $1::double precision * interval '1 millisecond'
+    )
 ), orphans AS (
+  -- Re-checked on the current row version: a row another sweeper requeued (or someone
+  -- claimed again) since this statement's snapshot no longer matches and is skipped.
   UPDATE queue_items q
   SET state       = CASE WHEN q.attempts < q.max_attempts THEN 'queued' ELSE 'failed' END,
       claimed_by  = CASE WHEN q.attempts < q.max_attempts THEN NULL ELSE q.claimed_by END,
@@ -124,12 +133,9 @@ WITH dead AS (
       error       = CASE WHEN q.attempts < q.max_attempts THEN q.error
                          ELSE 'fylr ' || q.claimed_by || ' stopped heartbeating during the last attempt' END,
       updated_at  = now()
-  WHERE q.state IN ('claimed', 'running') AND q.claimed_by <> $2
-    AND NOT EXISTS (
-      SELECT 1 FROM fylrs f
-      WHERE f.id = q.claimed_by AND f.heartbeat_at >= now() - $1::double precision * interval '1 millisecond'
-    )
-  RETURNING q.id, q.state, q.claimed_by
+  FROM stale
+  WHERE q.id = stale.id AND q.state IN ('claimed', 'running') AND q.claimed_by = stale.owner
+  RETURNING q.id, q.state, stale.owner AS claimed_by
 )
 SELECT
   (SELECT coalesce(json_agg(id), '[]'::json) FROM dead) AS dead,

@@ -1,0 +1,76 @@
+import { expect } from "chai";
+import pg from "pg";
+import { loadMigrations, migrate } from "../../src/dispatcher/index.js";
+import { explainClaimPath, itemPosition } from "../../src/dispatcher/sql.js";
+import { createTestDatabase } from "../support/postgres.js";
+import { closeAll, openPool } from "./support.js";
+
+describe("dispatcher migrations", () => {
+  let url: string;
+  before(async () => {
+    url = await createTestDatabase("migrate");
+  });
+
+  it("applies every migration once, however many fylrs start at the same time", async () => {
+    const known = loadMigrations().length;
+    expect(known).to.be.greaterThan(0);
+    // Separate connections, started together: the advisory lock serialises them.
+    const reports = await Promise.all(Array.from({ length: 8 }, () => migrate(url)));
+    const applied = reports.flatMap((r) => r.applied);
+    expect(applied).to.deep.equal(Array.from({ length: known }, (_, i) => i + 1));
+    expect(reports.every((r) => r.version === known)).to.equal(true);
+    const pool = openPool(url, 2);
+    try {
+      const ledger = await pool.query<{ version: number }>("SELECT version FROM slotbroker_migrations ORDER BY version");
+      expect(ledger.rows.map((r) => r.version)).to.deep.equal(applied);
+      // …and once more later: nothing left to do.
+      expect((await migrate(pool)).applied).to.deep.equal([]);
+    } finally {
+      await closeAll(pool);
+    }
+  });
+
+  it("claims and counts positions through the partial claim index", async () => {
+    await migrate(url);
+    const pool = openPool(url, 2);
+    try {
+      // Enough rows, most of them finished, that a sequential scan would be the worse plan.
+      await pool.query(`
+        INSERT INTO queue_items (kind, priority, payload, state, claimed_by)
+        SELECT CASE WHEN g % 3 = 0 THEN 'local' ELSE 'exec' END, g % 7, '{"calls":[]}',
+               CASE WHEN g % 10 = 0 THEN 'queued' ELSE 'succeeded' END,
+               CASE WHEN g % 10 = 0 THEN NULL ELSE 'old-fylr' END
+        FROM generate_series(1, 20000) g`);
+      await pool.query("ANALYZE queue_items");
+      const plan = (await pool.query<{ "QUERY PLAN": string }>(explainClaimPath, ["exec", -2147483648, 10])).rows.map((r) => r["QUERY PLAN"]).join("\n");
+      expect(plan).to.match(/Index Scan using queue_items_claim_idx/);
+      expect(plan).to.match(/LockRows/);
+      const id = (await pool.query<{ id: string }>("SELECT id FROM queue_items WHERE state = 'queued' LIMIT 1")).rows[0]!.id;
+      const positionPlan = (await pool.query<{ "QUERY PLAN": string }>(`EXPLAIN ${itemPosition}`, [id])).rows.map((r) => r["QUERY PLAN"]).join("\n");
+      expect(positionPlan.match(/queue_items_claim_idx/g) ?? []).to.have.length(2);
+      expect(positionPlan).to.not.match(/Seq Scan/);
+    } finally {
+      await closeAll(pool);
+    }
+  });
+
+  it("refuses migration files with gaps in their numbering", () => {
+    expect(() => loadMigrations(new URL("./fixtures/bad-migrations/", import.meta.url).pathname)).to.throw(/expected version 2/);
+  });
+
+  it("rolls a failing migration back and names it", async () => {
+    const bad = [...loadMigrations(), { version: 99, name: "broken", sql: "CREATE TABLE x (a int); SELECT no_such_function();", checksum: "x" }];
+    const err = await migrate(url, { migrations: bad }).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(err?.message).to.match(/migration 0099_broken: .*no_such_function/);
+    const client = new pg.Client(url);
+    await client.connect();
+    try {
+      expect((await client.query("SELECT to_regclass('x') AS t")).rows[0]).to.deep.equal({ t: null });
+    } finally {
+      await client.end();
+    }
+  });
+});
