@@ -1,5 +1,14 @@
-// The job runner: spawns a job's command (no shell) in its own process group and temp
-// directory, streams stdin/stdout through the pipe URLs, and describes the end in a Receipt.
+// The job runner: spawns a job's command (no shell, ever) in its own process group and a
+// fresh temp directory, streams stdin/stdout through the pipe URLs, and describes the end
+// in a Receipt. Decisions worth knowing:
+// - env is exactly the job's allow-listed variables plus PATH (the job's own if allowed,
+//   else the execserver's, else FALLBACK_PATH); nothing else of the execserver leaks.
+// - stdout is held until it passes 4000 bytes; output that fits never touches the stdout
+//   URL. Without a stdout URL, output past the prefix is counted and dropped: no error,
+//   stdout_streamed=false, stdout_bytes > prefix length tells the caller it was cut.
+// - the upload ends cleanly only after exit code 0 and no runner failure; anything else
+//   destroys it, so the receiver sees an aborted body.
+// - when the job is over, whatever is left in its process group is SIGKILLed.
 export { createRunJob, runJob, type RunnerOptions } from "./run-job.js";
 export type { RunJob, RunRequest } from "./types.js";
 export { childEnv, FALLBACK_PATH } from "./child-env.js";

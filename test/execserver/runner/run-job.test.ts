@@ -238,6 +238,19 @@ describe("runner: runJob", () => {
       expect(await isGone(pid)).to.equal(true);
     });
 
+    it("still ends a job whose stdout is held open by a process that left its group", async () => {
+      // setsid puts the sleep in a new session, out of reach of the group kill; it keeps
+      // the job's stdout open, so only giving up on the pipes lets the job end.
+      const receipt = await run({ command: ["sh", "-c", "setsid sleep 30 & echo $!"], timeoutMs: 300, killGraceMs: 100 });
+      const pid = Number(Buffer.from(receipt.stdoutPrefix).toString().trim());
+      try {
+        expect(receipt.error).to.equal(ErrorKind.TIMEOUT);
+        expect(receipt.exitCode).to.equal(0);
+      } finally {
+        if (pid > 0) process.kill(pid, "SIGKILL");
+      }
+    });
+
     it("cancels on abort", async () => {
       const controller = new AbortController();
       const pending = run({ command: ["sh", "-c", "sleep 100 & wait"], signal: controller.signal });
