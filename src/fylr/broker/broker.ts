@@ -83,6 +83,8 @@ export class Broker extends EventEmitter<BrokerEvents> {
   // instance (through another configured address) stay idle.
   private readonly primaries = new Map<string, BrokerConnection>();
   private readonly settleWaiters = new Set<() => void>();
+  private readonly unwants: { conn: BrokerConnection; jobId: string; at: number }[] = [];
+  private unwantTimer: NodeJS.Timeout | undefined;
   private snapshot: readonly BrokerInstance[] | undefined;
   private startedAt = 0;
 
@@ -191,6 +193,8 @@ export class Broker extends EventEmitter<BrokerEvents> {
     this.state = "closed";
     const err = new SlotbrokerError(Code.Unavailable, "the broker client was closed");
     for (const acq of [...this.book.all()]) if (this.giveUp(acq)) acq.reject(err);
+    clearTimeout(this.unwantTimer);
+    for (const { conn, jobId } of this.unwants.splice(0)) conn.unwant(jobId);
     for (const pool of this.addressPools) pool.close();
     for (const wake of this.settleWaiters) wake();
     return Promise.resolve();
@@ -207,6 +211,34 @@ export class Broker extends EventEmitter<BrokerEvents> {
     acq.clearTimers();
     this.book.delete(acq);
     return true;
+  }
+
+  // The losers' wants are withdrawn after a short grace (see unwantGrace in the config):
+  // one queue and one timer for all of them, flushed in order.
+  private unwantLater(conns: readonly BrokerConnection[], jobId: string): void {
+    if (conns.length === 0) return;
+    const grace = this.config.unwantGraceMs;
+    if (grace <= 0) {
+      for (const conn of conns) conn.unwant(jobId);
+      return;
+    }
+    const at = Date.now() + grace;
+    for (const conn of conns) this.unwants.push({ conn, jobId, at });
+    this.unwantTimer ??= setTimeout(() => this.flushUnwants(), grace);
+  }
+
+  private flushUnwants(): void {
+    this.unwantTimer = undefined;
+    const now = Date.now();
+    let due = 0;
+    while (due < this.unwants.length && this.unwants[due]!.at <= now) {
+      const { conn, jobId } = this.unwants[due++]!;
+      // A surplus offer that arrived meanwhile already took the want off this connection.
+      conn.unwant(jobId);
+    }
+    this.unwants.splice(0, due);
+    const next = this.unwants[0];
+    if (next) this.unwantTimer = setTimeout(() => this.flushUnwants(), Math.max(1, next.at - now));
   }
 
   private wire(conn: BrokerConnection): void {
@@ -242,7 +274,7 @@ export class Broker extends EventEmitter<BrokerEvents> {
       return;
     }
     this.stats.accepted++;
-    for (const other of verdict.unwant) other.unwant(offer.jobId);
+    this.unwantLater(verdict.unwant, offer.jobId);
     acq.clearTimers();
     this.book.delete(acq);
     acq.resolve(new Slot(acq.service, conn, offer, this.jobs));

@@ -36,6 +36,12 @@ export const brokerConfigSchema = z.strictObject({
   reconnectMax: durationMs.prefault("10s"),
   /** How long a want waits at start-up for the first HELLOs before judging a service unknown. */
   startupGrace: durationMs.prefault("3s"),
+  /**
+   * After a want won, how long its other wants stay before the UNWANT goes out. An offer
+   * already in flight from another execserver arrives meanwhile and gets a DECLINE, which
+   * its execserver counts as one; an UNWANT would withdraw it silently.
+   */
+  unwantGrace: durationMs.prefault("5ms"),
   /** How often a parked want with a position listener asks for its position. */
   positionInterval: durationMs.prefault("2s"),
   /** Host put into pipe URLs instead of the connection's local address (NAT). */
@@ -56,6 +62,7 @@ export interface BrokerConfig {
   readonly timings: ConnectionTimings;
   readonly startupGraceMs: number;
   readonly positionIntervalMs: number;
+  readonly unwantGraceMs: number;
   readonly pipeHost: string | undefined;
 }
 
@@ -92,6 +99,7 @@ export function compileBrokerConfig(raw: unknown, source = "execserver"): Broker
     },
     startupGraceMs: c.startupGrace,
     positionIntervalMs: c.positionInterval,
+    unwantGraceMs: c.unwantGrace,
     pipeHost: c.pipeHost,
   };
 }

@@ -1,0 +1,159 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import * as grpc from "@grpc/grpc-js";
+import { stringify } from "yaml";
+import { BrokerService, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
+import type { ExecserverConfigInput } from "../../src/execserver/index.js";
+import { freePort } from "../../src/shared/embedded-postgres.js";
+import { grpcClientConstructor } from "../../src/shared/grpc.js";
+import { release, track } from "./resources.js";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const StatusClient = grpcClientConstructor(BrokerService);
+
+/** An execserver running as a child process (`slotbroker execserver --config FILE`). */
+export interface ExecserverProcess {
+  readonly instanceId: string;
+  /** "127.0.0.1:PORT" of the gRPC listener; stays the same across restart(). */
+  readonly grpcAddress: string;
+  readonly adminAddress: string;
+  readonly configPath: string;
+  readonly child: ChildProcess;
+  /** Everything the process wrote to stderr (logs), for failure messages. */
+  stderr(): string;
+  /** GetStatus over gRPC. */
+  status(): Promise<GetStatusResponse>;
+  /** Kills the process (SIGKILL by default: a crash) and waits for it to exit. */
+  kill(signal?: NodeJS.Signals): Promise<void>;
+  /** Kills and starts it again on the same ports with the same config. */
+  restart(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/** Starts an execserver child process; `config` is written to a YAML file in a temp dir. */
+export async function spawnExecserver(
+  config: Omit<ExecserverConfigInput, "listen" | "adminListen"> & { listen?: string; adminListen?: string },
+  options: { name?: string; startTimeoutMs?: number } = {},
+): Promise<ExecserverProcess> {
+  const dir = mkdtempSync(join(tmpdir(), "slotbroker-exec-"));
+  const listen = config.listen ?? `127.0.0.1:${await freePort()}`;
+  const adminListen = config.adminListen ?? `127.0.0.1:${await freePort()}`;
+  const configPath = join(dir, "execserver.yaml");
+  writeFileSync(configPath, stringify({ ...config, listen, adminListen }));
+  const name = options.name ?? `execserver ${config.instanceId ?? listen}`;
+  let child: ChildProcess;
+  let log = "";
+  let instanceId = "";
+
+  const start = async (): Promise<void> => {
+    child = spawn(process.execPath, ["--import", "tsx", join(root, "src", "cli.ts"), "execserver", "--config", configPath], {
+      cwd: root,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, SLOTBROKER_LOG_LEVEL: process.env.SLOTBROKER_EXEC_LOG_LEVEL ?? "warn" },
+    });
+    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+      log = (log + chunk).slice(-20_000);
+    });
+    instanceId = await waitForBanner(child, options.startTimeoutMs ?? 30_000, () => log);
+  };
+  await start();
+
+  const kill = async (signal: NodeJS.Signals = "SIGKILL"): Promise<void> => {
+    const c = child;
+    if (c.exitCode !== null || c.signalCode !== null) return;
+    const exited = new Promise<void>((done) => c.once("exit", () => done()));
+    c.kill(signal);
+    await exited;
+  };
+
+  const handle: ExecserverProcess = {
+    get instanceId() {
+      return instanceId;
+    },
+    grpcAddress: listen,
+    adminAddress: adminListen,
+    configPath,
+    get child() {
+      return child;
+    },
+    stderr: () => log,
+    status: () => getStatus(listen, config.token),
+    kill,
+    restart: async (signal) => {
+      await kill(signal);
+      await start();
+    },
+  };
+  return track(handle, name, async () => {
+    await kill("SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  });
+}
+
+/** Stops a spawned execserver (tracked resources are released). */
+export function stopExecserver(process: ExecserverProcess | undefined): Promise<void> {
+  return release(process);
+}
+
+function waitForBanner(child: ChildProcess, timeoutMs: number, log: () => string): Promise<string> {
+  return new Promise((resolvePromise, reject) => {
+    let out = "";
+    const timer = setTimeout(() => fail(new Error(`execserver did not start within ${timeoutMs} ms`)), timeoutMs);
+    const onData = (chunk: string): void => {
+      out += chunk;
+      const m = /^execserver (\S+) listening grpc=(\S+) admin=(\S+)$/m.exec(out);
+      if (!m) return;
+      cleanup();
+      resolvePromise(m[1]!);
+    };
+    const onExit = (code: number | null): void => fail(new Error(`execserver exited with ${code} before listening`));
+    const fail = (err: Error): void => {
+      cleanup();
+      child.kill("SIGKILL");
+      reject(new Error(`${err.message}\nstdout: ${out}\nstderr: ${log()}`));
+    };
+    const cleanup = (): void => {
+      clearTimeout(timer);
+      child.stdout!.off("data", onData);
+      child.off("exit", onExit);
+    };
+    child.stdout!.setEncoding("utf8").on("data", onData);
+    child.once("exit", onExit);
+  });
+}
+
+/** One GetStatus call to an execserver. */
+export async function getStatus(address: string, token?: string): Promise<GetStatusResponse> {
+  const client = new StatusClient(address, grpc.credentials.createInsecure());
+  try {
+    const metadata = new grpc.Metadata();
+    if (token) metadata.set("authorization", `Bearer ${token}`);
+    return await new Promise<GetStatusResponse>((resolvePromise, reject) =>
+      (client as unknown as {
+        getStatus: (r: object, md: grpc.Metadata, cb: (e: Error | null, r: GetStatusResponse) => void) => void;
+      }).getStatus({}, metadata, (err, res) => (err ? reject(err) : resolvePromise(res))),
+    );
+  } finally {
+    client.close();
+  }
+}
+
+/** Polls `check` until it returns a truthy value (bounded); returns that value. */
+export async function waitFor<T>(what: string, check: () => T | Promise<T>, timeoutMs = 15_000, everyMs = 25): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value) return value as NonNullable<T>;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ""}`);
+    }
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
