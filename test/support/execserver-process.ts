@@ -147,7 +147,7 @@ export async function waitFor<T>(what: string, check: () => T | Promise<T>, time
   for (;;) {
     try {
       const value = await check();
-      if (value) return value as NonNullable<T>;
+      if (value) return value;
     } catch (err) {
       last = err;
     }
