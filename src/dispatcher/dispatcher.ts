@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import type pg from "pg";
-import { AbortReason, linkedAbortController, sleep } from "../shared/abort.js";
+import { AbortReason, sleep } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { execAdmission, type ExecAdmission, type InstanceShare } from "./admission.js";
@@ -95,9 +95,10 @@ export class Dispatcher {
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
   private readonly loopAbort = new AbortController();
-  private readonly tasksAbort = new AbortController();
   private readonly tasks = new Set<Promise<void>>();
-  private readonly controllers = new Map<string, AbortController>();
+  // One per running task, aborted directly (not linked to a parent signal: a linked child
+  // leaves a listener on the parent for as long as the parent lives).
+  private readonly controllers = new Set<AbortController>();
   private currentState: DispatcherState = "idle";
   private execHeld = 0;
   private admission: ExecAdmission = { admission: 0, held: 0, free: 0, shares: [] };
@@ -162,7 +163,7 @@ export class Dispatcher {
     let left = await this.settled(graceMs);
     if (left > 0) {
       this.log.warn({ left, graceMs }, "items still running after the grace period; aborting and giving them back");
-      this.tasksAbort.abort(new AbortReason("shutdown", "dispatcher stopped before the item finished"));
+      this.abortTasks(new AbortReason("shutdown", "dispatcher stopped before the item finished"));
       left = await this.settled(forceTimeoutMs);
     }
     try {
@@ -264,6 +265,8 @@ export class Dispatcher {
       // Staged: the first failure and every 30th are warnings, the rest debug noise.
       const level = this.dbFailures === 1 || this.dbFailures % 30 === 0 ? "warn" : "debug";
       this.log[level]({ err, failures: this.dbFailures }, "dispatcher pass failed; retrying next poll");
+    } finally {
+      this.counters.passes += 1;
     }
   }
 
@@ -276,9 +279,7 @@ export class Dispatcher {
     // and come back as a fresh member.
     const held = this.controllers.size;
     this.log.error({ incident: "declared-dead", held }, "this fylr was declared dead by a sibling; abandoning held items and re-registering");
-    for (const controller of this.controllers.values()) {
-      controller.abort(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
-    }
+    this.abortTasks(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
     await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
   }
 
@@ -337,8 +338,8 @@ export class Dispatcher {
 
   private async runTask(item: ClaimedItem, permit: Permit | undefined): Promise<void> {
     const log = this.log.child({ itemId: item.id, lease: item.lease, kind: item.kind });
-    const controller = linkedAbortController(this.tasksAbort.signal);
-    this.controllers.set(item.id, controller);
+    const controller = new AbortController();
+    this.controllers.add(controller);
     this.live.add({ id: item.id, kind: item.kind, priority: item.priority, lease: item.lease, callCount: item.calls.length });
     if (item.kind === "exec") this.execHeld += 1;
     let marking: Promise<void> | undefined;
@@ -349,16 +350,20 @@ export class Dispatcher {
       permit?.markUsed();
       const outcome = await runItem(item, { backend: this.options.backend, actions: this.actions, live: this.live, maxOutputBytes: this.config.maxOutputBytes, onStart }, controller.signal);
       await marking;
-      this.live.setPhase(item.id, "finishing");
+      this.live.setPhase(item.id, item.lease, "finishing");
       await settle(item, outcome, { store: this.store, config: this.config, counters: this.counters, keepTrying: () => this.currentState !== "stopped" }, log);
     } catch (err) {
       log.error({ err }, "item task failed unexpectedly");
     } finally {
       if (item.kind === "exec") this.execHeld -= 1;
       permit?.release();
-      this.live.remove(item.id);
-      this.controllers.delete(item.id);
+      this.live.remove(item.id, item.lease);
+      this.controllers.delete(controller);
     }
+  }
+
+  private abortTasks(reason: AbortReason): void {
+    for (const controller of this.controllers) controller.abort(reason);
   }
 
   private async markRunning(item: ClaimedItem, controller: AbortController, log: Logger): Promise<void> {

@@ -41,16 +41,16 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
   try {
     for (const [i, call] of item.calls.entries()) {
       signal.throwIfAborted();
-      deps.live.setPhase(item.id, "waiting", { callIndex: i, service: call.service });
+      deps.live.setPhase(item.id, item.lease, "waiting", { callIndex: i, service: call.service });
       const { receipt, stdout } = await deps.backend.run(
         { service: call.service, args: call.args, env: call.env, timeoutMs: call.timeoutMs, stdin: resolveStdin(call, previous) },
         {
           priority: item.priority,
           signal,
           maxStdoutBytes: deps.maxOutputBytes,
-          onPosition: (position) => deps.live.setPosition(item.id, position),
+          onPosition: (position) => deps.live.setPosition(item.id, item.lease, position),
           onStart: (instanceId) => {
-            deps.live.setPhase(item.id, "running", { instanceId });
+            deps.live.setPhase(item.id, item.lease, "running", { instanceId });
             deps.onStart();
           },
         },
@@ -83,7 +83,7 @@ async function runLocal(item: QueueItem, deps: RunnerDeps, signal: AbortSignal):
     return { kind: "failed", results: [], error: `local action "${local?.name ?? "?"}" is not available on this fylr`, permanent: false };
   }
   try {
-    deps.live.setPhase(item.id, "running", { service: local.name });
+    deps.live.setPhase(item.id, item.lease, "running", { service: local.name });
     deps.onStart();
     const output = await action.run(local.params, local.input, signal);
     if (output.length > deps.maxOutputBytes) {

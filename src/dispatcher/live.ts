@@ -44,7 +44,12 @@ export interface LiveItem {
 /** A change: the item as it is now, or `removed` once this fylr let go of it. */
 export type LiveListener = (item: LiveItem, removed: boolean) => void;
 
-/** The table of held items, with checked phase transitions and change listeners. */
+/**
+ * The table of held items, with checked phase transitions and change listeners. Keyed by
+ * item id; every update names the lease it is about, because after a requeue this fylr can
+ * claim an item again while the task of its older claim is still winding down, and that
+ * task must not touch the newer claim's entry.
+ */
 export class LiveItems {
   private readonly items = new Map<string, LiveItem>();
   private readonly listeners = new Set<LiveListener>();
@@ -56,8 +61,8 @@ export class LiveItems {
   }
 
   /** Moves an item to a new phase; throws on an illegal transition (a bug in the runner). */
-  setPhase(id: string, phase: LivePhase, patch: Partial<Pick<LiveItem, "callIndex" | "service" | "instanceId">> = {}): void {
-    const item = this.items.get(id);
+  setPhase(id: string, lease: number, phase: LivePhase, patch: Partial<Pick<LiveItem, "callIndex" | "service" | "instanceId">> = {}): void {
+    const item = this.current(id, lease);
     if (!item) return;
     if (item.phase !== phase && !transitions[item.phase].includes(phase)) {
       throw new Error(`live item ${id}: illegal phase change ${item.phase} → ${phase}`);
@@ -68,14 +73,14 @@ export class LiveItems {
   }
 
   /** Records the execserver's latest POSITION for an item. */
-  setPosition(id: string, position: Position): void {
-    const item = this.items.get(id);
+  setPosition(id: string, lease: number, position: Position): void {
+    const item = this.current(id, lease);
     if (item) this.put({ ...item, position });
   }
 
-  /** Stops tracking an item. */
-  remove(id: string): void {
-    const item = this.items.get(id);
+  /** Stops tracking an item (if `lease` is still the claim tracked). */
+  remove(id: string, lease: number): void {
+    const item = this.current(id, lease);
     if (!item) return;
     this.items.delete(id);
     this.emit(item, true);
@@ -95,6 +100,11 @@ export class LiveItems {
   subscribe(listener: LiveListener): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  private current(id: string, lease: number): LiveItem | undefined {
+    const item = this.items.get(id);
+    return item?.lease === lease ? item : undefined;
   }
 
   private put(item: LiveItem): void {

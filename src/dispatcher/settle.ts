@@ -24,11 +24,13 @@ export interface DispatcherCounters {
   orphansRescued: number;
   /** Writes refused by the lease fence. */
   fenced: number;
+  /** Loop passes run (a liveness figure: it grows about once per poll interval). */
+  passes: number;
 }
 
 /** A fresh set of zeroed counters. */
 export function newCounters(): DispatcherCounters {
-  return { claimed: 0, succeeded: 0, failed: 0, requeued: 0, orphansRescued: 0, fenced: 0 };
+  return { claimed: 0, succeeded: 0, failed: 0, requeued: 0, orphansRescued: 0, fenced: 0, passes: 0 };
 }
 
 /** What settling needs. */

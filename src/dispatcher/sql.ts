@@ -24,12 +24,14 @@ export const selectItem = `SELECT * FROM queue_items WHERE id = $1`;
 /**
  * Claim up to $4 queued items of kind $2 with priority ≥ $3 whose start_after has come,
  * in claim order, for fylr $1. SKIP LOCKED lets concurrent claimers take disjoint rows
- * without waiting; each claim bumps the lease and counts an attempt.
+ * without waiting; each claim bumps the lease and counts an attempt. A fylr without a row
+ * (declared dead and not yet back) claims nothing: its claims would be orphans at once.
  */
 export const claimItems = `
 WITH next AS (
   SELECT id FROM queue_items
   WHERE state = 'queued' AND kind = $2 AND priority >= $3 AND start_after <= now()
+    AND EXISTS (SELECT 1 FROM fylrs WHERE id = $1)
   ORDER BY priority DESC, start_after, seq
   LIMIT $4
   FOR UPDATE SKIP LOCKED

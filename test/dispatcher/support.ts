@@ -122,7 +122,7 @@ export async function runLocally(request: ExecRequest, options: ExecRunOptions, 
   if (request.stdin instanceof URL) {
     const res = await fetch(request.stdin, { signal: options.signal });
     if (!res.ok || !res.body) throw new Error(`stdin URL answered ${res.status}`);
-    Readable.fromWeb(res.body as import("node:stream/web").ReadableStream).pipe(child.stdin);
+    Readable.fromWeb(res.body).pipe(child.stdin);
   } else {
     child.stdin.end(request.stdin ?? Buffer.alloc(0));
   }
