@@ -35,6 +35,11 @@ export async function startHaproxy(backends: readonly string[]): Promise<Haproxy
     // Broker streams are long-lived; gRPC keepalive keeps them busy far below this.
     "  timeout client 1h",
     "  timeout server 1h",
+    // Like a Kubernetes Service routing only to ready pods: TCP health checks take a dead
+    // backend out of the rotation, and a failed connect is retried on another one.
+    "  option redispatch",
+    "  retries 2",
+    "  default-server check inter 200ms fall 2 rise 1",
     "frontend broker",
     `  bind 127.0.0.1:${port}`,
     "  default_backend execservers",

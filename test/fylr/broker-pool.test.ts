@@ -1,0 +1,123 @@
+import { expect } from "chai";
+import type { Broker } from "../../src/fylr/broker/index.js";
+import { freePort } from "../../src/shared/embedded-postgres.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
+import { startHaproxy, type Haproxy } from "../support/haproxy.js";
+import { release } from "../support/resources.js";
+
+const oneSleepSlot = (instanceId: string, listen?: string) => ({
+  instanceId,
+  ...(listen ? { listen } : {}),
+  waitgroups: { w: { processes: 1 } },
+  services: { sleep: { waitgroup: "w", command: ["sleep"] } },
+});
+
+/** Distinct instances the broker's connections reach, from the execservers' point of view. */
+async function connectionsPerInstance(servers: ExecserverProcess[], client: string): Promise<number[]> {
+  const counts: number[] = [];
+  for (const server of servers) counts.push((await server.status()).connections.filter((c) => c.clientName === client).length);
+  return counts;
+}
+
+/** Runs `jobs` sleeps at once; resolves with the instance ids that ran them. */
+async function burst(replica: FylrReplica, jobs: number, seconds: string): Promise<string[]> {
+  const results = await Promise.all(Array.from({ length: jobs }, () => replica.exec.run({ service: "sleep", args: [seconds] })));
+  for (const r of results) expect(r.receipt.exitCode, r.receipt.stderrLine).to.equal(0);
+  return results.map((r) => r.instanceId);
+}
+
+function pool(broker: Broker) {
+  return broker.pools()[0]!;
+}
+
+describe("fylr broker pool behind one load-balanced address (HAProxy, three execservers)", function () {
+  this.timeout(90_000);
+  let servers: ExecserverProcess[] = [];
+  let haproxy: Haproxy | undefined;
+  let replica: FylrReplica | undefined;
+
+  afterEach(async () => {
+    await stopReplica(replica);
+    replica = undefined;
+    await release(haproxy);
+    haproxy = undefined;
+    for (const server of servers.splice(0)) await release(server);
+  });
+
+  it("grows under backpressure, reaches all three, closes the duplicate, marks covered and stops growing", async () => {
+    servers = await Promise.all(["pod-1", "pod-2", "pod-3"].map((id) => spawnExecserver(oneSleepSlot(id))));
+    haproxy = await startHaproxy(servers.map((s) => s.grpcAddress));
+    replica = await startReplica({ addresses: [haproxy.address], connectTimeout: "60s", reprobeInterval: "10m", maxConnectionsPerAddress: 8 }, "lb");
+    const p = pool(replica.broker);
+    await waitFor("the first connection", () => replica!.broker.instances().length === 1);
+    expect(p.stats.opened).to.equal(1);
+
+    // Twelve one-second jobs on three one-slot pods: backpressure lasts for seconds.
+    const ran = await burst(replica, 12, "1");
+
+    expect(new Set(ran)).to.have.lengthOf(3);
+    expect(replica.broker.instances().map((i) => i.instanceId).sort()).to.deep.equal(["pod-1", "pod-2", "pod-3"]);
+    expect(p.stats.duplicatesClosed, "a connection landed on a known pod and was closed").to.be.at.least(1);
+    expect(p.covered).to.equal(true);
+    expect(p.connections()).to.have.lengthOf(3);
+    expect(p.stats.opened).to.equal(3 + p.stats.duplicatesClosed);
+    // Each pod counts this fylr exactly once.
+    await waitFor("one connection per pod", async () => (await connectionsPerInstance(servers, "lb")).every((n) => n === 1));
+    expect(replica.broker.instances().map((i) => i.clients)).to.deep.equal([1, 1, 1]);
+
+    // The burst is over: no backpressure, so no new connection for several growth intervals.
+    const opened = p.stats.opened;
+    await waitFor("the pool to see no backpressure", () => p.lastDecision?.grow === false && p.lastDecision.reason === "no-backpressure");
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(p.stats.opened).to.equal(opened);
+    expect(p.lastDecision).to.deep.equal({ grow: false, reason: "no-backpressure" });
+  });
+
+  it("stays at one connection when one pod absorbs the work", async () => {
+    servers = [await spawnExecserver({ ...oneSleepSlot("solo"), waitgroups: { w: { processes: 4 } } })];
+    haproxy = await startHaproxy(servers.map((s) => s.grpcAddress));
+    replica = await startReplica({ addresses: [haproxy.address], connectTimeout: "60s" }, "solo");
+    await waitFor("the first connection", () => replica!.broker.instances().length === 1);
+    await burst(replica, 4, "0.5");
+    expect(pool(replica.broker).stats.opened).to.equal(1);
+  });
+
+  it("re-probes after the covered mark lapses and finds a pod that came up later", async () => {
+    const latePort = await freePort();
+    servers = await Promise.all(["early-1", "early-2"].map((id) => spawnExecserver(oneSleepSlot(id))));
+    haproxy = await startHaproxy([...servers.map((s) => s.grpcAddress), `127.0.0.1:${latePort}`]);
+    replica = await startReplica({ addresses: [haproxy.address], connectTimeout: "60s", reprobeInterval: "1s", reconnectMax: "200ms" }, "probe");
+    const p = pool(replica.broker);
+    await waitFor("the first connection", () => replica!.broker.instances().length === 1);
+
+    await burst(replica, 8, "1");
+    expect(replica.broker.instances().map((i) => i.instanceId).sort()).to.deep.equal(["early-1", "early-2"]);
+    expect(p.stats.duplicatesClosed).to.be.at.least(1);
+
+    servers.push(await spawnExecserver(oneSleepSlot("late", `127.0.0.1:${latePort}`)));
+    await waitFor("the covered mark to lapse", () => !p.covered);
+    const ran = await burst(replica, 9, "1");
+    expect(ran).to.include("late");
+    expect(replica.broker.instances().map((i) => i.instanceId).sort()).to.deep.equal(["early-1", "early-2", "late"]);
+  });
+
+  it("reconnects a dropped pool connection through the balancer onto a live pod", async () => {
+    servers = await Promise.all(["keep-1", "keep-2"].map((id) => spawnExecserver(oneSleepSlot(id))));
+    haproxy = await startHaproxy(servers.map((s) => s.grpcAddress));
+    replica = await startReplica({ addresses: [haproxy.address], connectTimeout: "60s", reprobeInterval: "10m" }, "drop");
+    const p = pool(replica.broker);
+    await waitFor("the first connection", () => replica!.broker.instances().length === 1);
+    await burst(replica, 6, "0.5");
+    expect(replica.broker.instances()).to.have.lengthOf(2);
+
+    const victim = servers.find((s) => s.instanceId === replica!.broker.instances()[0]!.instanceId)!;
+    await victim.kill("SIGKILL");
+    // The dead pod's connection redials the balancer, lands on the survivor and, being a
+    // duplicate there, is closed: the pool keeps exactly the reachable fleet.
+    await waitFor("the pool to shrink to the survivor", () => p.connections().length === 1 && replica!.broker.instances().length === 1);
+    const survivor = servers.find((s) => s !== victim)!;
+    expect(replica.broker.instances()[0]!.instanceId).to.equal(survivor.instanceId);
+    expect(await burst(replica, 2, "0.1")).to.deep.equal([survivor.instanceId, survivor.instanceId]);
+  });
+});
