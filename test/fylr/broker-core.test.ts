@@ -1,0 +1,153 @@
+import { expect } from "chai";
+import {
+  RaceBook,
+  WantRace,
+  backoffDelay,
+  canTransition,
+  checkTransition,
+  compileBrokerConfig,
+  decideGrowth,
+  ipFromBytes,
+  isCovered,
+  type GrowthInput,
+  type GrowthPolicy,
+} from "../../src/fylr/broker/index.js";
+import { ConfigError } from "../../src/shared/errors.js";
+
+const policy: GrowthPolicy = { retryTickMs: 1000, growIntervalMs: 2000, maxConnections: 3, reprobeMs: 60_000 };
+const base: GrowthInput = { now: 100_000, oldestParkedAt: 98_000, connections: 1, pending: 0, lastGrowthAt: undefined, coveredAt: undefined };
+
+describe("fylr broker core (pure)", () => {
+  describe("pool growth decision", () => {
+    it("grows when a want has been parked for a whole retry tick", () => {
+      expect(decideGrowth(base, policy)).to.deep.equal({ grow: true });
+      expect(decideGrowth({ ...base, oldestParkedAt: 99_000 }, policy)).to.deep.equal({ grow: true });
+    });
+
+    it("does not grow without backpressure", () => {
+      expect(decideGrowth({ ...base, oldestParkedAt: undefined }, policy)).to.deep.equal({ grow: false, reason: "no-backpressure" });
+      expect(decideGrowth({ ...base, oldestParkedAt: 99_500 }, policy)).to.deep.equal({ grow: false, reason: "no-backpressure" });
+    });
+
+    it("opens at most one connection per grow interval", () => {
+      expect(decideGrowth({ ...base, lastGrowthAt: 99_000 }, policy)).to.deep.equal({ grow: false, reason: "rate-limited" });
+      expect(decideGrowth({ ...base, lastGrowthAt: 98_000 }, policy)).to.deep.equal({ grow: true });
+    });
+
+    it("waits for the previous new connection's HELLO", () => {
+      expect(decideGrowth({ ...base, pending: 1 }, policy)).to.deep.equal({ grow: false, reason: "pending" });
+    });
+
+    it("stops at the cap", () => {
+      expect(decideGrowth({ ...base, connections: 3 }, policy)).to.deep.equal({ grow: false, reason: "at-cap" });
+    });
+
+    it("stops while covered and probes again once the mark lapses", () => {
+      expect(decideGrowth({ ...base, coveredAt: 50_000 }, policy)).to.deep.equal({ grow: false, reason: "covered" });
+      expect(isCovered({ now: 100_000, coveredAt: 50_000 }, policy)).to.equal(true);
+      expect(isCovered({ now: 110_000, coveredAt: 50_000 }, policy)).to.equal(false);
+      expect(decideGrowth({ ...base, now: 110_000, oldestParkedAt: 108_000, coveredAt: 50_000 }, policy)).to.deep.equal({ grow: true });
+    });
+  });
+
+  describe("acquire race bookkeeping", () => {
+    it("lets the first offer win and names the others to UNWANT", () => {
+      const race = new WantRace<string>("j1", "cat", 0, 0);
+      expect(race.park("a")).to.equal(true);
+      expect(race.park("b")).to.equal(true);
+      expect(race.park("c")).to.equal(true);
+      expect(race.park("a"), "no double park on one connection").to.equal(false);
+      expect(race.offer("b")).to.deep.equal({ accept: true, unwant: ["a", "c"] });
+      expect(race.state).to.equal("won");
+      expect(race.wonOn).to.equal("b");
+    });
+
+    it("declines every later offer, and offers after giving up", () => {
+      const race = new WantRace<string>("j1", "cat", 0, 0);
+      race.park("a");
+      race.park("b");
+      race.offer("a");
+      expect(race.offer("b")).to.deep.equal({ accept: false });
+      expect(race.park("c"), "a won race parks nowhere").to.equal(false);
+      const gone = new WantRace<string>("j2", "cat", 0, 0);
+      gone.park("a");
+      expect(gone.end()).to.deep.equal(["a"]);
+      expect(gone.end()).to.deep.equal([]);
+      expect(gone.offer("a")).to.deep.equal({ accept: false });
+      expect(gone.state).to.equal("ended");
+    });
+
+    it("accepts an offer from a connection it was unparked from (an offer is an offer)", () => {
+      const race = new WantRace<string>("j1", "cat", 0, 0);
+      race.park("a");
+      race.unpark("a");
+      expect(race.offer("a")).to.deep.equal({ accept: true, unwant: [] });
+    });
+
+    it("indexes parked races by service for a newly reached instance", () => {
+      const book = new RaceBook<string>();
+      const a = new WantRace<string>("a", "cat", 0, 0);
+      const b = new WantRace<string>("b", "ffmpeg", 0, 0);
+      const c = new WantRace<string>("c", "cat", 5, 0);
+      book.add(a);
+      book.add(b);
+      book.add(c);
+      expect(() => book.add(new WantRace<string>("a", "cat", 0, 0))).to.throw(/duplicate job id a/);
+      expect([...book.forService("cat")].map((r) => r.jobId)).to.deep.equal(["a", "c"]);
+      book.delete(a);
+      expect([...book.forService("cat")].map((r) => r.jobId)).to.deep.equal(["c"]);
+      expect([...book.forService("sox")]).to.deep.equal([]);
+      expect(book.get("b")).to.equal(b);
+      expect(book.size).to.equal(2);
+    });
+  });
+
+  describe("connection lifecycle", () => {
+    it("allows only the documented transitions", () => {
+      expect(canTransition("idle", "connecting")).to.equal(true);
+      expect(canTransition("connecting", "ready")).to.equal(true);
+      expect(canTransition("ready", "backoff")).to.equal(true);
+      expect(canTransition("backoff", "connecting")).to.equal(true);
+      expect(canTransition("ready", "connecting")).to.equal(false);
+      expect(() => checkTransition("closed", "connecting")).to.throw(/illegal broker connection transition closed → connecting/);
+    });
+
+    it("backs off exponentially, capped, with jitter below the nominal delay", () => {
+      const p = { initialMs: 100, maxMs: 1000, multiplier: 2, jitter: 0.5 };
+      expect([0, 1, 2, 3, 4, 10].map((n) => backoffDelay(n, p, () => 0))).to.deep.equal([100, 200, 400, 800, 1000, 1000]);
+      expect(backoffDelay(1, p, () => 1)).to.equal(100);
+      expect(backoffDelay(1000, p, () => 0)).to.equal(1000);
+    });
+  });
+
+  describe("local address helpers", () => {
+    it("renders IPv4, IPv6 and IPv4-mapped addresses from channelz bytes", () => {
+      expect(ipFromBytes(Uint8Array.from([127, 0, 0, 1]))).to.equal("127.0.0.1");
+      const v6 = new Uint8Array(16);
+      v6[15] = 1;
+      expect(ipFromBytes(v6)).to.equal("::1");
+      const mapped = Uint8Array.from([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3]);
+      expect(ipFromBytes(mapped)).to.equal("10.1.2.3");
+      const doc = Uint8Array.from([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1]);
+      expect(ipFromBytes(doc)).to.equal("2001:db8::1:0:0:1");
+      expect(ipFromBytes(new Uint8Array(3))).to.equal(undefined);
+    });
+  });
+
+  describe("config", () => {
+    it("compiles durations and defaults", () => {
+      const config = compileBrokerConfig({ addresses: ["127.0.0.1:7600"], connectTimeout: "5s", clientName: "f1" });
+      expect(config.connectTimeoutMs).to.equal(5000);
+      expect(config.growth).to.deep.equal({ retryTickMs: 1000, growIntervalMs: 2000, maxConnections: 8, reprobeMs: 60_000 });
+      expect(config.clientName).to.equal("f1");
+      expect(config.timings.backoff.initialMs).to.equal(100);
+    });
+
+    it("names the bad key", () => {
+      expect(() => compileBrokerConfig({ addresses: [] }, "fylr.yaml")).to.throw(ConfigError, /addresses: name at least one/);
+      expect(() => compileBrokerConfig({ addresses: ["x:1"], retryTick: "1" }, "fylr.yaml")).to.throw(/retryTick: expected a duration/);
+      expect(() => compileBrokerConfig({ addresses: ["x:1"], reconnectInitial: "5s", reconnectMax: "1s" })).to.throw(/reconnectMax/);
+      expect(() => compileBrokerConfig({ addresses: ["x:1", "x:1"] })).to.throw(/addresses: listed twice/);
+    });
+  });
+});
