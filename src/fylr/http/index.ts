@@ -1,0 +1,15 @@
+// The fylr's HTTP port: HTTP/1.1 + h2c, Connect services, raw pipe routes, /healthz.
+export type { HttpRequest, HttpResponse, RawCall, RawRoute } from "./http-types.js";
+export { nodeRequestKey } from "./node-request.js";
+export { pipeRawRoutes } from "./pipe-routes.js";
+export { pipeServiceImpl, registerPipeService, toConnectError } from "./pipe-service.js";
+export { PIPE_IN_PREFIX, PIPE_OUT_PREFIX, pipeUrls, urlHost, type PipeIds, type PipeUrls } from "./pipe-urls.js";
+export { classifyPreface, HTTP2_PREFACE, type WireProtocol } from "./protocol-sniff.js";
+export { matchPath } from "./route-match.js";
+export { httpStatusFor, requestBodyIntact, sendText } from "./responses.js";
+export {
+  startFylrHttpServer,
+  type FylrHttpServer,
+  type FylrHttpServerOptions,
+  type HealthReport,
+} from "./server.js";

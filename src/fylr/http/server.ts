@@ -1,0 +1,217 @@
+import * as http from "node:http";
+import * as http2 from "node:http2";
+import * as net from "node:net";
+import type { ConnectRouter } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { splitHostPort } from "../../shared/config.js";
+import { ConfigError } from "../../shared/errors.js";
+import { silentLogger, type Logger } from "../../shared/log.js";
+import type { PipeRegistry } from "../pipes/index.js";
+import type { HttpRequest, HttpResponse, RawRoute } from "./http-types.js";
+import { nodeRequestContext } from "./node-request.js";
+import { pipeRawRoutes } from "./pipe-routes.js";
+import { registerPipeService } from "./pipe-service.js";
+import { sniffProtocol, type WireProtocol } from "./protocol-sniff.js";
+import { matchPath } from "./route-match.js";
+import { sendText } from "./responses.js";
+import { urlHost } from "./pipe-urls.js";
+
+/** What `/healthz` reports; a failing check answers 503. */
+export interface HealthReport {
+  readonly ok: boolean;
+  readonly detail?: string;
+}
+
+/** Options of the fylr's HTTP server. */
+export interface FylrHttpServerOptions {
+  /** "host:port" to listen on; port 0 picks a free port. */
+  readonly listen: string;
+  /** When given, PipeService and the raw pipe routes serve its pipes. */
+  readonly registry?: PipeRegistry;
+  /** Adds more Connect services (e.g. QueueService). */
+  readonly connectRoutes?: (router: ConnectRouter) => void;
+  /** More raw routes (status page, /metrics); matched before Connect, in order. */
+  readonly rawRoutes?: readonly RawRoute[];
+  /** Extra health check behind `/healthz`. */
+  readonly health?: () => HealthReport;
+  /** Graceful close waits this long for in-flight requests before destroying them (default 10 s). */
+  readonly closeTimeoutMs?: number;
+  /** A connection must show its first bytes within this time (default 30 s). */
+  readonly firstBytesTimeoutMs?: number;
+  readonly logger?: Logger;
+}
+
+/** A running fylr HTTP server. */
+export interface FylrHttpServer {
+  /** The bound port (the real one when listening on port 0). */
+  readonly port: number;
+  /** The bound host as configured, e.g. "127.0.0.1". */
+  readonly address: string;
+  /** "http://host:port", for clients and tests. */
+  readonly url: string;
+  /**
+   * Stops accepting, lets in-flight requests finish within `closeTimeoutMs`, then
+   * destroys what is left. Idempotent: every call returns the same promise.
+   */
+  close(): Promise<void>;
+}
+
+type ServerState = "listening" | "closing" | "closed";
+
+// Big HTTP/2 flow-control windows: the default 64 KiB caps a pipe upload at one window
+// per round trip.
+const H2_WINDOW = 8 * 1024 * 1024;
+
+/**
+ * Starts the fylr's one HTTP port: HTTP/1.1 and cleartext HTTP/2 (prior knowledge) on
+ * the same listener, told apart by the connection's first bytes. Serves `/healthz`, the
+ * raw routes, then Connect (PipeService when a registry is given, plus `connectRoutes`).
+ */
+export async function startFylrHttpServer(options: FylrHttpServerOptions): Promise<FylrHttpServer> {
+  const where = splitHostPort(options.listen);
+  if (!where) throw new ConfigError(`listen: expected "host:port", got "${options.listen}"`);
+  const logger = (options.logger ?? silentLogger).child({ component: "fylr-http" });
+  let state: ServerState = "listening";
+  const setState = (next: ServerState): void => {
+    const allowed: Record<ServerState, ServerState[]> = { listening: ["closing"], closing: ["closed"], closed: [] };
+    if (!allowed[state].includes(next)) throw new Error(`illegal http server transition ${state} → ${next}`);
+    state = next;
+  };
+
+  const registry = options.registry;
+  const routes: RawRoute[] = [
+    healthRoute(() => (state === "listening" ? (options.health?.() ?? { ok: true }) : { ok: false, detail: "closing" })),
+    ...(registry ? pipeRawRoutes(registry) : []),
+    ...(options.rawRoutes ?? []),
+  ];
+  const connectHandler = connectNodeAdapter({
+    routes: (router) => {
+      if (registry) registerPipeService(router, registry);
+      options.connectRoutes?.(router);
+    },
+    contextValues: (req) => nodeRequestContext(req),
+    fallback: (req, res) => sendText(res as HttpResponse, 404, `no route for ${req.method ?? "?"} ${req.url ?? "?"}`),
+  });
+
+  const dispatch = (req: HttpRequest, res: HttpResponse, expectContinue: boolean): void => {
+    // While closing, HTTP/1.1 connections are told to go away after this response.
+    if (state !== "listening" && !("stream" in res)) res.setHeader("connection", "close");
+    const path = req.url ?? "/";
+    for (const route of routes) {
+      const params = matchPath(route.path, path);
+      if (!params) continue;
+      const method = req.method ?? "";
+      if (!route.methods.includes(method)) {
+        sendText(res, 405, `method ${method} is not allowed here; use ${route.methods.join(", ")}`, {
+          allow: route.methods.join(", "),
+        });
+        return;
+      }
+      if (expectContinue && !route.handlesContinue) res.writeContinue();
+      runRoute(route, { req, res, params, expectContinue, logger }, logger);
+      return;
+    }
+    if (expectContinue) res.writeContinue();
+    connectHandler(req, res);
+  };
+
+  const h1 = http.createServer({ requestTimeout: 0 }, (req, res) => dispatch(req, res, false));
+  h1.on("checkContinue", (req, res) => dispatch(req, res, true));
+  const h2 = http2.createServer({ settings: { initialWindowSize: H2_WINDOW } }, (req, res) => dispatch(req, res, false));
+  h2.on("checkContinue", (req, res) => dispatch(req, res, true));
+
+  const sockets = new Map<net.Socket, WireProtocol | "sniffing">();
+  const sessions = new Set<http2.ServerHttp2Session>();
+  h2.on("session", (session) => {
+    sessions.add(session);
+    session.once("close", () => sessions.delete(session));
+    session.on("error", (err: Error) => logger.debug({ err: err.message }, "http/2 session error"));
+    session.setLocalWindowSize(H2_WINDOW);
+  });
+  h1.on("clientError", (err, socket) => {
+    logger.debug({ err: err.message }, "http/1.1 client error");
+    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n");
+    else socket.destroy();
+  });
+
+  const listener = net.createServer((socket) => {
+    sockets.set(socket, "sniffing");
+    socket.once("close", () => sockets.delete(socket));
+    sniffProtocol(socket, options.firstBytesTimeoutMs ?? 30_000, (protocol) => {
+      sockets.set(socket, protocol);
+      if (protocol === "h2") {
+        h2.emit("connection", socket);
+      } else {
+        h1.emit("connection", socket);
+        socket.resume();
+      }
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    listener.once("error", reject);
+    listener.listen(where.port, where.host, () => {
+      listener.off("error", reject);
+      resolve();
+    });
+  });
+  listener.on("error", (err: Error) => logger.error({ err: err.message }, "listener error"));
+  const port = (listener.address() as net.AddressInfo).port;
+  logger.info({ host: where.host, port }, "fylr http listening");
+
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      setState("closing");
+      listener.close();
+      for (const [socket, protocol] of sockets) if (protocol === "sniffing") socket.destroy();
+      h1.closeIdleConnections();
+      for (const session of sessions) session.close();
+      const drained = await waitUntil(() => sockets.size === 0, options.closeTimeoutMs ?? 10_000);
+      if (!drained) {
+        logger.warn({ connections: sockets.size }, "graceful close timed out; destroying connections");
+        for (const session of sessions) session.destroy();
+        for (const socket of sockets.keys()) socket.destroy();
+      }
+      setState("closed");
+    })();
+    return closing;
+  };
+
+  return { port, address: where.host, url: `http://${urlHost(where.host)}:${port}`, close };
+}
+
+function healthRoute(report: () => HealthReport): RawRoute {
+  return {
+    path: "/healthz",
+    methods: ["GET", "HEAD"],
+    handle: ({ res }) => {
+      const { ok, detail } = report();
+      sendText(res, ok ? 200 : 503, detail ?? (ok ? "ok" : "unhealthy"));
+    },
+  };
+}
+
+function runRoute(route: RawRoute, call: Parameters<RawRoute["handle"]>[0], logger: Logger): void {
+  const fail = (err: unknown): void => {
+    logger.error({ err: (err as Error).message, path: route.path }, "raw route failed");
+    if (!call.res.headersSent) sendText(call.res, 500, "internal error");
+    else call.res.destroy();
+  };
+  try {
+    const result = route.handle(call);
+    if (result) result.catch(fail);
+  } catch (err) {
+    fail(err);
+  }
+}
+
+// Polls instead of counting events: sockets close through several paths (h1 keep-alive
+// end, GOAWAY, destroy) and polling a size is simpler than wiring each of them.
+async function waitUntil(done: () => boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!done()) {
+    if (Date.now() >= deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return true;
+}
