@@ -42,6 +42,8 @@ const hints: Record<string, string> = {
   "42703": " (is the schema migrated? run `slotbroker migrate`)",
 };
 
+const closedByUs = /after calling end on the pool|Client was closed and is not queryable/;
+
 /** The SQLSTATE of a node-postgres error, if it is one. */
 export function sqlState(err: unknown): string | undefined {
   if (typeof err !== "object" || err === null) return undefined;
@@ -56,6 +58,10 @@ export function sqlState(err: unknown): string | undefined {
 export function fromPgError(err: unknown, what: string): unknown {
   if (err instanceof SlotbrokerError || isAbortError(err)) return err;
   const state = sqlState(err);
+  if (state === undefined && err instanceof Error && closedByUs.test(err.message)) {
+    // Our own pool or client was shut down: retrying cannot help.
+    return new SlotbrokerError(Code.FailedPrecondition, `${what}: ${err.message}`, { cause: err });
+  }
   if (state === undefined) {
     // Socket-level failures (ECONNREFUSED, ECONNRESET…) are mapped by SlotbrokerError.from;
     // pg's own "Connection terminated" errors carry no code and mean the same thing.

@@ -1,32 +1,9 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
-import { fileURLToPath } from "node:url";
 import { expect } from "chai";
 import type pg from "pg";
 import { createDefaultActions, migrate, normalizeSubmit, QueueStore } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release, track } from "../support/resources.js";
-import { closeAll, openPool, waitFor } from "./support.js";
-
-const claimer = fileURLToPath(new URL("./fixtures/claimer.ts", import.meta.url));
-
-/** Starts a claimer process; collects its JSON lines. Tracked: killed if the test leaves it. */
-export function startClaimer(args: string[]): { child: ChildProcess; lines: Record<string, unknown>[]; exited: Promise<number | null> } {
-  const child = spawn(process.execPath, ["--import", "tsx", claimer, ...args], { stdio: ["ignore", "pipe", "inherit"] });
-  track(child, `claimer ${args[0]}`, (c) => {
-    if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
-  });
-  const lines: Record<string, unknown>[] = [];
-  let rest = "";
-  child.stdout.setEncoding("utf8");
-  child.stdout.on("data", (chunk: string) => {
-    const parts = (rest + chunk).split("\n");
-    rest = parts.pop() ?? "";
-    for (const p of parts) if (p.trim()) lines.push(JSON.parse(p) as Record<string, unknown>);
-  });
-  const exited = once(child, "exit").then(([code]) => code as number | null);
-  return { child, lines, exited };
-}
+import { release } from "../support/resources.js";
+import { closeAll, openPool, startClaimer, waitFor } from "./support.js";
 
 describe("concurrent claims", () => {
   let url: string;

@@ -6,7 +6,9 @@
 // use `TestBackend`, which runs the exec call's command locally with child_process and
 // builds a Receipt the way an execserver would. It is NOT a stand-in for integration tests
 // against real execservers; those come with the fylr side.
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { fileURLToPath } from "node:url";
 import { Readable } from "node:stream";
 import { create } from "@bufbuild/protobuf";
 import pg from "pg";
@@ -186,4 +188,25 @@ export class SlotModel {
       else this.free += 1;
     };
   }
+}
+
+const claimer = fileURLToPath(new URL("./fixtures/claimer.ts", import.meta.url));
+
+/** Starts a claimer process; collects its JSON lines. Tracked: killed if the test leaves it. */
+/** Starts fixtures/claimer.ts in its own process; see that file for the modes. */
+export function startClaimer(args: string[]): { child: ChildProcess; lines: Record<string, unknown>[]; exited: Promise<number | null> } {
+  const child = spawn(process.execPath, ["--import", "tsx", claimer, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  track(child, `claimer ${args[0]}`, (c) => {
+    if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  });
+  const lines: Record<string, unknown>[] = [];
+  let rest = "";
+  child.stdout.setEncoding("utf8");
+  child.stdout.on("data", (chunk: string) => {
+    const parts = (rest + chunk).split("\n");
+    rest = parts.pop() ?? "";
+    for (const p of parts) if (p.trim()) lines.push(JSON.parse(p) as Record<string, unknown>);
+  });
+  const exited = once(child, "exit").then(([code]) => code as number | null);
+  return { child, lines, exited };
 }

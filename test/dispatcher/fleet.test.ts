@@ -1,0 +1,143 @@
+// Several fylrs on one database: claim shares and crash recovery. The exec backend is the
+// in-test one (support.ts); real execservers come with the fylr side's integration tests.
+import { expect } from "chai";
+import type pg from "pg";
+import {
+  createDefaultActions,
+  ManualCapacitySource,
+  migrate,
+  normalizeSubmit,
+  QueueStore,
+  type Dispatcher,
+  type DispatcherConfig,
+  type ExecInstance,
+} from "../../src/dispatcher/index.js";
+import { createTestDatabase } from "../support/postgres.js";
+import { release } from "../support/resources.js";
+import { closeAll, Gate, openPool, receiptFor, runLocally, SlotModel, startClaimer, startDispatcher, TestBackend, waitFor } from "./support.js";
+
+const fast: Partial<DispatcherConfig> = { pollIntervalMs: 50, heartbeatIntervalMs: 100, staleAfterMs: 1000 };
+
+describe("a fleet of fylrs on one database", () => {
+  let url: string;
+  let pool: pg.Pool;
+  before(async () => {
+    url = await createTestDatabase("fleet");
+    await migrate(url);
+  });
+  beforeEach(async () => {
+    pool = openPool(url);
+    await pool.query("TRUNCATE queue_items, fylrs");
+  });
+  afterEach(async () => {
+    await closeAll(pool);
+  });
+
+  /** Waits until each dispatcher ran `n` more loop passes. */
+  const morePasses = async (list: Dispatcher[], n: number): Promise<void> => {
+    const target = list.map((f) => f.stats().counters.passes + n);
+    await waitFor(`${n} more passes each`, () => list.every((f, i) => f.stats().counters.passes >= target[i]!));
+  };
+
+  const heldByFylr = async (): Promise<Record<string, number>> => {
+    const r = await pool.query<{ claimed_by: string; n: number }>(
+      "SELECT claimed_by, count(*)::int AS n FROM queue_items WHERE state IN ('claimed', 'running') GROUP BY claimed_by",
+    );
+    return Object.fromEntries(r.rows.map((row) => [row.claimed_by, row.n]));
+  };
+
+  it("5 fylrs on one 40-slot execserver never hold more than 10 exec items each, and survivors' shares grow", async () => {
+    // headroom 2 (the default) is what makes the cap 10: ceil(40 / 5) + 2.
+    const execserver = new SlotModel(40);
+    const gate = new Gate();
+    const backend = new TestBackend(async (_request, options) => {
+      const freeSlot = await execserver.acquire(options.signal);
+      try {
+        options.onStart?.("exec-40");
+        await gate.wait(options.signal);
+        return { receipt: receiptFor({ exitCode: 0, instanceId: "exec-40" }), stdout: Buffer.alloc(0) };
+      } finally {
+        freeSlot();
+      }
+    });
+    const instance = (clients: number): ExecInstance => ({ instanceId: "exec-40", address: "exec:7600", capacity: 40, clients });
+    const sources = [0, 1, 2, 3, 4].map(() => new ManualCapacitySource([instance(5)]));
+    const pools = sources.map(() => openPool(url, 4));
+    const fylrs: Dispatcher[] = [];
+    for (const [i, capacity] of sources.entries()) fylrs.push(await startDispatcher({ pool: pools[i]!, capacity, backend, config: { ...fast, headroom: 2 } }));
+    // The most each fylr ever held, sampled on every change of its in-memory table.
+    const most = new Map<string, number>(fylrs.map((f) => [f.fylrId, 0]));
+    for (const f of fylrs) f.subscribe(() => most.set(f.fylrId, Math.max(most.get(f.fylrId)!, f.stats().execHeld)));
+    const store = new QueueStore(pool);
+    const total = 120;
+    for (let i = 0; i < total; i++) await fylrs[i % 5]!.submit({ calls: [{ service: "cat", args: [], env: {} }] });
+
+    await waitFor("every fylr to fill its share", () => fylrs.every((f) => f.stats().execHeld >= 10));
+    // Give every loop a few more passes to over-claim if it were going to.
+    await morePasses(fylrs, 5);
+    expect(fylrs.map((f) => f.stats().execAdmission)).to.deep.equal([10, 10, 10, 10, 10]);
+    expect(Object.values(await heldByFylr())).to.deep.equal([10, 10, 10, 10, 10]);
+    expect([...most.values()], "the most each fylr ever held").to.deep.equal([10, 10, 10, 10, 10]);
+    expect((await store.countOpen()).find((c) => c.state === "queued")?.count).to.equal(total - 50);
+
+    // One fylr leaves; the execserver now reports 4 clients and the others' shares grow.
+    await release(fylrs[0]);
+    for (const s of sources.slice(1)) s.set([instance(4)]);
+    await waitFor("the survivors to fill their grown shares", () => fylrs.slice(1).every((f) => f.stats().execHeld >= 12));
+    await morePasses(fylrs.slice(1), 5);
+    expect(fylrs.slice(1).map((f) => f.stats().execHeld)).to.deep.equal([12, 12, 12, 12]);
+    expect(fylrs.slice(1).map((f) => f.stats().execAdmission)).to.deep.equal([12, 12, 12, 12]);
+
+    gate.open();
+    await waitFor("all items to finish", async () => (await store.countOpen()).length === 0);
+    expect([...most.values()]).to.deep.equal([10, 12, 12, 12, 12]);
+    const done = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items WHERE state = 'succeeded'");
+    expect(done.rows[0]!.n).to.equal(total);
+    for (const f of fylrs) await release(f);
+    await closeAll(...pools);
+  });
+
+  it("requeues the claims of a fylr killed with SIGKILL through a survivor, who finishes them; the dead lease is refused", async () => {
+    const store = new QueueStore(pool);
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const n = normalizeSubmit({ calls: [{ service: "cat", args: [], env: {}, stdin: { kind: "data", data: Buffer.from(`item ${i}`) } }] }, createDefaultActions(), {
+        maxInputBytes: 1024,
+        defaultMaxAttempts: 3,
+      });
+      ids.push((await store.submit(n)).item.id);
+    }
+    const victim = startClaimer(["hold", url, "4"]);
+    await waitFor("the victim to hold all four items", () => victim.lines.some((l) => l.holding === 4), 30_000);
+    const victimId = victim.lines.find((l) => "fylrId" in l)!.fylrId as string;
+    const held = await store.listFylrs();
+    expect(held.find((f) => f.id === victimId)?.held).to.equal(4);
+    const before = await Promise.all(ids.map((id) => store.get(id)));
+    expect(before.every((i) => i?.state === "running" && i.claimedBy === victimId && i.lease === 1)).to.equal(true);
+
+    victim.child.kill("SIGKILL");
+    await victim.exited;
+    const survivor = await startDispatcher({
+      pool,
+      capacity: new ManualCapacitySource([{ instanceId: "x", address: "x:1", capacity: 4, clients: 1 }]),
+      backend: new TestBackend(runLocally),
+      config: fast,
+    });
+    for (const [i, id] of ids.entries()) {
+      const item = await waitFor(`item ${i} to finish`, async () => {
+        const it = await store.get(id);
+        return it && (it.state === "succeeded" || it.state === "failed") ? it : undefined;
+      });
+      expect(item).to.deep.include({ state: "succeeded", claimedBy: survivor.fylrId, lease: 2, attempts: 2 });
+      expect(item.output!.toString()).to.equal(`item ${i}`);
+    }
+    expect(survivor.stats().counters.orphansRescued).to.equal(4);
+    expect((await store.listFylrs()).map((f) => f.id)).to.not.include(victimId);
+    // The dead owner's late completion, had it come, is refused by the fence.
+    const late = await store.complete({ id: ids[0]!, claimedBy: victimId, lease: 1 }, [], Buffer.from("late"));
+    expect(late).to.equal(false);
+    expect((await store.get(ids[0]!))!.output!.toString()).to.equal("item 0");
+    await release(survivor);
+    await release(victim.child);
+  });
+});
