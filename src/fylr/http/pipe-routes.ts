@@ -49,8 +49,7 @@ async function serveInPipe(registry: PipeRegistry, { res, params, logger }: RawC
       ...(reader.length === undefined ? {} : { "content-length": reader.length }),
     });
     for (; !next.done; next = await chunks.next()) await writeChunk(res, next.value);
-    await endResponse(res);
-    finished = true;
+    await endResponse(res, () => (finished = true));
     reader.finish();
   } catch (err) {
     const error = abortError(err);

@@ -59,14 +59,18 @@ export function writeChunk(res: HttpResponse, chunk: Uint8Array): Promise<void> 
   });
 }
 
-/** Ends the response; resolves once it is flushed, rejects when the peer went away first. */
-export function endResponse(res: HttpResponse): Promise<void> {
+/**
+ * Ends the response; resolves once it is flushed, rejects when the peer went away first.
+ * `onFlushed` runs synchronously at that moment, before the 'close' that follows it.
+ */
+export function endResponse(res: HttpResponse, onFlushed: () => void = () => undefined): Promise<void> {
   return new Promise((resolve, reject) => {
     if (isGone(res)) return reject(new Error("the client went away"));
     const onClose = (): void => reject(new Error("the client went away"));
     res.once("close", onClose);
     res.end(() => {
       res.off("close", onClose);
+      onFlushed();
       resolve();
     });
   });

@@ -1,0 +1,111 @@
+// Helpers shared by the pipe and HTTP server tests: a tracked server, curl as a child
+// process, hashing sinks and random payloads.
+import { spawn } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable, type Readable } from "node:stream";
+import { PipeRegistry, startFylrHttpServer, type FylrHttpServer, type FylrHttpServerOptions } from "../../src/fylr/index.js";
+import { release, track } from "../support/resources.js";
+
+/** sha256 hex of bytes. */
+export function sha256(bytes: Uint8Array): string {
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
+/** A registry closed by the leak tracker if a test forgets it. */
+export function trackedRegistry(ttlMs?: number): PipeRegistry {
+  return track(new PipeRegistry({ ttlMs }), "pipe registry", (r) => r.close());
+}
+
+/** A fylr HTTP server on 127.0.0.1, port 0, tracked for leak checks. */
+export async function trackedServer(options: Omit<FylrHttpServerOptions, "listen"> = {}): Promise<FylrHttpServer> {
+  const server = await startFylrHttpServer({ listen: "127.0.0.1:0", closeTimeoutMs: 2000, ...options });
+  return track(server, "fylr http server", (s) => s.close());
+}
+
+/** Closes what trackedServer/trackedRegistry made. */
+export async function releaseAll(...resources: (object | undefined)[]): Promise<void> {
+  for (const r of resources) await release(r);
+}
+
+/** A sink that hashes what it receives instead of keeping it. */
+export class HashingSink extends Writable {
+  private readonly hash = createHash("sha256");
+  bytes = 0;
+  failure: Error | undefined;
+
+  constructor(options: { highWaterMark?: number } = {}) {
+    super({ highWaterMark: options.highWaterMark });
+    this.on("error", (err) => {
+      this.failure = err;
+    });
+  }
+
+  override _write(chunk: Buffer, _enc: BufferEncoding, callback: (error?: Error | null) => void): void {
+    this.hash.update(chunk);
+    this.bytes += chunk.length;
+    callback();
+  }
+
+  /** The hex digest; call once after the sink finished. */
+  digest(): string {
+    return this.hash.digest("hex");
+  }
+}
+
+/** Result of one curl run. */
+export interface CurlResult {
+  code: number | null;
+  stdout: Buffer;
+  stderr: string;
+}
+
+/** Runs curl with `args`; `stdin` is piped in when given. */
+export function curl(args: string[], stdin?: Readable | Uint8Array): Promise<CurlResult> {
+  const child = track(spawn("curl", ["-sS", ...args], { stdio: ["pipe", "pipe", "pipe"] }), "curl", (c) => {
+    c.kill("SIGKILL");
+  });
+  const out: Buffer[] = [];
+  let stderr = "";
+  child.stdout.on("data", (d: Buffer) => out.push(d));
+  child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+  child.stdin.on("error", () => undefined);
+  if (stdin instanceof Uint8Array) child.stdin.end(stdin);
+  else if (stdin) stdin.pipe(child.stdin);
+  else child.stdin.end();
+  return new Promise((resolve, reject) => {
+    child.once("error", reject);
+    child.once("close", (code) => {
+      void release(child);
+      resolve({ code, stdout: Buffer.concat(out), stderr });
+    });
+  });
+}
+
+/** Splits curl's `-w '\n%{http_code}'` trailer off the body. */
+export function statusAndBody(result: CurlResult): { status: number; body: string } {
+  const text = result.stdout.toString("utf8");
+  const cut = text.lastIndexOf("\n");
+  return { status: Number(text.slice(cut + 1)), body: text.slice(0, cut) };
+}
+
+/** A temporary directory, removed by the leak tracker's close. */
+export function tempDir(): { path: string; file(name: string, bytes: Uint8Array): string } {
+  const path = mkdtempSync(join(tmpdir(), "slotbroker-pipes-"));
+  const dir = {
+    path,
+    file(name: string, bytes: Uint8Array): string {
+      const file = join(path, name);
+      writeFileSync(file, bytes);
+      return file;
+    },
+  };
+  return track(dir, "temp dir", () => rmSync(path, { recursive: true, force: true }));
+}
+
+/** `n` random bytes. */
+export function randomPayload(n: number): Buffer {
+  return randomBytes(n);
+}
