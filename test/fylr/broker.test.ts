@@ -1,6 +1,7 @@
 import { expect } from "chai";
 import { create } from "@bufbuild/protobuf";
 import { JobSpecSchema, type ConnectionStatus, type GetStatusResponse, type JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
+import type { ExecserverConfigInput } from "../../src/execserver/index.js";
 import { NoSlotError as DispatcherNoSlotError } from "../../src/dispatcher/exec-backend.js";
 import {
   ConnectionLostError,
@@ -16,10 +17,10 @@ import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/exe
 import { startBroker, startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
 
 /** One slot; `sleep`, `cat` and the builtin `noop`. */
-function execConfig(instanceId: string, services: Record<string, object> = defaultServices) {
+function execConfig(instanceId: string, services: ExecserverConfigInput["services"] = defaultServices) {
   return { instanceId, offerTimeout: "5s", waitgroups: { w: { processes: 1 } }, services };
 }
-const defaultServices = {
+const defaultServices: ExecserverConfigInput["services"] = {
   sleep: { waitgroup: "w", command: ["sleep"] },
   noop: { waitgroup: "w", builtin: "noop" },
 };

@@ -1,107 +1,39 @@
 import { EventEmitter } from "node:events";
-import { readFileSync } from "node:fs";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import * as grpc from "@grpc/grpc-js";
+import type * as grpc from "@grpc/grpc-js";
 import {
   BrokerService,
   ConnectRequestSchema,
   type ConnectRequest,
   type ConnectResponse,
-  type Done,
   type Hello,
   type JobSpec,
   type Offer,
-  type Position,
   type Reject,
 } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { grpcClientConstructor } from "../../shared/grpc.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
-import { backoffDelay, type BackoffPolicy } from "./backoff.js";
+import { backoffDelay } from "./backoff.js";
+import { callMetadata, channelCredentials, channelOptions, translateStreamError } from "./channel-setup.js";
+import {
+  defaultConnectionTimings,
+  type BrokerConnectionEvents,
+  type BrokerConnectionOptions,
+  type ConnectionTimings,
+} from "./connection-options.js";
 import { checkTransition, type ConnectionState } from "./connection-state.js";
 import { resolveLocalAddress, type LocalAddress } from "./local-address.js";
+import { Pings } from "./pings.js";
 
-/** TLS towards the execserver: a CA bundle to trust and an optional name to verify. */
-export interface BrokerTlsOptions {
-  /** PEM file with the CA certificates to trust; the system roots when unset. */
-  readonly caFile?: string;
-  /** Expected server name when it differs from the address host. */
-  readonly serverName?: string;
-}
-
-/** Liveness and reconnect timings of a broker connection. */
-export interface ConnectionTimings {
-  /** gRPC keepalive: HTTP/2 PING interval (half-open detection below the stream). */
-  readonly keepaliveTimeMs: number;
-  /** gRPC keepalive: how long a PING may go unanswered before the transport is dropped. */
-  readonly keepaliveTimeoutMs: number;
-  /** Application Ping interval while ready. */
-  readonly pingIntervalMs: number;
-  /** An application Ping unanswered this long restarts the stream. */
-  readonly pingTimeoutMs: number;
-  /** A stream that shows no HELLO this long after opening is restarted. */
-  readonly helloTimeoutMs: number;
-  /** Reconnect delays. */
-  readonly backoff: BackoffPolicy;
-}
-
-/** Defaults for ConnectionTimings. */
-export const defaultConnectionTimings: ConnectionTimings = {
-  keepaliveTimeMs: 10_000,
-  keepaliveTimeoutMs: 5_000,
-  pingIntervalMs: 10_000,
-  pingTimeoutMs: 5_000,
-  helloTimeoutMs: 10_000,
-  backoff: { initialMs: 100, maxMs: 10_000, multiplier: 2, jitter: 0.5 },
-};
-
-/** Everything one broker connection needs. */
-export interface BrokerConnectionOptions {
-  /** The execserver (or load balancer) address, "host:port". */
-  readonly address: string;
-  /** Bearer token for the execserver; sent as `authorization` metadata. */
-  readonly token?: string;
-  /** This fylr's name, sent as `slotbroker-client` metadata. */
-  readonly clientName: string;
-  /** Use TLS; plaintext when unset. */
-  readonly tls?: BrokerTlsOptions;
-  readonly timings?: Partial<ConnectionTimings>;
-  /** A label for logs, e.g. "127.0.0.1:7600#2". */
-  readonly name?: string;
-  readonly logger?: Logger;
-}
-
-/** The events a broker connection emits. */
-export interface BrokerConnectionEvents {
-  /** The lifecycle moved. */
-  state: [state: ConnectionState, previous: ConnectionState];
-  /** A HELLO arrived; `first` is true for the first HELLO of a stream (before "ready"). */
-  hello: [hello: Hello, first: boolean];
-  /** A slot was offered; the want is no longer parked here. Answer with accept or decline. */
-  offer: [offer: Offer];
-  done: [done: Done];
-  position: [position: Position];
-  reject: [reject: Reject];
-  /** The connection dropped these parked wants (service no longer listed, or closed). */
-  unparked: [jobIds: readonly string[]];
-  /** These jobs were running when the stream dropped; the execserver cancels them. */
-  lost: [jobIds: readonly string[], error: Error];
-  /** An application Ping round trip, in milliseconds. */
-  rtt: [ms: number];
-}
+export { defaultConnectionTimings, type BrokerConnectionEvents, type BrokerConnectionOptions, type ConnectionTimings };
+export type { BrokerTlsOptions } from "./channel-setup.js";
 
 interface ParkedWant {
   readonly service: string;
   readonly priority: number;
   /** When the want was parked on this connection (Date.now()). */
   readonly parkedAt: number;
-}
-
-interface PendingPing {
-  readonly sentAt: bigint;
-  readonly timer: NodeJS.Timeout;
-  readonly resolve: (ms: number) => void;
-  readonly reject: (err: Error) => void;
 }
 
 const BrokerClient = grpcClientConstructor(BrokerService);
@@ -128,19 +60,17 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
   private readonly logger: Logger;
   private readonly parked = new Map<string, ParkedWant>();
   private readonly running = new Set<string>();
-  private readonly pings = new Map<bigint, PendingPing>();
+  private readonly pings = new Pings();
   private client: grpc.Client | undefined;
   private call: ConnectCall | undefined;
   private attempt = 0;
   private failures = 0;
   private readySince = 0;
-  private nonce = 0n;
   private latestHello: Hello | undefined;
   private localAddressPromise: Promise<LocalAddress | undefined> | undefined;
   private helloTimer: NodeJS.Timeout | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
-  private caCache: Buffer | undefined;
   private lastRtt: number | undefined;
   /** Streams opened so far (1 after the first connect). */
   streams = 0;
@@ -250,16 +180,9 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     if (this.current !== "ready") {
       return Promise.reject(new SlotbrokerError(Code.Unavailable, `broker connection ${this.name} is ${this.current}`));
     }
-    const nonce = ++this.nonce;
-    return new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pings.delete(nonce);
-        reject(new SlotbrokerError(Code.DeadlineExceeded, `no Pong from ${this.name} within ${timeoutMs} ms`));
-      }, timeoutMs);
-      timer.unref();
-      this.pings.set(nonce, { sentAt: process.hrtime.bigint(), timer, resolve, reject });
-      this.send({ case: "ping", value: { nonce } });
-    });
+    const { nonce, rtt } = this.pings.start(timeoutMs, this.name);
+    this.send({ case: "ping", value: { nonce } });
+    return rtt;
   }
 
   /**
@@ -289,11 +212,11 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     const attempt = ++this.attempt;
     this.streams++;
     this.localAddressPromise = undefined;
-    const client = new BrokerClient(this.address, this.credentials(), this.channelOptions());
+    const { keepaliveTimeMs, keepaliveTimeoutMs } = this.timings;
+    const tls = this.options.tls;
+    const client = new BrokerClient(this.address, channelCredentials(tls), channelOptions(keepaliveTimeMs, keepaliveTimeoutMs, tls));
     this.client = client;
-    const metadata = new grpc.Metadata();
-    if (this.options.token) metadata.set("authorization", `Bearer ${this.options.token}`);
-    metadata.set("slotbroker-client", this.options.clientName);
+    const metadata = callMetadata(this.options.token, this.options.clientName);
     const call = (client as unknown as { connect(md: grpc.Metadata): ConnectCall }).connect(metadata);
     this.call = call;
     call.on("data", (response: ConnectResponse) => {
@@ -386,13 +309,9 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
   }
 
   private onPong(nonce: bigint): void {
-    const pending = this.pings.get(nonce);
-    if (!pending) return;
-    this.pings.delete(nonce);
-    clearTimeout(pending.timer);
-    const ms = Number(process.hrtime.bigint() - pending.sentAt) / 1e6;
+    const ms = this.pings.pong(nonce);
+    if (ms === undefined) return;
     this.lastRtt = ms;
-    pending.resolve(ms);
     this.emit("rtt", ms);
   }
 
@@ -436,11 +355,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     this.call = this.client = undefined;
     call?.cancel();
     client?.close();
-    for (const pending of this.pings.values()) {
-      clearTimeout(pending.timer);
-      pending.reject(new SlotbrokerError(Code.Unavailable, `broker stream to ${this.name} ended before the Pong`, { cause: error }));
-    }
-    this.pings.clear();
+    this.pings.failAll(new SlotbrokerError(Code.Unavailable, `broker stream to ${this.name} ended before the Pong`, { cause: error }));
     if (this.running.size > 0) {
       const lost = [...this.running];
       this.running.clear();
@@ -458,34 +373,4 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     this.current = next;
     this.emit("state", next, previous);
   }
-
-  private credentials(): grpc.ChannelCredentials {
-    const tls = this.options.tls;
-    if (!tls) return grpc.credentials.createInsecure();
-    if (tls.caFile && !this.caCache) this.caCache = readFileSync(tls.caFile);
-    return grpc.credentials.createSsl(this.caCache ?? null);
-  }
-
-  private channelOptions(): grpc.ChannelOptions {
-    const options: grpc.ChannelOptions = {
-      // Own subchannel pool per channel: every connection is its own TCP connection.
-      "grpc.use_local_subchannel_pool": 1,
-      "grpc.keepalive_time_ms": this.timings.keepaliveTimeMs,
-      "grpc.keepalive_timeout_ms": this.timings.keepaliveTimeoutMs,
-      "grpc.keepalive_permit_without_calls": 1,
-      "grpc.enable_retries": 0,
-    };
-    if (this.options.tls?.serverName) options["grpc.ssl_target_name_override"] = this.options.tls.serverName;
-    return options;
-  }
-}
-
-// grpc-js status codes are translated once, here, into the project's error type.
-function translateStreamError(err: grpc.ServiceError, name: string): SlotbrokerError {
-  const code = typeof err.code === "number" ? (err.code as number as Code) : Code.Unavailable;
-  const details = err.details || err.message;
-  if (code === Code.Unauthenticated) {
-    return new SlotbrokerError(code, `execserver ${name} refused the token (UNAUTHENTICATED): ${details}`, { cause: err });
-  }
-  return new SlotbrokerError(code, `broker stream to ${name} failed: ${details}`, { cause: err });
 }
