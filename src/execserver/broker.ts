@@ -6,7 +6,8 @@ import { WantBook, type ParkedWant } from "./want-book.js";
 
 // The broker's pure core: connections, their job records, and per waitgroup a want-book
 // and a slot ledger. It has no sockets and no timers; everything it wants done in the
-// world goes through BrokerEffects, and the I/O layer calls back with expire()/finish().
+// world goes through BrokerEffects, and the I/O layer calls back with expireDue()/finish().
+// Time comes from the injected clock, so tests can drive expiry without waiting.
 // Effects must not call back into the Broker synchronously.
 
 /** Where a job_id stands on its connection; "ended" once it left the connection. */
@@ -17,8 +18,8 @@ export type OfferOutcome = "accepted" | "declined" | "expired" | "withdrawn" | "
 
 /** Where a connection's outgoing frames go (the session's stream). */
 export interface FrameSink {
-  /** Queues one frame to the peer; never throws. */
-  send(frame: ConnectResponse): void;
+  /** Queues one frame to the peer, as a message or already encoded; never throws. */
+  send(frame: ConnectResponse | Uint8Array): void;
 }
 
 /** One broker stream as the core sees it, with its counters for GetStatus. */
@@ -57,8 +58,14 @@ export class JobRecord {
   offerToken = "";
   /** When the job started (caller's clock), while running. */
   startedAt = 0;
-  /** Opaque to the core: the I/O layer's offer timer or the running job's controller. */
+  /** When the current offer expires (clock ms), while offered. */
+  expiresAt = 0;
+  /** Opaque to the core: the running job's controller in the I/O layer. */
   handle: unknown = undefined;
+  /** @internal links in the broker's offer-expiry list */
+  expiryPrev: JobRecord | undefined = undefined;
+  /** @internal */
+  expiryNext: JobRecord | undefined = undefined;
 
   constructor(
     readonly jobId: string,
@@ -89,9 +96,13 @@ export interface RejectInfo {
 
 /** What the core asks the I/O layer to do. */
 export interface BrokerEffects {
-  /** A slot was reserved for `record`: send OFFER with record.offerToken and arm its timer. */
+  /**
+   * A slot was reserved for `record`: send OFFER with record.offerToken, and make sure
+   * expireDue() gets called by record.expiresAt (one timer for all offers will do: offers
+   * expire in the order they were made).
+   */
   offered(record: JobRecord): void;
-  /** An offer ended (accepted or not): cancel its timer, count the outcome. */
+  /** An offer ended (accepted or not): count the outcome. */
   offerEnded(record: JobRecord, outcome: OfferOutcome): void;
   /** An offer was accepted: run the job, then call Broker.finish(record, runtimeMs). */
   start(record: JobRecord, job: CheckedJob): void;
@@ -114,6 +125,10 @@ export interface BrokerOptions {
   readonly waitgroups: Readonly<Record<string, { readonly processes: number }>>;
   readonly services: Readonly<Record<string, ServiceConfig>>;
   readonly maxWantsPerConnection: number;
+  /** How long an offer stays reserved. */
+  readonly offerTimeoutMs: number;
+  /** Monotonic clock in ms. */
+  readonly now: () => number;
 }
 
 /** The want-books and slot ledgers of one execserver, driven frame by frame. */
@@ -127,6 +142,10 @@ export class Broker {
   readonly runningRecords = new Set<JobRecord>();
   private readonly tokens = new TokenSource();
   private drainingFlag = false;
+  // Outstanding offers, oldest first. All offers share one timeout, so this is also
+  // expiry order: adding and removing are O(1) and the head is the next to expire.
+  private expiryHead: JobRecord | undefined = undefined;
+  private expiryTail: JobRecord | undefined = undefined;
 
   constructor(
     private readonly options: BrokerOptions,
@@ -172,7 +191,7 @@ export class Broker {
   }
 
   /** WANT: park a want, granting it at once when a slot is free. */
-  want(connection: BrokerConnection, jobId: string, serviceName: string, priority: number, now: number): RejectInfo | undefined {
+  want(connection: BrokerConnection, jobId: string, serviceName: string, priority: number): RejectInfo | undefined {
     const badId = checkJobId(jobId);
     if (badId) return this.reject(connection, RejectCode.INVALID_ARGUMENT, badId);
     if (this.drainingFlag) return this.reject(connection, RejectCode.DRAINING, "execserver is draining; want elsewhere");
@@ -191,11 +210,15 @@ export class Broker {
       );
     }
     const group = service.group;
-    const record = new JobRecord(jobId, connection, service.config, group, priority, now);
+    const record = new JobRecord(jobId, connection, service.config, group, priority, this.options.now());
     connection.jobs.set(jobId, record);
     connection.wantsParked++;
-    record.want = group.book.park(connection, priority, record);
-    this.pump(group);
+    // An idle slot and an empty book: the want is granted at once without being parked.
+    if (group.ledger.free > 0 && group.book.size === 0) this.grant(record);
+    else {
+      record.want = group.book.park(connection, priority, record);
+      this.pump(group);
+    }
     return undefined;
   }
 
@@ -212,26 +235,21 @@ export class Broker {
   }
 
   /** JOB: accept an offer and start the job. */
-  job(connection: BrokerConnection, jobId: string, token: string, spec: JobSpec | undefined, now: number): RejectInfo | undefined {
+  job(connection: BrokerConnection, jobId: string, token: string, spec: JobSpec | undefined): RejectInfo | undefined {
     const record = connection.jobs.get(jobId);
     if (record?.state === "running") return this.reject(connection, RejectCode.DUPLICATE_JOB, "job_id: already running on this connection");
     if (!record || record.state !== "offered" || record.offerToken !== token) {
       return this.reject(connection, RejectCode.STALE_OFFER, "offer_token: not the current offer for this job_id (expired, withdrawn or never made)");
     }
-    const withdraw = (code: RejectCode, message: string): RejectInfo => {
-      connection.jobs.delete(jobId);
-      this.endOffer(record, "withdrawn");
-      this.pump(record.group);
-      return this.reject(connection, code, message);
-    };
-    if (this.drainingFlag) return withdraw(RejectCode.DRAINING, "execserver is draining; the offer is withdrawn");
+    if (this.drainingFlag) return this.withdraw(record, RejectCode.DRAINING, "execserver is draining; the offer is withdrawn");
     const checked = checkJobSpec(spec, record.service);
-    if ("error" in checked) return withdraw(RejectCode.INVALID_ARGUMENT, `${checked.error}; the offer is withdrawn`);
+    if ("error" in checked) return this.withdraw(record, RejectCode.INVALID_ARGUMENT, `${checked.error}; the offer is withdrawn`);
+    this.unlinkExpiry(record);
     this.effects.offerEnded(record, "accepted");
     record.group.ledger.accept();
     record.state = "running";
     record.offerToken = "";
-    record.startedAt = now;
+    record.startedAt = this.options.now();
     connection.grants++;
     connection.running++;
     this.runningRecords.add(record);
@@ -249,22 +267,31 @@ export class Broker {
     this.pump(record.group);
   }
 
-  /** The offer timer fired: if `token` is still the record's offer, the slot moves on. */
-  expire(record: JobRecord, token: string): boolean {
-    if (record.state !== "offered" || record.offerToken !== token) return false;
-    const connection = record.connection;
-    if (connection.jobs.get(record.jobId) === record) connection.jobs.delete(record.jobId);
-    connection.expired++;
-    this.endOffer(record, "expired");
-    this.pump(record.group);
-    return true;
+  /** Expires every offer whose time is up; their slots go to the next wants. Returns how many. */
+  expireDue(): number {
+    const now = this.options.now();
+    let expired = 0;
+    for (let record = this.expiryHead; record && record.expiresAt <= now; record = this.expiryHead) {
+      const connection = record.connection;
+      if (connection.jobs.get(record.jobId) === record) connection.jobs.delete(record.jobId);
+      connection.expired++;
+      this.endOffer(record, "expired");
+      this.pump(record.group);
+      expired++;
+    }
+    return expired;
+  }
+
+  /** When the oldest outstanding offer expires (clock ms); undefined when there is none. */
+  nextExpiry(): number | undefined {
+    return this.expiryHead?.expiresAt;
   }
 
   /** A job ended: its slot goes to the next want. */
-  finish(record: JobRecord, runtimeMs: number): void {
+  finish(record: JobRecord): void {
     if (record.state !== "running") throw new Error(`finish: job ${record.jobId} is ${record.state}, not running`);
     const connection = record.connection;
-    record.group.ledger.finish(runtimeMs);
+    record.group.ledger.finish(this.options.now() - record.startedAt);
     record.state = "ended";
     record.handle = undefined;
     this.runningRecords.delete(record);
@@ -301,15 +328,21 @@ export class Broker {
     while (ledger.free > 0) {
       const want = book.pop();
       if (!want) return;
-      const record = want.value;
-      record.want = undefined;
-      record.state = "offered";
-      record.offerToken = this.tokens.next();
-      record.connection.wantsParked--;
-      record.connection.offers++;
-      ledger.reserve();
-      this.effects.offered(record);
+      want.value.want = undefined;
+      this.grant(want.value);
     }
+  }
+
+  // Reserves a slot for a want that is no longer (or never was) in the book.
+  private grant(record: JobRecord): void {
+    record.state = "offered";
+    record.offerToken = this.tokens.next();
+    record.expiresAt = this.options.now() + this.options.offerTimeoutMs;
+    this.linkExpiry(record);
+    record.connection.wantsParked--;
+    record.connection.offers++;
+    record.group.ledger.reserve();
+    this.effects.offered(record);
   }
 
   private unpark(record: JobRecord): void {
@@ -320,10 +353,35 @@ export class Broker {
   }
 
   private endOffer(record: JobRecord, outcome: OfferOutcome): void {
+    this.unlinkExpiry(record);
     record.group.ledger.withdraw();
     record.offerToken = "";
     record.state = "ended";
     this.effects.offerEnded(record, outcome);
+  }
+
+  // A JOB that cannot run: the offer is withdrawn and its slot moves on.
+  private withdraw(record: JobRecord, code: RejectCode, message: string): RejectInfo {
+    record.connection.jobs.delete(record.jobId);
+    this.endOffer(record, "withdrawn");
+    this.pump(record.group);
+    return this.reject(record.connection, code, message);
+  }
+
+  private linkExpiry(record: JobRecord): void {
+    record.expiryPrev = this.expiryTail;
+    record.expiryNext = undefined;
+    if (this.expiryTail) this.expiryTail.expiryNext = record;
+    else this.expiryHead = record;
+    this.expiryTail = record;
+  }
+
+  private unlinkExpiry(record: JobRecord): void {
+    if (record.expiryPrev) record.expiryPrev.expiryNext = record.expiryNext;
+    else this.expiryHead = record.expiryNext;
+    if (record.expiryNext) record.expiryNext.expiryPrev = record.expiryPrev;
+    else this.expiryTail = record.expiryPrev;
+    record.expiryPrev = record.expiryNext = undefined;
   }
 
   private reject(connection: BrokerConnection, code: RejectCode, message: string): RejectInfo {

@@ -3,7 +3,6 @@ import {
   ConnectResponseSchema,
   DoneSchema,
   ErrorKind,
-  OfferSchema,
   ReceiptSchema,
   type Receipt,
 } from "../../gen/slotbroker/v1/broker_pb.js";
@@ -11,10 +10,11 @@ import { AbortReason } from "../shared/abort.js";
 import type { Logger } from "../shared/log.js";
 import { durationFromMs } from "../shared/proto-time.js";
 import type { Broker, BrokerEffects, JobRecord, OfferOutcome } from "./broker.js";
-import type { BuiltinService, ServiceConfig } from "./config.js";
+import type { BuiltinService } from "./config.js";
 import type { CheckedJob } from "./limits.js";
 import type { ExecserverMetrics } from "./metrics.js";
 import { runJob as defaultRunJob, type RunJob } from "./runner/index.js";
+import { OfferEncoder } from "./wire.js";
 
 /** Options of the I/O side of the broker. */
 export interface EffectsOptions {
@@ -30,16 +30,19 @@ export interface EffectsOptions {
 }
 
 /**
- * The Broker's hands: sends OFFER/DONE frames, keeps one timer per outstanding offer,
- * starts jobs (runner or built-in) and turns their receipts into finish() + DONE.
+ * The Broker's hands: sends OFFER/DONE frames, keeps the one timer that drives offer
+ * expiry, starts jobs (runner or built-in) and turns their receipts into finish() + DONE.
+ * The OFFER is written before any bookkeeping, so metrics never sit on the grant path.
  */
 export class BrokerIo implements BrokerEffects {
   private broker: Broker | undefined;
   private metrics: ExecserverMetrics | undefined;
-  private readonly offerExpiresIn;
+  private readonly offers: OfferEncoder;
+  private expiryTimer: NodeJS.Timeout | undefined;
+  private expiryAt = Infinity;
 
   constructor(private readonly options: EffectsOptions) {
-    this.offerExpiresIn = durationFromMs(options.offerTimeoutMs);
+    this.offers = new OfferEncoder(options.offerTimeoutMs);
   }
 
   /** Connects the broker these effects serve and its metrics (both are made after this). */
@@ -50,28 +53,52 @@ export class BrokerIo implements BrokerEffects {
 
   /** @inheritdoc */
   offered(record: JobRecord): void {
-    const { offerTimeoutMs, now } = this.options;
-    this.metrics!.granted(record.group.name, (now() - record.wantedAt) / 1000);
-    const token = record.offerToken;
-    const value = create(OfferSchema, { jobId: record.jobId, offerToken: token, expiresIn: this.offerExpiresIn, waitgroup: record.group.name });
-    record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "offer", value } }));
-    record.handle = setTimeout(() => this.guard("offer expiry", () => this.broker!.expire(record, token)), offerTimeoutMs);
+    record.connection.sink.send(this.offers.encode(record.jobId, record.offerToken, record.group.name));
+    this.metrics!.granted(record.group.name, (this.options.now() - record.wantedAt) / 1000);
+    if (record.expiresAt < this.expiryAt) this.armExpiry(record.expiresAt);
   }
 
   /** @inheritdoc */
-  offerEnded(record: JobRecord, outcome: OfferOutcome): void {
-    clearTimeout(record.handle as NodeJS.Timeout | undefined);
-    record.handle = undefined;
+  offerEnded(_record: JobRecord, outcome: OfferOutcome): void {
     this.metrics!.offerEnded(outcome);
+  }
+
+  /** Stops the expiry timer (server shutdown). */
+  stop(): void {
+    clearTimeout(this.expiryTimer);
+    this.expiryTimer = undefined;
+    this.expiryAt = Infinity;
+  }
+
+  // One timer for all offers, armed for the oldest; when it fires, everything due expires
+  // and it is re-armed for the next. An offer accepted meanwhile costs nothing here.
+  private armExpiry(at: number): void {
+    clearTimeout(this.expiryTimer);
+    this.expiryAt = at;
+    this.expiryTimer = setTimeout(() => {
+      this.expiryTimer = undefined;
+      this.expiryAt = Infinity;
+      this.guard("offer expiry", () => this.broker!.expireDue());
+      // The head of the expiry list is the earliest; offers made during expireDue() may
+      // have armed a later one.
+      const next = this.broker!.nextExpiry();
+      if (next !== undefined && next < this.expiryAt) this.armExpiry(next);
+    }, Math.max(0, at - this.options.now()) + 1);
   }
 
   /** @inheritdoc */
   start(record: JobRecord, job: CheckedJob): void {
+    const service = record.service;
+    if (service.kind === "builtin") {
+      // Built-ins finish at once and cannot be cancelled: no controller, no promise chain.
+      queueMicrotask(() => this.guard("job finish", () => this.finished(record, builtins[service.builtin]())));
+      return;
+    }
     const controller = new AbortController();
     record.handle = controller;
-    const run = this.runner(record.service);
+    const run = this.options.runJob ?? defaultRunJob;
     run({
-      command: record.service.kind === "command" ? record.service.command : [],
+      command: service.command,
       args: job.args,
       env: job.env,
       timeoutMs: job.timeoutMs,
@@ -95,9 +122,7 @@ export class BrokerIo implements BrokerEffects {
   }
 
   private finished(record: JobRecord, receipt: Receipt): void {
-    const broker = this.broker!;
-    const runtimeMs = this.options.now() - record.startedAt;
-    broker.finish(record, runtimeMs);
+    this.broker!.finish(record);
     this.metrics!.jobDone(record.group.name);
     receipt.instanceId = this.options.instanceId;
     if (record.connection.state === "open") {
@@ -105,11 +130,6 @@ export class BrokerIo implements BrokerEffects {
       record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "done", value } }));
     }
     this.options.jobFinished();
-  }
-
-  private runner(service: ServiceConfig): RunJob {
-    if (service.kind === "builtin") return builtins[service.builtin];
-    return this.options.runJob ?? defaultRunJob;
   }
 
   private guard(what: string, fn: () => void): void {
@@ -121,14 +141,9 @@ export class BrokerIo implements BrokerEffects {
   }
 }
 
-/** In-process services: complete at once, spawn nothing. */
-const builtins: Record<BuiltinService, RunJob> = {
-  noop: (request) =>
-    Promise.resolve(
-      request.signal.aborted
-        ? failedReceipt(ErrorKind.CANCELLED, "cancelled before it ran")
-        : create(ReceiptSchema, { exitCode: 0, duration: durationFromMs(0) }),
-    ),
+/** In-process services: complete at once with a receipt, spawn nothing. */
+const builtins: Record<BuiltinService, () => Receipt> = {
+  noop: () => create(ReceiptSchema, { exitCode: 0, duration: durationFromMs(0) }),
 };
 
 function failedReceipt(error: ErrorKind, message: string): Receipt {

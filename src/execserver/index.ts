@@ -105,7 +105,7 @@ function installAdminRoutes(server: Execserver): void {
       res.writeHead(ok ? 200 : 503, { "content-type": "text/plain" }).end(ok ? "ok\n" : `${server.state}\n`);
     })
     .route("/metrics", async (_req, res) => {
-      const body = await server.metrics.registry.metrics();
+      const body = await server.metrics.render();
       res.writeHead(200, { "content-type": server.metrics.registry.contentType }).end(body);
     })
     .route("/status.json", (_req, res) => {

@@ -1,12 +1,16 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Broker, OfferOutcome } from "./broker.js";
 
+// Latency samples buffered between scrapes before they are folded in early.
+const maxPending = 4096;
+
 const outcomes: readonly OfferOutcome[] = ["accepted", "declined", "expired", "withdrawn", "dropped"];
 
 /**
  * Prometheus metrics of one execserver, in a registry of its own (several servers can
- * live in one process). Gauges read the broker at scrape time, so the grant path only
- * pays for the latency histogram and the outcome counter, both pre-bound to their labels.
+ * live in one process). Gauges read the broker at scrape time. Events on the grant path
+ * are only appended to a buffer and folded into prom-client at scrape time (or when the
+ * buffer fills), so an idle-slot grant pays a few array writes, not label hashing.
  */
 export class ExecserverMetrics {
   /** The registry `/metrics` renders. */
@@ -14,6 +18,11 @@ export class ExecserverMetrics {
   private readonly latency = new Map<string, Histogram.Internal<"waitgroup">>();
   private readonly outcomeCounters = new Map<OfferOutcome, Counter.Internal>();
   private readonly jobsDone: Counter<"waitgroup">;
+  private readonly pendingLatencyWaitgroups: string[] = [];
+  private readonly pendingLatencies: number[] = [];
+  private pendingCount = 0;
+  private readonly pendingOutcomes = new Map<OfferOutcome, number>();
+  private readonly pendingDone = new Map<string, number>();
 
   constructor(broker: Broker, instanceId: string) {
     this.registry.setDefaultLabels({ instance_id: instanceId });
@@ -73,16 +82,36 @@ export class ExecserverMetrics {
 
   /** Records the WANT→OFFER time of one grant. */
   granted(waitgroup: string, seconds: number): void {
-    this.latency.get(waitgroup)?.observe(seconds);
+    this.pendingLatencyWaitgroups[this.pendingCount] = waitgroup;
+    this.pendingLatencies[this.pendingCount] = seconds;
+    this.pendingCount++;
+    if (this.pendingCount >= maxPending) this.flush();
   }
 
   /** Counts how one offer ended. */
   offerEnded(outcome: OfferOutcome): void {
-    this.outcomeCounters.get(outcome)?.inc();
+    this.pendingOutcomes.set(outcome, (this.pendingOutcomes.get(outcome) ?? 0) + 1);
   }
 
   /** Counts a finished job. */
   jobDone(waitgroup: string): void {
-    this.jobsDone.inc({ waitgroup });
+    this.pendingDone.set(waitgroup, (this.pendingDone.get(waitgroup) ?? 0) + 1);
   }
+
+  /** Renders the registry in the Prometheus text format. */
+  async render(): Promise<string> {
+    this.flush();
+    return this.registry.metrics();
+  }
+
+  /** Folds buffered events into prom-client. */
+  flush(): void {
+    for (let i = 0; i < this.pendingCount; i++) this.latency.get(this.pendingLatencyWaitgroups[i]!)?.observe(this.pendingLatencies[i]!);
+    this.pendingCount = 0;
+    for (const [outcome, n] of this.pendingOutcomes) this.outcomeCounters.get(outcome)?.inc(n);
+    this.pendingOutcomes.clear();
+    for (const [waitgroup, n] of this.pendingDone) this.jobsDone.inc({ waitgroup }, n);
+    this.pendingDone.clear();
+  }
+
 }

@@ -14,7 +14,7 @@ import {
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { isLoopbackHost, splitHostPort } from "../shared/config.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
-import { addHealth, addReflection, bindServer, grpcServiceDefinition, toGrpcError } from "../shared/grpc.js";
+import { addHealth, addReflection, bindServer, toGrpcError } from "../shared/grpc.js";
 import type { Logger } from "../shared/log.js";
 import { AdminServer } from "./admin-server.js";
 import { BearerAuth } from "./auth.js";
@@ -26,6 +26,7 @@ import { ExecserverMetrics } from "./metrics.js";
 import type { RunJob } from "./runner/index.js";
 import { Session, type SessionHost } from "./session.js";
 import { buildStatus, helloWaitgroups } from "./status.js";
+import { serverServiceDefinition } from "./wire.js";
 
 /** Lifecycle of an execserver. */
 export type ExecserverState = "created" | "serving" | "draining" | "stopped";
@@ -93,7 +94,7 @@ export class Execserver implements SessionHost {
       now: () => this.now(),
       jobFinished: () => this.jobFinished(),
     });
-    this.broker = new Broker(config, this.io);
+    this.broker = new Broker({ ...config, now: () => this.now() }, this.io);
     this.metrics = new ExecserverMetrics(this.broker, config.instanceId);
     this.io.attach(this.broker, this.metrics);
     this.auth = new BearerAuth(config.token);
@@ -104,7 +105,7 @@ export class Execserver implements SessionHost {
       // Let fylrs ping every few seconds for half-open detection without a GOAWAY.
       "grpc.http2.min_ping_interval_without_data_ms": 5_000,
     });
-    this.grpcServer.addService(grpcServiceDefinition(BrokerService), {
+    this.grpcServer.addService(serverServiceDefinition(), {
       connect: (call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>) => this.onConnect(call),
       getStatus: (call: grpc.ServerUnaryCall<unknown, GetStatusResponse>, callback: grpc.sendUnaryData<GetStatusResponse>) =>
         this.onGetStatus(call, callback),
@@ -230,6 +231,7 @@ export class Execserver implements SessionHost {
   }
 
   private finalStop(): void {
+    this.io.stop();
     clearTimeout(this.helloTimer);
     this.helloTimer = undefined;
     for (const resolve of this.idleWaiters.splice(0)) resolve();

@@ -70,11 +70,12 @@ export class Session implements FrameSink {
     this.call.on("close", () => this.close("closed"));
   }
 
-  /** Sends a frame unless the stream is gone. */
-  send(frame: ConnectResponse): void {
+  /** Sends a frame (a message, or pre-encoded bytes) unless the stream is gone. */
+  send(frame: ConnectResponse | Uint8Array): void {
     if (this.state !== "open") return;
     try {
-      this.call.write(frame);
+      // The server's Connect serializer passes Uint8Arrays through (see wire.ts).
+      this.call.write(frame as ConnectResponse);
     } catch (err) {
       this.logger.debug({ err }, "write failed");
       this.close("write failed");
@@ -120,7 +121,7 @@ export class Session implements FrameSink {
     switch (frame.case) {
       case "want": {
         const w = frame.value;
-        this.answer(w.jobId, broker.want(this.connection, w.jobId, w.service, w.priority, this.host.now()));
+        this.answer(w.jobId, broker.want(this.connection, w.jobId, w.service, w.priority));
         return;
       }
       case "unwant":
@@ -128,7 +129,7 @@ export class Session implements FrameSink {
         return;
       case "job": {
         const j = frame.value;
-        this.answer(j.jobId, broker.job(this.connection, j.jobId, j.offerToken, j.spec, this.host.now()));
+        this.answer(j.jobId, broker.job(this.connection, j.jobId, j.offerToken, j.spec));
         return;
       }
       case "decline":

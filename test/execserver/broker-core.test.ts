@@ -1,0 +1,136 @@
+import { expect } from "chai";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { ConnectResponseSchema, OfferSchema, RejectCode, type ConnectResponse } from "../../gen/slotbroker/v1/broker_pb.js";
+import { Broker, BrokerConnection, type BrokerEffects, type JobRecord, type OfferOutcome } from "../../src/execserver/broker.js";
+import { compileExecserverConfig } from "../../src/execserver/config.js";
+import { SlotLedger } from "../../src/execserver/slot-ledger.js";
+import { OfferEncoder } from "../../src/execserver/wire.js";
+import { durationFromMs } from "../../src/shared/proto-time.js";
+
+// The broker core driven directly, with a hand-cranked clock and effects that only record.
+class Recorder implements BrokerEffects {
+  offers: JobRecord[] = [];
+  ended: [string, OfferOutcome][] = [];
+  started: JobRecord[] = [];
+  cancelled: JobRecord[] = [];
+  offered(record: JobRecord): void {
+    this.offers.push(record);
+  }
+  offerEnded(record: JobRecord, outcome: OfferOutcome): void {
+    this.ended.push([record.jobId, outcome]);
+  }
+  start(record: JobRecord): void {
+    this.started.push(record);
+  }
+  cancel(record: JobRecord): void {
+    this.cancelled.push(record);
+  }
+}
+
+function setup(processes = 1): { broker: Broker; fx: Recorder; clock: { now: number }; conn: (id: string) => BrokerConnection } {
+  const config = compileExecserverConfig({ waitgroups: { g: { processes } }, services: { s: { waitgroup: "g", builtin: "noop" } } }, "t");
+  const clock = { now: 0 };
+  const fx = new Recorder();
+  const broker = new Broker({ ...config, offerTimeoutMs: 1000, now: () => clock.now }, fx);
+  const sink = { send: (_frame: ConnectResponse | Uint8Array) => undefined };
+  const conn = (id: string): BrokerConnection => {
+    const c = new BrokerConnection(id, "127.0.0.1:1", "", new Date(), sink);
+    broker.connect(c);
+    return c;
+  };
+  return { broker, fx, clock, conn };
+}
+
+describe("Broker core", () => {
+  it("expires offers in the order they were made, each freeing its slot for the next want", () => {
+    const { broker, fx, clock, conn } = setup(2);
+    const a = conn("a");
+    const b = conn("b");
+    broker.want(a, "a1", "s", 0);
+    clock.now = 100;
+    broker.want(a, "a2", "s", 0);
+    broker.want(b, "b1", "s", 0);
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1", "a2"]);
+    expect(broker.nextExpiry()).to.equal(1000);
+    clock.now = 999;
+    expect(broker.expireDue()).to.equal(0);
+    clock.now = 1000;
+    expect(broker.expireDue()).to.equal(1);
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1", "a2", "b1"]);
+    expect(broker.nextExpiry()).to.equal(1100);
+    // Accepting a2 takes it off the expiry list; b1 (made at 1000) is next.
+    expect(broker.job(a, "a2", fx.offers[1]!.offerToken, undefined)).to.equal(undefined);
+    expect(broker.nextExpiry()).to.equal(2000);
+    expect(a.expired).to.equal(1);
+    expect(fx.ended).to.deep.equal([["a1", "expired"], ["a2", "accepted"]]);
+  });
+
+  it("keeps the slot ledger consistent through drops, declines and finishes", () => {
+    const { broker, fx, conn } = setup(2);
+    const a = conn("a");
+    const b = conn("b");
+    for (let i = 0; i < 5; i++) broker.want(a, `a${i}`, "s", i % 2);
+    broker.want(b, "b0", "s", 1);
+    const ledger = broker.waitgroups.get("g")!.ledger;
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a0", "a1"]);
+    expect(ledger).to.include({ offered: 2, running: 0, free: 0 });
+    broker.job(a, "a0", fx.offers[0]!.offerToken, undefined);
+    expect(ledger).to.include({ offered: 1, running: 1, free: 0 });
+    broker.disconnect(a);
+    // a's running job is cancelled, its parked wants vanish, its offered slot goes to b0.
+    expect(fx.cancelled.map((r) => r.jobId)).to.deep.equal(["a0"]);
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a0", "a1", "b0"]);
+    expect(broker.waitgroups.get("g")!.book.size).to.equal(0);
+    expect(ledger).to.include({ offered: 1, running: 1, free: 0 });
+    broker.finish(fx.started[0]!);
+    expect(ledger).to.include({ offered: 1, running: 0, free: 1, completed: 1 });
+    broker.decline(b, "b0", fx.offers[2]!.offerToken);
+    expect(ledger).to.include({ offered: 0, running: 0, free: 2 });
+    expect(a.wantsParked).to.equal(0);
+    expect(fx.ended).to.deep.equal([["a0", "accepted"], ["a1", "dropped"], ["b0", "declined"]]);
+  });
+
+  it("rejects JOBs and WANTs with DRAINING once draining, withdrawing the offer", () => {
+    const { broker, fx, conn } = setup(1);
+    const a = conn("a");
+    broker.want(a, "x", "s", 0);
+    broker.drain();
+    expect(broker.want(a, "y", "s", 0)?.code).to.equal(RejectCode.DRAINING);
+    expect(broker.job(a, "x", fx.offers[0]!.offerToken, undefined)?.code).to.equal(RejectCode.DRAINING);
+    expect(broker.waitgroups.get("g")!.ledger.free).to.equal(1);
+    expect(fx.started).to.deep.equal([]);
+  });
+
+  it("throws on slot ledger misuse instead of leaking slots", () => {
+    const ledger = new SlotLedger("g", 1);
+    ledger.reserve();
+    expect(() => ledger.reserve()).to.throw(/without a free slot/);
+    ledger.accept();
+    expect(() => ledger.withdraw()).to.throw(/without an offered slot/);
+    ledger.finish(5);
+    expect(() => ledger.finish(5)).to.throw(/without a running slot/);
+    expect(ledger.meanRuntimeMs).to.equal(5);
+  });
+});
+
+describe("OfferEncoder", () => {
+  it("writes the same bytes as protobuf-es for OFFER frames", () => {
+    for (const [jobId, token, wg, ms] of [
+      ["j1", "tok", "g", 5000],
+      ["ü".repeat(64), "A".repeat(22), "waitgroup-with-a-long-name", 250],
+      ["x".repeat(200), "t", "w", 0],
+      ["job", "t", "w", 3_600_000 + 1],
+    ] as const) {
+      const expected = toBinary(
+        ConnectResponseSchema,
+        create(ConnectResponseSchema, {
+          frame: { case: "offer", value: create(OfferSchema, { jobId, offerToken: token, expiresIn: durationFromMs(ms), waitgroup: wg }) },
+        }),
+      );
+      const actual = new OfferEncoder(ms).encode(jobId, token, wg);
+      expect(Buffer.from(actual).toString("hex")).to.equal(Buffer.from(expected).toString("hex"));
+      const decoded = fromBinary(ConnectResponseSchema, actual);
+      expect(decoded.frame.case).to.equal("offer");
+    }
+  });
+});
