@@ -305,25 +305,21 @@ export class Dispatcher {
   }
 
   private async claimLocal(): Promise<void> {
-    // First the reserved permits, for high-priority items only; then the rest for anyone.
-    const highOnly = this.permits.available(this.permits.highPriority) - this.permits.available(minPriority);
-    await this.claimLocalWith(this.permits.highPriority, Math.min(highOnly, this.config.maxClaimBatch));
-    await this.claimLocalWith(minPriority, Math.min(this.permits.available(minPriority), this.config.maxClaimBatch));
-  }
-
-  private async claimLocalWith(priorityFloor: number, count: number): Promise<void> {
-    const permits: Permit[] = [];
-    for (let i = 0; i < count; i++) {
-      const permit = this.permits.tryReserve(priorityFloor);
-      if (!permit) break;
-      permits.push(permit);
-    }
-    if (permits.length === 0) return;
-    try {
-      const items = await this.store.claim(this.fylrId, "local", priorityFloor, permits.length);
-      for (const item of items) this.spawn(item, permits.shift());
-    } finally {
-      for (const unused of permits) unused.release();
+    const highPriority = this.permits.highPriority;
+    const total = Math.min(this.permits.available(highPriority), this.config.maxClaimBatch);
+    if (total === 0) return;
+    const normal = Math.min(this.permits.available(minPriority), total);
+    const items = await this.store.claimLocal(this.fylrId, { total, normal, highPriority });
+    // Claim order puts high-priority items first, as the query counted them.
+    for (const item of items) {
+      const permit = this.permits.tryReserve(item.priority);
+      if (permit) {
+        this.spawn(item, permit);
+        continue;
+      }
+      // Cannot happen while the query and LocalPermits agree; never run without a permit.
+      this.log.error({ itemId: item.id, priority: item.priority }, "claimed a local item without a free permit; giving it back");
+      await this.store.release(item, 0);
     }
   }
 
@@ -343,8 +339,9 @@ export class Dispatcher {
     this.live.add({ id: item.id, kind: item.kind, priority: item.priority, lease: item.lease, callCount: item.calls.length });
     if (item.kind === "exec") this.execHeld += 1;
     let marking: Promise<void> | undefined;
+    // Local items are claimed straight into 'running'; exec items wait for a slot first.
     const onStart = (): void => {
-      marking ??= this.markRunning(item, controller, log);
+      if (item.state === "claimed") marking ??= this.markRunning(item, controller, log);
     };
     try {
       permit?.markUsed();

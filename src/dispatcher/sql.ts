@@ -43,6 +43,35 @@ FROM next
 WHERE q.id = next.id
 RETURNING q.*`;
 
+/**
+ * Claim local items for fylr $1 in one statement, honouring the high-priority reserve of
+ * the local semaphore: up to $3 items (all free permits) in claim order, of which items
+ * with priority < $2 ("normal") only as many as $4 (the permits normal items may take)
+ * minus the high-priority items taken along — the same rule LocalPermits applies, so every
+ * claimed item gets its permit. Candidates locked but not chosen are unlocked when the
+ * statement ends. Local items start at once, so they go straight to 'running'.
+ */
+export const claimLocalItems = `
+WITH candidates AS (
+  SELECT id, priority, start_after, seq FROM queue_items
+  WHERE state = 'queued' AND kind = 'local' AND start_after <= now()
+    AND EXISTS (SELECT 1 FROM fylrs WHERE id = $1)
+  ORDER BY priority DESC, start_after, seq
+  LIMIT $3
+  FOR UPDATE SKIP LOCKED
+), ranked AS (
+  SELECT id, priority >= $2 AS high,
+         row_number() OVER (PARTITION BY priority >= $2 ORDER BY priority DESC, start_after, seq) AS n,
+         count(*) FILTER (WHERE priority >= $2) OVER () AS highs
+  FROM candidates
+)
+UPDATE queue_items q
+SET state = 'running', claimed_by = $1, lease = q.lease + 1, attempts = q.attempts + 1,
+    claimed_at = now(), updated_at = now()
+FROM ranked
+WHERE q.id = ranked.id AND (ranked.high OR ranked.n <= $4 - ranked.highs)
+RETURNING q.*`;
+
 /** The claim query's SELECT alone, for EXPLAIN in tests. Same parameters minus $1. */
 export const explainClaimPath = `
 EXPLAIN SELECT id FROM queue_items

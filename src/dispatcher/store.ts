@@ -99,6 +99,16 @@ export class QueueStore {
     return rows.map((r) => itemFromRow(r) as ClaimedItem).sort(claimOrder);
   }
 
+  /**
+   * Claims local items straight into 'running': at most `total` items, of which those with
+   * priority < highPriority at most `normal` minus the high-priority items claimed along.
+   */
+  async claimLocal(fylrId: string, limits: { total: number; normal: number; highPriority: number }): Promise<ClaimedItem[]> {
+    if (limits.total <= 0) return [];
+    const rows = (await this.query<ItemRow>("claim local", sql.claimLocalItems, [fylrId, limits.highPriority, limits.total, limits.normal])).rows;
+    return rows.map((r) => itemFromRow(r) as ClaimedItem).sort(claimOrder);
+  }
+
   /** claimed → running. False when the fence refused it. */
   async markRunning(fence: Fence): Promise<boolean> {
     return (await this.query("mark running", sql.markRunning, fenceParams(fence))).rowCount === 1;

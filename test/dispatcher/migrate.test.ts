@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import pg from "pg";
 import { loadMigrations, migrate } from "../../src/dispatcher/index.js";
-import { explainClaimPath, itemPosition } from "../../src/dispatcher/sql.js";
+import { claimLocalItems, explainClaimPath, itemPosition } from "../../src/dispatcher/sql.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool } from "./support.js";
 
@@ -45,6 +45,9 @@ describe("dispatcher migrations", () => {
       const plan = (await pool.query<{ "QUERY PLAN": string }>(explainClaimPath, ["exec", -2147483648, 10])).rows.map((r) => r["QUERY PLAN"]).join("\n");
       expect(plan).to.match(/Index Scan using queue_items_claim_idx/);
       expect(plan).to.match(/LockRows/);
+      await pool.query("INSERT INTO fylrs (id, hostname, pid) VALUES ('me', 'h', 1)");
+      const localPlan = (await pool.query<{ "QUERY PLAN": string }>(`EXPLAIN ${claimLocalItems}`, ["me", 1, 8, 6])).rows.map((r) => r["QUERY PLAN"]).join("\n");
+      expect(localPlan).to.match(/Index Scan using queue_items_claim_idx/);
       const id = (await pool.query<{ id: string }>("SELECT id FROM queue_items WHERE state = 'queued' LIMIT 1")).rows[0]!.id;
       const positionPlan = (await pool.query<{ "QUERY PLAN": string }>(`EXPLAIN ${itemPosition}`, [id])).rows.map((r) => r["QUERY PLAN"]).join("\n");
       expect(positionPlan.match(/queue_items_claim_idx/g) ?? []).to.have.length(2);

@@ -2,6 +2,7 @@ import { expect } from "chai";
 import type pg from "pg";
 import {
   createDefaultActions,
+  LocalPermits,
   migrate,
   normalizeSubmit,
   QueueStore,
@@ -102,6 +103,25 @@ describe("queue store", () => {
     expect((await store.claim("fylr-a", "exec", lowest, 10)).map((i) => i.id)).to.deep.equal([ids.later]);
     expect((await store.claim("fylr-a", "local", 1, 10)).map((i) => i.id)).to.deep.equal([]);
     expect((await store.claim("fylr-a", "local", lowest, 10)).map((i) => i.id)).to.deep.equal([ids.local]);
+  });
+
+  it("claims local items straight to running, keeping the reserve for high priority like LocalPermits", async () => {
+    const local = (priority: number) => submit({ local: { name: "count", params: {}, input: Buffer.alloc(0) }, priority });
+    const permits = new LocalPermits(4); // one permit reserved for priority >= 1
+    for (let i = 0; i < 5; i++) await local(0);
+    const high = [(await local(3)).item.id, (await local(1)).item.id];
+    const limits = () => ({ total: permits.available(1), normal: permits.available(0), highPriority: 1 });
+    const first = await store.claimLocal("fylr-a", limits());
+    // Both high-priority items, and normal ones only up to the normal permits left after them.
+    expect(first.map((i) => i.priority)).to.deep.equal([3, 1, 0]);
+    expect(first.slice(0, 2).map((i) => i.id)).to.deep.equal(high);
+    expect(first.every((i) => i.state === "running" && i.lease === 1)).to.equal(true);
+    for (const item of first) expect(permits.tryReserve(item.priority), `permit for priority ${item.priority}`).to.not.equal(undefined);
+    expect(await store.claimLocal("fylr-a", limits())).to.deep.equal([]); // normal permits used up; the last is reserved
+    expect((await store.claimLocal("fylr-b", { total: 4, normal: 3, highPriority: 1 })).map((i) => i.priority)).to.deep.equal([0, 0, 0]);
+    expect((await store.claimLocal("fylr-b", { total: 4, normal: 0, highPriority: 1 }))).to.deep.equal([]);
+    await local(5);
+    expect((await store.claimLocal("fylr-b", { total: 1, normal: 0, highPriority: 1 })).map((i) => i.priority)).to.deep.equal([5]);
   });
 
   it("counts the queued items ahead of an item in claim order", async () => {
