@@ -1,0 +1,135 @@
+import { expect } from "chai";
+import { create } from "@bufbuild/protobuf";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { JobSpecSchema } from "../../gen/slotbroker/v1/broker_pb.js";
+import { compileExecserverConfig, startExecserver, type ExecserverHandle } from "../../src/execserver/index.js";
+import { BrokerConnection, type ConnectionState } from "../../src/fylr/broker/index.js";
+import { Code, SlotbrokerError } from "../../src/shared/errors.js";
+import { spawnExecserver, waitFor } from "../support/execserver-process.js";
+import { startBroker } from "../support/fylr-replica.js";
+import { release, track } from "../support/resources.js";
+
+const services = { noop: { waitgroup: "w", builtin: "noop" as const } };
+
+async function inProcess(extra: object): Promise<ExecserverHandle> {
+  const config = compileExecserverConfig({ listen: "127.0.0.1:0", adminListen: "127.0.0.1:0", waitgroups: { w: { processes: 1 } }, services, ...extra });
+  return track(await startExecserver(config), "execserver", (h) => h.forceClose());
+}
+
+function connection(address: string, extra: Partial<ConstructorParameters<typeof BrokerConnection>[0]> = {}): BrokerConnection {
+  const conn = new BrokerConnection({
+    address,
+    clientName: "conn-test",
+    timings: { backoff: { initialMs: 20, maxMs: 200 }, pingIntervalMs: 200, pingTimeoutMs: 500, helloTimeoutMs: 1000 },
+    ...extra,
+  });
+  return track(conn, "broker connection", (c) => c.close());
+}
+
+describe("fylr broker connection", function () {
+  this.timeout(60_000);
+
+  it("sends the bearer token and its name; a wrong token never gets ready", async () => {
+    const server = await inProcess({ token: "s3cret", instanceId: "auth" });
+    try {
+      const wrong = connection(server.grpcAddress, { token: "nope" });
+      const states: ConnectionState[] = [];
+      wrong.on("state", (s) => states.push(s));
+      wrong.start();
+      await waitFor("the refusal", () => wrong.lastError);
+      expect(wrong.lastError).to.be.instanceOf(SlotbrokerError);
+      expect((wrong.lastError as SlotbrokerError).code).to.equal(Code.Unauthenticated);
+      expect(wrong.lastError!.message).to.match(/refused the token \(UNAUTHENTICATED\)/);
+      expect(wrong.lastError!.message).to.not.include("nope");
+      expect(states).to.not.include("ready");
+      await release(wrong);
+
+      const right = connection(server.grpcAddress, { token: "s3cret" });
+      right.start();
+      await waitFor("ready", () => right.state === "ready");
+      expect(right.hello!.instanceId).to.equal("auth");
+      expect(server.status().connections.map((c) => c.clientName)).to.deep.equal(["conn-test"]);
+      await release(right);
+    } finally {
+      await release(server);
+    }
+  });
+
+  it("speaks TLS with a configured CA", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "slotbroker-tls-"));
+    try {
+      const [cert, key] = [join(dir, "cert.pem"), join(dir, "key.pem")];
+      execFileSync("openssl", [
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", key, "-out", cert,
+      ], { stdio: "ignore" });
+      const server = await inProcess({ instanceId: "tls", tls: { certFile: cert, keyFile: key } });
+      try {
+        const port = server.grpcPort;
+        const secure = connection(`localhost:${port}`, { tls: { caFile: cert } });
+        secure.start();
+        await waitFor("ready over TLS", () => secure.state === "ready");
+        expect(secure.hello!.instanceId).to.equal("tls");
+        const local = await secure.localAddress();
+        expect(local?.host).to.match(/^(127\.0\.0\.1|::1)$/);
+        await release(secure);
+
+        const plain = connection(`localhost:${port}`);
+        plain.start();
+        await waitFor("a plaintext attempt to fail", () => plain.lastError);
+        expect(plain.state).to.not.equal("ready");
+        await release(plain);
+      } finally {
+        await release(server);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("detects a frozen (half-open) execserver by Ping timeout and re-registers its wants after it thaws", async () => {
+    const server = await spawnExecserver({ instanceId: "frozen", waitgroups: { w: { processes: 1 } }, services: { sleep: { waitgroup: "w", command: ["sleep"] } } });
+    // One connection only: the same connection must notice, reconnect and re-register.
+    const broker = startBroker({
+      addresses: [server.grpcAddress],
+      maxConnectionsPerAddress: 1,
+      pingInterval: "200ms",
+      pingTimeout: "500ms",
+      helloTimeout: "1s",
+      connectTimeout: "60s",
+    });
+    try {
+      await waitFor("ready", () => broker.instances().length === 1);
+      const conn = broker.pools()[0]!.connections()[0]!;
+      const busy = await broker.acquire({ service: "sleep" });
+      const running = busy.start(create(JobSpecSchema, { args: ["30"] })).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      const parked = broker.acquire({ service: "sleep" });
+      await waitFor("the want parked", async () => (await server.status()).waitgroups[0]!.waiting === 1n);
+
+      // SIGSTOP keeps the TCP connection open but nothing answers: only liveness checks notice.
+      process.kill(server.child.pid!, "SIGSTOP");
+      await waitFor("the ping timeout", () => conn.state !== "ready");
+      expect(conn.lastError!.message).to.match(/no Pong|keepalive|ended|failed/i);
+      expect(await running).to.be.instanceOf(SlotbrokerError);
+      expect(broker.instances()).to.deep.equal([]);
+
+      process.kill(server.child.pid!, "SIGCONT");
+      // The old stream is gone, so the execserver dropped the running job and the want;
+      // the reconnect re-registers the want and the freed slot is offered to it.
+      const slot = await parked;
+      expect(slot.instanceId).to.equal("frozen");
+      expect(conn.streams).to.be.at.least(2);
+      slot.decline();
+    } finally {
+      if (server.child.signalCode === null) process.kill(server.child.pid!, "SIGCONT");
+      await release(broker);
+      await release(server);
+    }
+  });
+});
