@@ -7,6 +7,7 @@ export { PIPE_IN_PREFIX, PIPE_OUT_PREFIX, pipeUrls, urlHost, type PipeIds, type 
 export { classifyPreface, HTTP2_PREFACE, type WireProtocol } from "./protocol-sniff.js";
 export { matchPath } from "./route-match.js";
 export { httpStatusFor, requestBodyIntact, sendText } from "./responses.js";
+export { uploadComplete } from "./upload-complete.js";
 export {
   startFylrHttpServer,
   type FylrHttpServer,

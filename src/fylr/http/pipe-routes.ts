@@ -2,11 +2,11 @@ import type { Logger } from "../../shared/log.js";
 import { abortError, type PipeRegistry } from "../pipes/index.js";
 import type { RawCall, RawRoute } from "./http-types.js";
 import { PIPE_IN_PREFIX, PIPE_OUT_PREFIX } from "./pipe-urls.js";
+import { uploadComplete } from "./upload-complete.js";
 import {
   abortResponse,
   endResponse,
   httpStatusFor,
-  requestBodyIntact,
   sendText,
   writeChunk,
   writeHead,
@@ -77,7 +77,7 @@ async function acceptOutPipe(registry: PipeRegistry, { req, res, params, expectC
   try {
     if (expectContinue) res.writeContinue();
     for await (const chunk of req as AsyncIterable<Uint8Array>) await writer.write(chunk);
-    if (!requestBodyIntact(req)) throw new Error("the upload ended before its body was complete");
+    if (!(await uploadComplete(req))) throw new Error("the upload ended before its body was complete");
     const bytes = await writer.finish();
     finished = true;
     sendText(res, 200, `${bytes} bytes written`, { "pipe-bytes-written": String(bytes) });

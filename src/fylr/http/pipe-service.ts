@@ -3,7 +3,7 @@ import { PipeService, type WriteRequest } from "../../../gen/slotbroker/v1/pipe_
 import { SlotbrokerError } from "../../shared/errors.js";
 import { PipeError, type PipeRegistry } from "../pipes/index.js";
 import { nodeRequestKey } from "./node-request.js";
-import { requestBodyIntact } from "./responses.js";
+import { uploadComplete } from "./upload-complete.js";
 
 /** Registers `PipeService` for `registry` on a Connect router. */
 export function registerPipeService(router: ConnectRouter, registry: PipeRegistry): void {
@@ -46,7 +46,7 @@ export function pipeServiceImpl(registry: PipeRegistry): ServiceImpl<typeof Pipe
           }
           await writer.write(message.value.chunk);
         }
-        assertUploadComplete(ctx);
+        await assertUploadComplete(ctx);
         const bytes = await writer.finish();
         return { bytesWritten: BigInt(bytes) };
       } catch (err) {
@@ -61,9 +61,10 @@ export function pipeServiceImpl(registry: PipeRegistry): ServiceImpl<typeof Pipe
 
 // A client reset must not pass for the end of the stream: Connect ends the message
 // iterator in both cases, so ask the Node request how the body really ended.
-function assertUploadComplete(ctx: HandlerContext): void {
+async function assertUploadComplete(ctx: HandlerContext): Promise<void> {
   const req = ctx.values.get(nodeRequestKey);
-  if (ctx.signal.aborted || (req !== undefined && !requestBodyIntact(req))) {
+  const complete = req === undefined || (await uploadComplete(req));
+  if (!complete || ctx.signal.aborted) {
     throw new PipeError("aborted", "the Write stream was reset before it ended");
   }
 }
