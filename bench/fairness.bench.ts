@@ -5,7 +5,7 @@
 // (1.0). A second run parks wants of mixed priorities behind a held slot and counts
 // priority inversions in the grant order (goal 0).
 //   npm run bench -- fairness
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { BrokerService, ConnectRequestSchema, type ConnectRequest, type ConnectResponse } from "../gen/slotbroker/v1/broker_pb.js";
 import { compileExecserverConfig, startExecserver } from "../src/execserver/index.js";
@@ -75,7 +75,7 @@ class BenchClient {
     this.client.close();
   }
 
-  private write(frame: ConnectRequest["frame"]): void {
+  private write(frame: MessageInitShape<typeof ConnectRequestSchema>["frame"]): void {
     this.call.write(create(ConnectRequestSchema, { frame }));
   }
 }

@@ -25,6 +25,8 @@ export const limits = {
   labelsBytes: 16 * 1024,
   /** Largest ConnectRequest frame accepted by gRPC. */
   maxFrameBytes: 1024 * 1024,
+  /** Frames queued to a peer that does not read before its stream is failed. */
+  maxQueuedFrames: 10_000,
 } as const;
 
 /** UTF-8 byte length, skipping the count for strings too short to exceed `max`. */

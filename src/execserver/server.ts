@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import type { HealthImplementation } from "grpc-health-check";
 import {
@@ -144,7 +144,7 @@ export class Execserver implements SessionHost {
     this.setState("serving");
   }
 
-  /** @inheritdoc */
+  /** The current Hello as the peer at `peerAddress` would get it. */
   hello(peerAddress: string): Hello {
     return create(HelloSchema, {
       instanceId: this.config.instanceId,
@@ -155,6 +155,11 @@ export class Execserver implements SessionHost {
       peerAddress,
       draining: this.broker.draining,
     });
+  }
+
+  /** @inheritdoc */
+  sharedHello(): Uint8Array {
+    return toBinary(HelloSchema, this.hello(""));
   }
 
   /** @inheritdoc */
@@ -291,7 +296,9 @@ export class Execserver implements SessionHost {
   private flushHello(): void {
     clearTimeout(this.helloTimer);
     this.helloTimer = undefined;
-    for (const session of this.sessions) session.sendHello();
+    if (this.sessions.size === 0) return;
+    const shared = this.sharedHello();
+    for (const session of this.sessions) session.sendHello(shared);
   }
 
   private jobFinished(): void {

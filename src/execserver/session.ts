@@ -7,20 +7,22 @@ import {
   RejectSchema,
   type ConnectRequest,
   type ConnectResponse,
-  type Hello,
 } from "../../gen/slotbroker/v1/broker_pb.js";
+import { Code, SlotbrokerError } from "../shared/errors.js";
+import { toGrpcError } from "../shared/grpc.js";
 import type { Logger } from "../shared/log.js";
 import { durationFromMs } from "../shared/proto-time.js";
 import { BrokerConnection, type Broker, type FrameSink, type RejectInfo } from "./broker.js";
 import { limits } from "./limits.js";
+import { helloFrame } from "./wire.js";
 
 /** What a session needs from the server around it. */
 export interface SessionHost {
   readonly broker: Broker;
   /** The current Hello content version; bumped when clients/services/draining change. */
   readonly helloVersion: number;
-  /** A Hello for one peer. */
-  hello(peerAddress: string): Hello;
+  /** The current Hello without peer_address, encoded (see wire.ts helloFrame). */
+  sharedHello(): Uint8Array;
   /** The clock for grant latency and runtimes (ms, monotonic). */
   now(): number;
   /** Called once when the stream is gone. */
@@ -75,18 +77,23 @@ export class Session implements FrameSink {
     if (this.state !== "open") return;
     try {
       // The server's Connect serializer passes Uint8Arrays through (see wire.ts).
-      this.call.write(frame as ConnectResponse);
+      if (!this.call.write(frame as ConnectResponse) && this.call.writableLength > limits.maxQueuedFrames) {
+        // A peer that stops reading would otherwise pin unbounded memory here.
+        this.logger.warn({ queued: this.call.writableLength }, "peer is not reading its stream; closing it");
+        this.call.emit("error", toGrpcError(new SlotbrokerError(Code.ResourceExhausted, "too many frames queued: the peer is not reading")));
+        this.close("peer not reading");
+      }
     } catch (err) {
       this.logger.debug({ err }, "write failed");
       this.close("write failed");
     }
   }
 
-  /** Sends the current Hello if this peer has not seen it yet. */
-  sendHello(): void {
+  /** Sends the current Hello if this peer has not seen it yet; `shared` saves re-encoding it per peer. */
+  sendHello(shared?: Uint8Array): void {
     if (this.helloVersion === this.host.helloVersion) return;
     this.helloVersion = this.host.helloVersion;
-    this.send(create(ConnectResponseSchema, { frame: { case: "hello", value: this.host.hello(this.connection.peerAddress) } }));
+    this.send(helloFrame(shared ?? this.host.sharedHello(), this.connection.peerAddress));
   }
 
   /** Ends the stream (OK status) and forgets the connection. Idempotent. */

@@ -79,6 +79,28 @@ function writeVarint(out: Buffer, at: number, n: number): number {
 }
 
 /**
+ * A ConnectResponse{hello} frame from a Hello encoded without peer_address (shared by all
+ * peers) plus this peer's address. A broadcast to N peers then encodes the Hello once and
+ * only appends N short fields. (Field order differs from toBinary's; parsers accept any.)
+ */
+export function helloFrame(sharedHello: Uint8Array, peerAddress: string): Buffer {
+  const peerLen = Buffer.byteLength(peerAddress, "utf8");
+  const inner = sharedHello.length + (peerLen > 0 ? fieldSize(peerLen) : 0);
+  const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
+  let at = 0;
+  out[at++] = (1 << 3) | LEN; // ConnectResponse.hello
+  at = writeVarint(out, at, inner);
+  out.set(sharedHello, at);
+  at += sharedHello.length;
+  if (peerLen > 0) {
+    out[at++] = (6 << 3) | LEN; // Hello.peer_address
+    at = writeVarint(out, at, peerLen);
+    out.write(peerAddress, at, "utf8");
+  }
+  return out;
+}
+
+/**
  * BrokerService's grpc-js definition for the server: Connect responses may be handed over
  * already encoded (a Uint8Array, e.g. from OfferEncoder) and are then written as they are.
  */

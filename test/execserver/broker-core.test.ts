@@ -1,10 +1,17 @@
 import { expect } from "chai";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { ConnectResponseSchema, OfferSchema, RejectCode, type ConnectResponse } from "../../gen/slotbroker/v1/broker_pb.js";
+import {
+  ConnectResponseSchema,
+  HelloSchema,
+  OfferSchema,
+  RejectCode,
+  WaitgroupStateSchema,
+  type ConnectResponse,
+} from "../../gen/slotbroker/v1/broker_pb.js";
 import { Broker, BrokerConnection, type BrokerEffects, type JobRecord, type OfferOutcome } from "../../src/execserver/broker.js";
 import { compileExecserverConfig } from "../../src/execserver/config.js";
 import { SlotLedger } from "../../src/execserver/slot-ledger.js";
-import { OfferEncoder } from "../../src/execserver/wire.js";
+import { helloFrame, OfferEncoder } from "../../src/execserver/wire.js";
 import { durationFromMs } from "../../src/shared/proto-time.js";
 
 // The broker core driven directly, with a hand-cranked clock and effects that only record.
@@ -113,7 +120,23 @@ describe("Broker core", () => {
   });
 });
 
-describe("OfferEncoder", () => {
+describe("hand-written frames", () => {
+  it("a shared Hello plus the peer's address decodes to the full Hello", () => {
+    const full = create(HelloSchema, {
+      instanceId: "x",
+      services: { a: "g" },
+      waitgroups: [create(WaitgroupStateSchema, { name: "g", processes: 3, running: 1, waiting: 7 })],
+      clients: 4,
+      capabilities: ["query"],
+      peerAddress: "[::1]:5555",
+      draining: true,
+    });
+    const shared = toBinary(HelloSchema, { ...full, peerAddress: "" });
+    const decoded = fromBinary(ConnectResponseSchema, helloFrame(shared, "[::1]:5555"));
+    expect(decoded.frame.case).to.equal("hello");
+    expect(decoded.frame.value).to.deep.equal(full);
+  });
+
   it("writes the same bytes as protobuf-es for OFFER frames", () => {
     for (const [jobId, token, wg, ms] of [
       ["j1", "tok", "g", 5000],

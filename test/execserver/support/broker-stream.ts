@@ -26,6 +26,8 @@ export interface ClientOptions {
   clientName?: string;
   /** Raw authorization header value, overriding `token`. */
   authorization?: string;
+  /** Channel credentials (default: insecure). */
+  credentials?: grpc.ChannelCredentials;
 }
 
 const Client = grpcClientConstructor(BrokerService);
@@ -71,7 +73,7 @@ export class BrokerStream {
   private endStatus: grpc.StatusObject | undefined;
 
   private constructor(address: string, options: ClientOptions) {
-    this.client = new Client(address, grpc.credentials.createInsecure(), channelOptions);
+    this.client = new Client(address, options.credentials ?? grpc.credentials.createInsecure(), channelOptions);
     const connect = (this.client as unknown as { connect: (m: grpc.Metadata) => grpc.ClientDuplexStream<ConnectRequest, ConnectResponse> }).connect;
     this.call = connect.call(this.client, metadataFor(options));
     this.call.on("data", (frame: ConnectResponse) => this.onFrame(frame));
