@@ -17,10 +17,17 @@ async function readAll(client: Client<typeof PipeService>, pipeId: string): Prom
   return Buffer.concat(parts);
 }
 
-async function* chunked(pipeId: string, payload: Uint8Array, size = 64 * 1024): AsyncGenerator<WriteInit> {
+/** Turns messages into the async iterable a client-streaming call takes. */
+async function* stream<T>(items: Iterable<T>): AsyncGenerator<T> {
+  for (const item of items) yield await Promise.resolve(item);
+}
+
+function chunked(pipeId: string, payload: Uint8Array, size = 64 * 1024): AsyncGenerator<WriteInit> {
+  const messages: WriteInit[] = [];
   for (let i = 0; i < payload.length; i += size) {
-    yield { pipeId: i === 0 ? pipeId : "", chunk: payload.subarray(i, i + size) };
+    messages.push({ pipeId: i === 0 ? pipeId : "", chunk: payload.subarray(i, i + size) });
   }
+  return stream(messages);
 }
 
 async function connectCode(promise: Promise<unknown>): Promise<Code> {
@@ -102,16 +109,13 @@ describe("PipeService over Connect", () => {
   });
 
   it("refuses a Write whose first message does not name the pipe", async () => {
-    async function* anonymous(): AsyncGenerator<WriteInit> {
-      yield { chunk: Buffer.from("who am I") };
-    }
-    expect(await connectCode(h2.write(anonymous()))).to.equal(Code.InvalidArgument);
+    expect(await connectCode(h2.write(stream([{ chunk: Buffer.from("who am I") }])))).to.equal(Code.InvalidArgument);
     const pipe = registry.createOutPipe(new HashingSink());
-    async function* switching(): AsyncGenerator<WriteInit> {
-      yield { pipeId: pipe.id, chunk: Buffer.from("a") };
-      yield { pipeId: "BBBBBBBBBBBBBBBBBBBBBBBB", chunk: Buffer.from("b") };
-    }
-    expect(await connectCode(h2.write(switching()))).to.equal(Code.InvalidArgument);
+    const switching: WriteInit[] = [
+      { pipeId: pipe.id, chunk: Buffer.from("a") },
+      { pipeId: "BBBBBBBBBBBBBBBBBBBBBBBB", chunk: Buffer.from("b") },
+    ];
+    expect(await connectCode(h2.write(stream(switching)))).to.equal(Code.InvalidArgument);
     expect((await pipeFailure(pipe.done)).kind).to.equal("aborted");
   });
 
