@@ -12,6 +12,7 @@ import { Code, SlotbrokerError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { execAdmission, type ExecAdmission, type InstanceShare } from "./admission.js";
 import type { CapacitySource } from "./capacity.js";
+import { CompletionBatcher } from "./completion-batcher.js";
 import { dispatcherConfig, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
 import type { ExecBackend } from "./exec-backend.js";
 import { runItem } from "./item-runner.js";
@@ -87,6 +88,7 @@ const forceTimeoutMs = 5000;
 export class Dispatcher {
   readonly store: QueueStore;
   readonly config: DispatcherConfig;
+  private readonly completer: CompletionBatcher;
   readonly fylrId: string;
   private readonly log: Logger;
   private readonly actions: LocalActionRegistry;
@@ -111,6 +113,7 @@ export class Dispatcher {
   constructor(private readonly options: DispatcherOptions) {
     this.config = dispatcherConfig(options.config);
     this.store = new QueueStore(options.pool);
+    this.completer = new CompletionBatcher(this.store);
     this.fylrId = options.fylrId ?? randomUUID();
     this.actions = options.actions ?? createDefaultActions();
     this.permits = new LocalPermits(effectiveLocalSlots(this.config));
@@ -348,7 +351,7 @@ export class Dispatcher {
       const outcome = await runItem(item, { backend: this.options.backend, actions: this.actions, live: this.live, maxOutputBytes: this.config.maxOutputBytes, onStart }, controller.signal);
       await marking;
       this.live.setPhase(item.id, item.lease, "finishing");
-      await settle(item, outcome, { store: this.store, config: this.config, counters: this.counters, keepTrying: () => this.currentState !== "stopped" }, log);
+      await settle(item, outcome, { store: this.store, completer: this.completer, config: this.config, counters: this.counters, keepTrying: () => this.currentState !== "stopped" }, log);
     } catch (err) {
       log.error({ err }, "item task failed unexpectedly");
     } finally {

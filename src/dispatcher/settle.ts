@@ -8,6 +8,7 @@ import { AbortReason, sleep } from "../shared/abort.js";
 import type { Logger } from "../shared/log.js";
 import { retryBackoffMs } from "./admission.js";
 import type { DispatcherConfig } from "./config.js";
+import type { CompletionBatcher } from "./completion-batcher.js";
 import type { Outcome } from "./item-runner.js";
 import { isTransient } from "./pg-errors.js";
 import type { QueueStore } from "./store.js";
@@ -36,6 +37,8 @@ export function newCounters(): DispatcherCounters {
 /** What settling needs. */
 export interface SettleDeps {
   readonly store: QueueStore;
+  /** Successes go through it, batched with other items finishing at the same time. */
+  readonly completer: CompletionBatcher;
   readonly config: DispatcherConfig;
   readonly counters: DispatcherCounters;
   /** True while writes are still worth retrying (the dispatcher has not stopped). */
@@ -49,7 +52,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
   try {
     switch (outcome.kind) {
       case "succeeded": {
-        const ok = await retrying(deps, log, "complete", () => store.complete(fence, outcome.results, outcome.output));
+        const ok = await retrying(deps, log, "complete", () => deps.completer.complete(fence, outcome.results, outcome.output));
         if (!ok) return refused(deps, log, "completion");
         counters.succeeded += 1;
         log.info({ attempts: item.attempts, outputBytes: outcome.output.length }, "item succeeded");

@@ -94,6 +94,18 @@ WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'runni
 RETURNING state`;
 
 /**
+ * → succeeded for a batch of items, each fenced by its own (id, claimed_by, lease). Arrays
+ * of equal length: $1 ids, $2 owners, $3 leases, $4 results, $5 outputs. Returns the
+ * (id, lease) pairs that were written; the others were refused by the fence.
+ */
+export const completeItems = `
+UPDATE queue_items q
+SET state = 'succeeded', result = c.result, output = c.output, error = NULL, finished_at = now(), updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::jsonb[], $5::bytea[]) AS c(id, claimed_by, lease, result, output)
+WHERE q.id = c.id AND q.claimed_by = c.claimed_by AND q.lease = c.lease AND q.state IN ('claimed', 'running')
+RETURNING q.id, q.lease`;
+
+/**
  * A failed attempt. Fenced ($1–$3); $4 result, $5 error, $6 retry delay ms, $7 permanent.
  * With attempts left and not permanent: back to queued after the delay. Otherwise: failed.
  */

@@ -2,6 +2,7 @@
  * The queue store: typed calls over the named queries in sql.ts. The only module that
  * talks to Postgres at run time; every error leaves it translated (pg-errors.ts).
  */
+import { createHash } from "node:crypto";
 import type pg from "pg";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { encodeResults, itemFromRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
@@ -64,7 +65,9 @@ export class QueueStore {
 
   private async query<R extends pg.QueryResultRow>(what: string, text: string, params: unknown[] = []): Promise<pg.QueryResult<R>> {
     try {
-      return await this.pool.query<R>(text, params);
+      // Named, so each connection parses and plans every query once (a prepared statement)
+      // instead of on every call: the hot claim/complete path runs thousands of times a second.
+      return await this.pool.query<R>({ name: statementName(text), text, values: params });
     } catch (err) {
       throw fromPgError(err, what);
     }
@@ -118,6 +121,23 @@ export class QueueStore {
   async complete(fence: Fence, results: readonly CallResult[], output: Buffer | undefined): Promise<boolean> {
     const r = await this.query("complete", sql.completeItem, [...fenceParams(fence), encodeResults(results), output ?? null]);
     return r.rowCount === 1;
+  }
+
+  /**
+   * → succeeded for several items in one statement. Resolves with one boolean per entry,
+   * in order: false where the fence refused it.
+   */
+  async completeMany(entries: readonly { fence: Fence; results: readonly CallResult[]; output: Buffer | undefined }[]): Promise<boolean[]> {
+    if (entries.length === 0) return [];
+    const r = await this.query<{ id: string; lease: string }>("complete many", sql.completeItems, [
+      entries.map((e) => e.fence.id),
+      entries.map((e) => e.fence.claimedBy),
+      entries.map((e) => e.fence.lease),
+      entries.map((e) => JSON.stringify(encodeResults(e.results))),
+      entries.map((e) => e.output ?? null),
+    ]);
+    const written = new Set(r.rows.map((row) => `${row.id}/${row.lease}`));
+    return entries.map((e) => written.has(`${e.fence.id}/${e.fence.lease}`));
   }
 
   /**
@@ -200,6 +220,18 @@ export class QueueStore {
       held: r.held,
     }));
   }
+}
+
+const statementNames = new Map<string, string>();
+
+/** A stable prepared-statement name per query text (pg requires one text per name). */
+function statementName(text: string): string {
+  let name = statementNames.get(text);
+  if (!name) {
+    name = `slotbroker_${createHash("sha1").update(text).digest("hex").slice(0, 16)}`;
+    statementNames.set(text, name);
+  }
+  return name;
 }
 
 function fenceParams(fence: Fence): [string, string, number] {

@@ -140,6 +140,23 @@ describe("queue store", () => {
     expect(claimed).to.deep.equal({ state: "claimed", kind: "exec", aheadInQueue: 0 });
   });
 
+  it("completes a batch with a fence per entry", async () => {
+    const a = (await submit(exec())).item.id;
+    const b = (await submit(exec())).item.id;
+    const [ca, cb] = await store.claim("fylr-a", "exec", lowest, 2);
+    const receipt = receiptFor({ exitCode: 0, stdout: Buffer.from([1, 2]) });
+    const written = await store.completeMany([
+      { fence: ca!, results: [{ service: "cat", receipt }], output: Buffer.from([1, 2]) },
+      { fence: { ...cb!, lease: cb!.lease - 1 }, results: [], output: Buffer.from("stale") },
+      { fence: cb!, results: [], output: undefined },
+    ]);
+    expect(written).to.deep.equal([true, false, true]);
+    const [ia, ib] = [await store.get(a), await store.get(b)];
+    expect(ia).to.deep.include({ state: "succeeded", output: Buffer.from([1, 2]) });
+    expect(ia!.results[0]!.receipt.stdoutPrefix).to.deep.equal(new Uint8Array([1, 2]));
+    expect(ib).to.deep.include({ state: "succeeded", output: undefined });
+  });
+
   it("refuses a late completion with a stale lease after a survivor requeued the claim", async () => {
     const { item } = await submit(exec());
     const [old] = await store.claim("fylr-a", "exec", lowest, 1);
