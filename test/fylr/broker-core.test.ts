@@ -1,4 +1,7 @@
 import { expect } from "chai";
+import { create, fromBinary } from "@bufbuild/protobuf";
+import { ConnectRequestSchema } from "../../gen/slotbroker/v1/broker_pb.js";
+import { encodeUnwant, encodeWant, encodeWithSchema } from "../../src/fylr/broker/frames.js";
 import {
   RaceBook,
   WantRace,
@@ -131,6 +134,23 @@ describe("fylr broker core (pure)", () => {
       const doc = Uint8Array.from([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1]);
       expect(ipFromBytes(doc)).to.equal("2001:db8::1:0:0:1");
       expect(ipFromBytes(new Uint8Array(3))).to.equal(undefined);
+    });
+  });
+
+  describe("hand-encoded frames", () => {
+    it("encode WANT and UNWANT exactly like protobuf-es", () => {
+      const ids = ["j1", "x".repeat(127), "y".repeat(300), "jöb-ü€"];
+      const priorities = [0, 1, 127, 128, 300, 2 ** 31 - 1, -1, -(2 ** 31)];
+      for (const jobId of ids) {
+        for (const priority of priorities) {
+          const want = create(ConnectRequestSchema, { frame: { case: "want", value: { jobId, service: "ffmpeg-ü", priority } } });
+          expect(Buffer.from(encodeWithSchema(want)).equals(encodeWant(jobId, "ffmpeg-ü", priority)), `${jobId} ${priority}`).to.equal(true);
+        }
+        const unwant = create(ConnectRequestSchema, { frame: { case: "unwant", value: { jobId } } });
+        expect(Buffer.from(encodeWithSchema(unwant)).equals(encodeUnwant(jobId))).to.equal(true);
+        const decoded = fromBinary(ConnectRequestSchema, encodeWant(jobId, "s", -5));
+        expect(decoded.frame.case === "want" && decoded.frame.value).to.include({ jobId, service: "s", priority: -5 });
+      }
     });
   });
 

@@ -2,9 +2,7 @@ import { EventEmitter } from "node:events";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type * as grpc from "@grpc/grpc-js";
 import {
-  BrokerService,
   ConnectRequestSchema,
-  type ConnectRequest,
   type ConnectResponse,
   type Hello,
   type JobSpec,
@@ -12,7 +10,6 @@ import {
   type Reject,
 } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
-import { grpcClientConstructor } from "../../shared/grpc.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { backoffDelay } from "./backoff.js";
 import { callMetadata, channelCredentials, channelOptions, translateStreamError } from "./channel-setup.js";
@@ -25,6 +22,7 @@ import {
 import { checkTransition, type ConnectionState } from "./connection-state.js";
 import { resolveLocalAddress, type LocalAddress } from "./local-address.js";
 import { Pings } from "./pings.js";
+import { brokerClientConstructor, encodeUnwant, encodeWant, type OutgoingFrame } from "./frames.js";
 
 export { defaultConnectionTimings, type BrokerConnectionEvents, type BrokerConnectionOptions, type ConnectionTimings };
 export type { BrokerTlsOptions } from "./channel-setup.js";
@@ -36,9 +34,9 @@ interface ParkedWant {
   readonly parkedAt: number;
 }
 
-const BrokerClient = grpcClientConstructor(BrokerService);
+const BrokerClient = brokerClientConstructor();
 
-type ConnectCall = grpc.ClientDuplexStream<ConnectRequest, ConnectResponse>;
+type ConnectCall = grpc.ClientDuplexStream<OutgoingFrame, ConnectResponse>;
 type FrameInit = MessageInitShape<typeof ConnectRequestSchema>["frame"];
 
 // A stream that stayed ready at least this long resets the backoff: a server that accepts
@@ -143,13 +141,13 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
   want(jobId: string, service: string, priority: number, now = Date.now()): void {
     if (this.current === "closed") return;
     this.parked.set(jobId, { service, priority, parkedAt: now });
-    if (this.current === "ready") this.send({ case: "want", value: { jobId, service, priority } });
+    if (this.current === "ready") this.call?.write(encodeWant(jobId, service, priority));
   }
 
   /** Withdraws a want (or an outstanding offer for it); safe for unknown ids. */
   unwant(jobId: string): void {
     const had = this.parked.delete(jobId);
-    if (had && this.current === "ready") this.send({ case: "unwant", value: { jobId } });
+    if (had && this.current === "ready") this.call?.write(encodeUnwant(jobId));
   }
 
   /** Accepts an offer: sends JOB; the job counts as running here until DONE or loss. */
@@ -279,7 +277,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     this.dropUnservedWants(hello);
     if (!first) return;
     for (const [jobId, want] of this.parked) {
-      this.send({ case: "want", value: { jobId, service: want.service, priority: want.priority } });
+      this.call?.write(encodeWant(jobId, want.service, want.priority));
     }
     this.readySince = Date.now();
     this.setState("ready");
@@ -293,7 +291,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
       this.parked.delete(jobId);
       dropped.push(jobId);
       // On a live stream the execserver may still hold it; after a reconnect it never did.
-      if (this.current === "ready") this.send({ case: "unwant", value: { jobId } });
+      if (this.current === "ready") this.call?.write(encodeUnwant(jobId));
     }
     if (dropped.length > 0) this.emit("unparked", dropped);
   }

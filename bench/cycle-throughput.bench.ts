@@ -1,0 +1,183 @@
+// cycle-throughput: full WANT → OFFER → JOB → DONE cycles per second through the fylr's
+// broker client (src/fylr/broker: acquire + Slot.start), 50 connections (50 broker
+// clients, one connection each) against one execserver (the real CLI, its own process) with
+// 50 slots of the builtin noop service. A cycle is two round trips, so the baseline is raw
+// grpc-js bidi round trips per second over 50 connections to an echo server in another
+// process, ÷ 2, measured in the same run in alternating blocks. Goal (BENCHMARKS.md): ≥ 0.5.
+//   npm run bench -- cycle-throughput
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { create } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import { JobSpecSchema } from "../gen/slotbroker/v1/broker_pb.js";
+import { Broker, compileBrokerConfig } from "../src/fylr/broker/index.js";
+import { bindServer } from "../src/shared/grpc.js";
+import { emit } from "./lib/figure.js";
+
+const connections = 50;
+const blocks = 3;
+const blockMs = 2_000;
+const warmupMs = 1_000;
+const echoPath = "/bench.Echo/Pingpong";
+const identity = (b: Buffer): Buffer => b;
+
+async function echoServer(): Promise<void> {
+  const server = new grpc.Server();
+  server.addService(
+    {
+      pingpong: {
+        path: echoPath,
+        requestStream: true,
+        responseStream: true,
+        requestSerialize: identity,
+        requestDeserialize: identity,
+        responseSerialize: identity,
+        responseDeserialize: identity,
+      },
+    },
+    {
+      pingpong: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+        call.on("data", (b: Buffer) => call.write(b));
+        call.on("end", () => call.end());
+      },
+    },
+  );
+  const port = await bindServer(server, "127.0.0.1:0", grpc.ServerCredentials.createInsecure());
+  process.stdout.write(`echo listening grpc=127.0.0.1:${port}\n`);
+  process.on("SIGTERM", () => server.forceShutdown());
+}
+
+function startChild(args: string[]): Promise<{ child: ChildProcess; address: string }> {
+  const child = spawn(process.execPath, ["--import", "tsx", ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  return new Promise((resolve, reject) => {
+    createInterface({ input: child.stdout }).on("line", (line) => {
+      const m = /grpc=(\S+)/.exec(line);
+      if (m) resolve({ child, address: m[1]! });
+    });
+    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${code}`)));
+  });
+}
+
+/** 50 raw bidi streams, each on its own channel, doing sequential round trips. */
+class RawFleet {
+  private readonly streams: { client: grpc.Client; call: grpc.ClientDuplexStream<Buffer, Buffer> }[] = [];
+
+  constructor(address: string) {
+    for (let i = 0; i < connections; i++) {
+      const client = new grpc.Client(address, grpc.credentials.createInsecure(), { "grpc.use_local_subchannel_pool": 1 });
+      const call = client.makeBidiStreamRequest(echoPath, identity, identity);
+      call.on("error", () => undefined);
+      this.streams.push({ client, call });
+    }
+  }
+
+  /** Round trips completed over `ms`, all streams together. */
+  async run(ms: number): Promise<number> {
+    const payload = Buffer.alloc(32, 7);
+    const deadline = Date.now() + ms;
+    let count = 0;
+    await Promise.all(
+      this.streams.map(
+        ({ call }) =>
+          new Promise<void>((resolve) => {
+            const onData = (): void => {
+              count++;
+              if (Date.now() >= deadline) {
+                call.off("data", onData);
+                resolve();
+              } else call.write(payload);
+            };
+            call.on("data", onData);
+            call.write(payload);
+          }),
+      ),
+    );
+    return count;
+  }
+
+  close(): void {
+    for (const { client, call } of this.streams) {
+      call.cancel();
+      client.close();
+    }
+  }
+}
+
+/** Cycles completed over `ms` by every broker client looping acquire → JOB → DONE. */
+async function cycles(brokers: Broker[], ms: number): Promise<number> {
+  const spec = create(JobSpecSchema, {});
+  const deadline = Date.now() + ms;
+  let count = 0;
+  await Promise.all(
+    brokers.map(async (broker) => {
+      while (Date.now() < deadline) {
+        const slot = await broker.acquire({ service: "noop" });
+        const receipt = await slot.start(spec);
+        if (receipt.exitCode !== 0) throw new Error(`noop failed: ${receipt.errorMessage}`);
+        count++;
+      }
+    }),
+  );
+  return count;
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "bench-cycle-throughput-"));
+  const config = join(dir, "exec.yaml");
+  writeFileSync(
+    config,
+    `listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nwaitgroups: {bench: {processes: ${connections}}}\nservices: {noop: {waitgroup: bench, builtin: noop}}\n`,
+  );
+  const here = fileURLToPath(import.meta.url);
+  const exec = await startChild([join(here, "..", "..", "src", "cli.ts"), "execserver", "--config", config]);
+  const echo = await startChild([here, "--echo-server"]);
+  const brokers = Array.from({ length: connections }, (_, i) => {
+    const broker = new Broker(compileBrokerConfig({ addresses: [exec.address], clientName: `fylr-${i}`, maxConnectionsPerAddress: 1 }));
+    broker.start();
+    return broker;
+  });
+  const raw = new RawFleet(echo.address);
+  try {
+    while (brokers.some((b) => b.instances().length === 0)) await new Promise((r) => setTimeout(r, 10));
+    await cycles(brokers, warmupMs);
+    await raw.run(warmupMs);
+    let cycleCount = 0;
+    let rawCount = 0;
+    for (let b = 0; b < blocks; b++) {
+      rawCount += await raw.run(blockMs);
+      cycleCount += await cycles(brokers, blockMs);
+    }
+    const seconds = (blocks * blockMs) / 1000;
+    emit({
+      bench: "cycle-throughput",
+      metric: "cycles_per_s",
+      value: cycleCount / seconds,
+      baseline: "grpc-js raw bidi round trips/s ÷ 2 (same 50 connections)",
+      baseline_value: rawCount / seconds / 2,
+      params: {
+        connections,
+        slots: connections,
+        service: "builtin noop",
+        client: "fylr Broker.acquire + Slot.start",
+        server: "separate process",
+        seconds,
+        raw_round_trips_per_s: Math.round(rawCount / seconds),
+        better: "higher",
+        goal: "≥ 0.5",
+      },
+    });
+  } finally {
+    raw.close();
+    await Promise.all(brokers.map((b) => b.close()));
+    exec.child.kill("SIGTERM");
+    echo.child.kill("SIGTERM");
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (process.argv.includes("--echo-server")) await echoServer();
+else await main();
