@@ -137,11 +137,11 @@ export class Dispatcher {
     await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
     this.setState("running");
     this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify());
-    signal?.addEventListener("abort", () => void this.stop().catch((err: unknown) => this.log.error({ err }, "stop failed")), {
-      once: true,
-    });
     this.loopDone = this.loop();
     this.log.info({ localSlots: this.permits.capacity, headroom: this.config.headroom }, "dispatcher started");
+    const stopOnAbort = (): void => void this.stop().catch((err: unknown) => this.log.error({ err }, "stop failed"));
+    if (signal?.aborted) stopOnAbort();
+    else signal?.addEventListener("abort", stopOnAbort, { once: true });
   }
 
   /**
@@ -150,10 +150,8 @@ export class Dispatcher {
    * Idempotent: every call returns the same promise.
    */
   stop(options: { graceMs?: number } = {}): Promise<void> {
-    if (this.currentState === "idle") {
-      this.setState("stopped");
-      return Promise.resolve();
-    }
+    if (this.currentState === "idle") this.setState("stopped");
+    if (this.currentState === "stopped" && !this.stopping) return Promise.resolve();
     this.stopping ??= this.shutdown(options.graceMs ?? this.config.stopGraceMs);
     return this.stopping;
   }

@@ -69,20 +69,25 @@ export function submitInputFromProto(req: SubmitRequest): SubmitInput {
   };
 }
 
+function stdinToProto(stdin: StdinSource | undefined): ExecCall["stdin"] {
+  switch (stdin?.kind) {
+    case "data":
+      return { case: "stdinData", value: stdin.data };
+    case "url":
+      return { case: "stdinUrl", value: stdin.url };
+    case "previous":
+      return { case: "stdinFromPrevious", value: true };
+    case undefined:
+      return { case: undefined };
+  }
+}
+
 function callToProto(call: ExecCallSpec): ExecCall {
-  const stdin: ExecCall["stdin"] =
-    call.stdin?.kind === "data"
-      ? { case: "stdinData", value: call.stdin.data }
-      : call.stdin?.kind === "url"
-        ? { case: "stdinUrl", value: call.stdin.url }
-        : call.stdin?.kind === "previous"
-          ? { case: "stdinFromPrevious", value: true }
-          : { case: undefined };
   return create(ExecCallSchema, {
     service: call.service,
     args: [...call.args],
     env: { ...call.env },
-    stdin,
+    stdin: stdinToProto(call.stdin),
     timeout: call.timeoutMs === undefined ? undefined : durationFromMs(call.timeoutMs),
   });
 }

@@ -55,7 +55,8 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
         const ok = await retrying(deps, log, "complete", () => deps.completer.complete(fence, outcome.results, outcome.output));
         if (!ok) return refused(deps, log, "completion");
         counters.succeeded += 1;
-        log.info({ attempts: item.attempts, outputBytes: outcome.output.length }, "item succeeded");
+        // debug: a busy fylr finishes thousands a second; failures and requeues are the news.
+        log.debug({ attempts: item.attempts, outputBytes: outcome.output.length }, "item succeeded");
         return;
       }
       case "failed": {

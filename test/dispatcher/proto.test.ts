@@ -1,0 +1,71 @@
+import { create, fromJson, toJson } from "@bufbuild/protobuf";
+import { expect } from "chai";
+import { ItemKind, ItemSchema, ItemState, SubmitRequestSchema, StatsResponseSchema } from "../../gen/slotbroker/v1/queue_pb.js";
+import { createDefaultActions, itemToProto, normalizeSubmit, statsToProto, submitInputFromProto, type QueueItem } from "../../src/dispatcher/index.js";
+import { receiptFor } from "./support.js";
+
+describe("dispatcher ↔ queue.proto", () => {
+  it("reads a curl-style JSON SubmitRequest into a valid submit", () => {
+    const req = fromJson(SubmitRequestSchema, {
+      calls: [
+        { service: "cat", stdinData: Buffer.from("hello").toString("base64"), timeout: "2.5s", env: { LANG: "C" } },
+        { service: "sha256sum", stdinFromPrevious: true, args: ["-b"] },
+      ],
+      priority: 4,
+      idempotencyKey: "k1",
+    });
+    const input = submitInputFromProto(req);
+    expect(input.calls).to.deep.equal([
+      { service: "cat", args: [], env: { LANG: "C" }, timeoutMs: 2500, stdin: { kind: "data", data: Buffer.from("hello") } },
+      { service: "sha256sum", args: ["-b"], env: {}, timeoutMs: undefined, stdin: { kind: "previous" } },
+    ]);
+    expect(input).to.include({ priority: 4, idempotencyKey: "k1", maxAttempts: undefined, local: undefined });
+    const n = normalizeSubmit(input, createDefaultActions(), { maxInputBytes: 100, defaultMaxAttempts: 3 });
+    expect(n).to.include({ kind: "exec", priority: 4, maxAttempts: 3 });
+    const local = submitInputFromProto(create(SubmitRequestSchema, { local: { name: "checksum", params: { algorithm: "md5" }, input: new Uint8Array([1]) } }));
+    expect(local.local).to.deep.equal({ name: "checksum", params: { algorithm: "md5" }, input: Buffer.from([1]) });
+    expect(local.calls).to.deep.equal([]);
+  });
+
+  it("writes a stored item as an Item that serialises to JSON", () => {
+    const now = new Date("2026-01-02T03:04:05.678Z");
+    const item: QueueItem = {
+      id: "6f0a2d1e-9c1b-4a55-8d2e-0f3c4b5a6d7e",
+      kind: "exec",
+      priority: 2,
+      state: "succeeded",
+      calls: [{ service: "cat", args: [], env: {}, stdin: { kind: "url", url: "http://x/in" }, timeoutMs: 1000 }],
+      local: undefined,
+      claimedBy: "fylr-1",
+      lease: 3,
+      attempts: 2,
+      maxAttempts: 3,
+      startAfter: now,
+      createdAt: now,
+      claimedAt: now,
+      updatedAt: now,
+      finishedAt: now,
+      results: [{ service: "cat", receipt: receiptFor({ exitCode: 0, stdout: Buffer.from("ok") }) }],
+      output: Buffer.from("ok"),
+      error: undefined,
+      idempotencyKey: undefined,
+    };
+    const proto = itemToProto(item);
+    expect(proto).to.deep.include({ kind: ItemKind.EXEC, state: ItemState.SUCCEEDED, attempts: 2, claimedBy: "" });
+    const json = toJson(ItemSchema, proto) as Record<string, unknown>;
+    expect(json).to.deep.include({ id: item.id, priority: 2, output: Buffer.from("ok").toString("base64"), createdAt: "2026-01-02T03:04:05.678Z" });
+    expect((json.calls as object[])[0]).to.deep.include({ stdinUrl: "http://x/in", timeout: "1s" });
+    const stats = statsToProto({
+      fylrId: "f",
+      state: "running",
+      execHeld: 3,
+      execAdmission: 10,
+      shares: [{ instanceId: "i", address: "a:1", capacity: 40, clients: 5, share: 10 }],
+      localRunning: 1,
+      localCapacity: 2,
+      localReservedForHigh: 1,
+      counters: { claimed: 5, succeeded: 4, failed: 1, requeued: 2, orphansRescued: 0, fenced: 0, passes: 9 },
+    });
+    expect(toJson(StatsResponseSchema, stats)).to.deep.include({ execAdmission: 10, claimedTotal: "5", shares: [{ instanceId: "i", address: "a:1", capacity: 40, clients: 5, share: 10 }] });
+  });
+});
