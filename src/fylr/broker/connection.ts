@@ -178,8 +178,8 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     if (this.current !== "ready") {
       return Promise.reject(new SlotbrokerError(Code.Unavailable, `broker connection ${this.name} is ${this.current}`));
     }
-    const { nonce, rtt } = this.pings.start(timeoutMs, this.name);
-    this.send({ case: "ping", value: { nonce } });
+    const { nonce, rtt, sent } = this.pings.start(timeoutMs, this.name);
+    this.call?.write(create(ConnectRequestSchema, { frame: { case: "ping", value: { nonce } } }), sent);
     return rtt;
   }
 

@@ -1,8 +1,8 @@
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 
 interface PendingPing {
-  readonly sentAt: bigint;
-  readonly timer: NodeJS.Timeout;
+  sentAt: bigint;
+  timer: NodeJS.Timeout | undefined;
   readonly resolve: (ms: number) => void;
   readonly reject: (err: Error) => void;
 }
@@ -15,18 +15,28 @@ export class Pings {
   private readonly pending = new Map<bigint, PendingPing>();
   private nonce = 0n;
 
-  /** Registers a ping; returns its nonce to send and the RTT promise. */
-  start(timeoutMs: number, label: string): { nonce: bigint; rtt: Promise<number> } {
+  /**
+   * Registers a ping; returns its nonce to send, the RTT promise, and `sent` to call once
+   * the frame left the local write queue. Clock and timeout start only then: a Ping queued
+   * behind a burst of thousands of WANTs is slow to leave, not a sign of a dead peer.
+   */
+  start(timeoutMs: number, label: string): { nonce: bigint; rtt: Promise<number>; sent: () => void } {
     const nonce = ++this.nonce;
+    let entry: PendingPing | undefined;
     const rtt = new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(nonce);
-        reject(new SlotbrokerError(Code.DeadlineExceeded, `no Pong from ${label} within ${timeoutMs} ms`));
-      }, timeoutMs);
-      timer.unref();
-      this.pending.set(nonce, { sentAt: process.hrtime.bigint(), timer, resolve, reject });
+      entry = { sentAt: process.hrtime.bigint(), timer: undefined, resolve, reject };
+      this.pending.set(nonce, entry);
     });
-    return { nonce, rtt };
+    const sent = (): void => {
+      if (!entry || this.pending.get(nonce) !== entry || entry.timer) return;
+      entry.sentAt = process.hrtime.bigint();
+      entry.timer = setTimeout(() => {
+        this.pending.delete(nonce);
+        entry!.reject(new SlotbrokerError(Code.DeadlineExceeded, `no Pong from ${label} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      entry.timer.unref();
+    };
+    return { nonce, rtt, sent };
   }
 
   /** A Pong arrived; returns the round trip in ms, or undefined for an unknown nonce. */
