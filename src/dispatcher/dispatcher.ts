@@ -320,7 +320,7 @@ export class Dispatcher {
       }
       // Cannot happen while the query and LocalPermits agree; never run without a permit.
       this.log.error({ itemId: item.id, priority: item.priority }, "claimed a local item without a free permit; giving it back");
-      await this.store.release(item, 0);
+      void this.store.release(item, 0).catch((err: unknown) => this.log.error({ err, itemId: item.id }, "could not give the item back"));
     }
   }
 
@@ -344,14 +344,24 @@ export class Dispatcher {
     const onStart = (): void => {
       if (item.state === "claimed") marking ??= this.markRunning(item, controller, log);
     };
+    const runner = { backend: this.options.backend, actions: this.actions, live: this.live, maxOutputBytes: this.config.maxOutputBytes, onStart };
+    const writer = {
+      store: this.store,
+      completer: this.completer,
+      config: this.config,
+      counters: this.counters,
+      keepTrying: () => this.currentState !== "stopped",
+    };
     try {
       permit?.markUsed();
-      const outcome = await runItem(item, { backend: this.options.backend, actions: this.actions, live: this.live, maxOutputBytes: this.config.maxOutputBytes, onStart }, controller.signal);
+      const outcome = await runItem(item, runner, controller.signal);
       await marking;
       this.live.setPhase(item.id, item.lease, "finishing");
-      await settle(item, outcome, { store: this.store, completer: this.completer, config: this.config, counters: this.counters, keepTrying: () => this.currentState !== "stopped" }, log);
+      await settle(item, outcome, writer, log);
     } catch (err) {
-      log.error({ err }, "item task failed unexpectedly");
+      // A bug, not an outcome: give the item back rather than leave it claimed by a live fylr.
+      log.error({ err }, "item task failed unexpectedly; giving the item back");
+      await this.store.release(item, 0).catch(() => undefined);
     } finally {
       if (item.kind === "exec") this.execHeld -= 1;
       permit?.release();

@@ -7,7 +7,9 @@ import {
   createDefaultActions,
   describeFailure,
   execAdmission,
+  fromPgError,
   instanceShare,
+  isTransient,
   LocalPermits,
   normalizeSubmit,
   reservedForHigh,
@@ -15,6 +17,7 @@ import {
   type ExecInstance,
 } from "../../src/dispatcher/index.js";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
+import { Code, SlotbrokerError } from "../../src/shared/errors.js";
 import { receiptFor } from "./support.js";
 
 const instance = (id: string, capacity: number, clients: number): ExecInstance => ({ instanceId: id, address: `${id}:7600`, capacity, clients });
@@ -183,5 +186,29 @@ describe("receipt descriptions", () => {
     expect(describeFailure(receiptFor({ exitCode: 2, stderrLine: "no such file" }))).to.equal("exited with code 2: no such file");
     expect(describeFailure(receiptFor({ signal: "SIGKILL" }))).to.equal("killed by SIGKILL");
     expect(describeFailure(receiptFor({ error: ErrorKind.TIMEOUT, errorMessage: "after 5s" }))).to.equal("timed out: after 5s");
+  });
+});
+
+describe("Postgres error translation", () => {
+  const pgError = (code: string, message = "boom"): Error => Object.assign(new Error(message), { code });
+
+  it("maps SQLSTATEs to status codes once, naming the operation", () => {
+    const dup = fromPgError(pgError("23505", "duplicate key"), "submit") as SlotbrokerError;
+    expect(dup).to.be.instanceOf(SlotbrokerError);
+    expect(dup.code).to.equal(Code.AlreadyExists);
+    expect(dup.message).to.equal("submit: duplicate key");
+    expect(dup.details).to.deep.equal({ sqlState: "23505" });
+    expect((fromPgError(pgError("08006"), "claim") as SlotbrokerError).code).to.equal(Code.Unavailable);
+    expect((fromPgError(pgError("40P01"), "claim") as SlotbrokerError).code).to.equal(Code.Aborted);
+    expect((fromPgError(pgError("42P01", 'relation "queue_items" does not exist'), "claim") as Error).message).to.match(/run `slotbroker migrate`/);
+    expect((fromPgError(new Error("Connection terminated unexpectedly"), "heartbeat") as SlotbrokerError).code).to.equal(Code.Unavailable);
+    expect((fromPgError(new Error("Cannot use a pool after calling end on the pool"), "claim") as SlotbrokerError).code).to.equal(Code.FailedPrecondition);
+  });
+
+  it("retries only what a pause can fix", () => {
+    expect(isTransient(fromPgError(pgError("57P01"), "x"))).to.equal(true);
+    expect(isTransient(fromPgError(pgError("23505"), "x"))).to.equal(false);
+    const abort = new DOMException("stop", "AbortError");
+    expect(fromPgError(abort, "x")).to.equal(abort);
   });
 });
