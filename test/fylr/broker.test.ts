@@ -1,6 +1,13 @@
 import { expect } from "chai";
 import { create } from "@bufbuild/protobuf";
-import { JobSpecSchema, type ConnectionStatus, type GetStatusResponse, type JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
+import {
+  JobSpecSchema,
+  PositionState,
+  type ConnectionStatus,
+  type GetStatusResponse,
+  type JobSpec,
+  type Position,
+} from "../../gen/slotbroker/v1/broker_pb.js";
 import type { ExecserverConfigInput } from "../../src/execserver/index.js";
 import { NoSlotError as DispatcherNoSlotError } from "../../src/dispatcher/exec-backend.js";
 import {
@@ -8,6 +15,7 @@ import {
   NoSlotError,
   UnknownServiceError,
   channelzLocalAddress,
+  resolveLocalAddress,
   udpLocalAddress,
   type Broker,
   type Slot,
@@ -103,8 +111,12 @@ describe("fylr broker client against two execserver processes", function () {
       // Occupy both slots: the second run cannot land where the first runs.
       const busy = [runSleep(replica, "1"), runSleep(replica, "1")];
       await waitFor("both slots busy", async () => (await a.status()).waitgroups[0]!.running + (await b.status()).waitgroups[0]!.running === 2);
-      const third = replica.broker.acquire({ service: "sleep" });
+      const positions: [string, Position][] = [];
+      const third = replica.broker.acquire({ service: "sleep", onPosition: (position, id) => positions.push([id, position]) });
       await waitFor("the want parked on both", async () => (await sum([a, b], "unwant", "wantsParked")) === 2);
+      // While parked it learns where it stands on each instance (QUERY → POSITION).
+      await waitFor("a position from each instance", () => new Set(positions.map(([id]) => id)).size === 2);
+      expect(positions[0]![1]).to.include({ state: PositionState.PARKED, running: 1, capacity: 1, ahead: 0, waitgroup: "w" });
       const slot = await third;
       slot.decline();
       await waitFor("the UNWANT to reach the other execserver", async () => (await sum([a, b], "unwant", "wantsParked")) === 0);
@@ -185,7 +197,11 @@ describe("fylr broker client against two execserver processes", function () {
     const client = (conn as unknown as { client: { getChannel(): Parameters<typeof channelzLocalAddress>[0] } }).client;
     expect(await channelzLocalAddress(client.getChannel())).to.deep.equal(local);
     const [host, port] = a.grpcAddress.split(":");
-    expect(await udpLocalAddress(host!, Number(port))).to.deep.equal({ host: "127.0.0.1", port: undefined, source: "udp" });
+    const udp = { host: "127.0.0.1", port: undefined, source: "udp" };
+    expect(await udpLocalAddress(host!, Number(port))).to.deep.equal(udp);
+    // Without a channel (or when channelz knows no READY socket) the UDP probe answers.
+    expect(await resolveLocalAddress(undefined, a.grpcAddress)).to.deep.equal(udp);
+    expect(await udpLocalAddress("::1", Number(port))).to.deep.equal({ host: "::1", port: undefined, source: "udp" });
     const rtt = await conn.ping();
     expect(rtt).to.be.a("number").and.be.greaterThan(0);
     expect(conn.rttMs).to.equal(rtt);

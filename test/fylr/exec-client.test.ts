@@ -1,7 +1,10 @@
 import { expect } from "chai";
 import { createHash, randomBytes } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { Readable, Writable } from "node:stream";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
+import { execBackend } from "../../src/fylr/exec-client-backend.js";
 import { splitHostPort } from "../../src/shared/config.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
@@ -166,6 +169,31 @@ describe("fylr exec client against an execserver process", function () {
       expect(result.stdout!.length).to.equal(5000);
     } finally {
       await stopReplica(natted);
+    }
+  });
+
+  it("serves the dispatcher as its ExecBackend: URL stdin fetched lazily, stdout capped, onStart", async () => {
+    const body = randomBytes(20_000);
+    let fetched = 0;
+    const source = createServer((_req, res) => {
+      fetched++;
+      res.end(body);
+    });
+    await new Promise<void>((resolve) => source.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = new URL(`http://127.0.0.1:${(source.address() as AddressInfo).port}/input`);
+      const backend = execBackend(replica.exec);
+      const started: string[] = [];
+      const result = await backend.run(
+        { service: "cat", args: [], env: {}, stdin: url },
+        { priority: 3, signal: new AbortController().signal, maxStdoutBytes: 1000, onStart: (id) => started.push(id) },
+      );
+      expect(fetched).to.equal(1);
+      expect(started).to.deep.equal(["exec-x"]);
+      expect(result.receipt.stdoutBytes).to.equal(20_000n);
+      expect(result.stdout.equals(body.subarray(0, 1000))).to.equal(true);
+    } finally {
+      await new Promise((resolve) => source.close(resolve));
     }
   });
 

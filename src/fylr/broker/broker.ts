@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
+import type { CapacitySource } from "../../dispatcher/capacity.js";
 import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
@@ -71,7 +72,7 @@ type BrokerState = "idle" | "running" | "closed";
  * one connection per distinct instance, the first OFFER wins, later ones are DECLINEd, the
  * rest UNWANTed. Implements the dispatcher's CapacitySource (instances/subscribe).
  */
-export class Broker extends EventEmitter<BrokerEvents> {
+export class Broker extends EventEmitter<BrokerEvents> implements CapacitySource {
   readonly config: BrokerConfig;
   readonly stats: BrokerStats = { accepted: 0, declined: 0, noSlot: 0 };
   private state: BrokerState = "idle";
@@ -106,9 +107,14 @@ export class Broker extends EventEmitter<BrokerEvents> {
     }
   }
 
-  /** Opens the first connection of every pool. */
-  start(): void {
+  /** Opens the first connection of every pool; `signal` (e.g. shutdown) closes the broker. */
+  start(signal?: AbortSignal): void {
     if (this.state !== "idle") return;
+    if (signal?.aborted) {
+      void this.close();
+      return;
+    }
+    signal?.addEventListener("abort", () => void this.close(), { once: true });
     this.state = "running";
     this.startedAt = Date.now();
     for (const pool of this.addressPools) pool.start();
