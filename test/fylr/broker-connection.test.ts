@@ -6,7 +6,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { JobSpecSchema } from "../../gen/slotbroker/v1/broker_pb.js";
 import { compileExecserverConfig, startExecserver, type ExecserverHandle } from "../../src/execserver/index.js";
-import { BrokerConnection, type ConnectionState } from "../../src/fylr/broker/index.js";
+import { BrokerConnection, NoSlotError, type ConnectionState } from "../../src/fylr/broker/index.js";
+import { freePort } from "../../src/shared/embedded-postgres.js";
 import { Code, SlotbrokerError } from "../../src/shared/errors.js";
 import { spawnExecserver, waitFor } from "../support/execserver-process.js";
 import { startBroker } from "../support/fylr-replica.js";
@@ -87,6 +88,28 @@ describe("fylr broker connection", function () {
       }
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("waits, then reports no slot on 0 instances, while no execserver is reachable; serves once one comes up", async () => {
+    const port = await freePort();
+    const broker = startBroker({ addresses: [`127.0.0.1:${port}`], reconnectMax: "100ms" });
+    let server: ExecserverHandle | undefined;
+    try {
+      const err = await broker.acquire({ service: "noop", connectTimeoutMs: 300 }).then(
+        () => expect.fail("expected NoSlotError"),
+        (e: unknown) => e,
+      );
+      expect(err).to.be.instanceOf(NoSlotError);
+      expect((err as Error).message).to.equal('no slot for service "noop" within 300ms on 0 instances');
+      const later = broker.acquire({ service: "noop", connectTimeoutMs: 20_000 });
+      server = await inProcess({ instanceId: "late", listen: `127.0.0.1:${port}` });
+      const slot = await later;
+      expect(slot.instanceId).to.equal("late");
+      slot.decline();
+    } finally {
+      await release(broker);
+      await release(server);
     }
   });
 
