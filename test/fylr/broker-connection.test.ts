@@ -113,6 +113,30 @@ describe("fylr broker connection", function () {
     }
   });
 
+  it("treats a draining execserver as zero capacity and waits instead of failing fast", async () => {
+    const server = await spawnExecserver({ instanceId: "drain", waitgroups: { w: { processes: 2 } }, services: { sleep: { waitgroup: "w", command: ["sleep"] } } });
+    const broker = startBroker({ addresses: [server.grpcAddress] });
+    try {
+      await waitFor("ready", () => broker.instances()[0]?.capacity === 2);
+      const slot = await broker.acquire({ service: "sleep" });
+      const running = slot.start(create(JobSpecSchema, { args: ["2"] }));
+      await waitFor("the job to run", async () => (await server.status()).waitgroups[0]!.running === 1);
+      server.child.kill("SIGTERM");
+      await waitFor("the draining HELLO", () => broker.instances()[0]?.draining === true);
+      expect(broker.instances()[0]).to.include({ capacity: 0, processes: 2 });
+      const err = await broker.acquire({ service: "sleep", connectTimeoutMs: 300 }).then(
+        () => expect.fail("expected NoSlotError"),
+        (e: unknown) => e,
+      );
+      expect(err).to.be.instanceOf(NoSlotError);
+      expect((err as Error).message).to.match(/on 0 instances$/);
+      expect((await running).exitCode, "the running job finishes during the drain").to.equal(0);
+    } finally {
+      await release(broker);
+      await release(server);
+    }
+  });
+
   it("detects a frozen (half-open) execserver by Ping timeout and re-registers its wants after it thaws", async () => {
     const server = await spawnExecserver({ instanceId: "frozen", waitgroups: { w: { processes: 1 } }, services: { sleep: { waitgroup: "w", command: ["sleep"] } } });
     // One connection only: the same connection must notice, reconnect and re-register.

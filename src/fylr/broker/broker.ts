@@ -163,9 +163,11 @@ export class Broker extends EventEmitter<BrokerEvents> implements CapacitySource
     options.signal?.throwIfAborted();
     if (this.state !== "running") throw new SlotbrokerError(Code.Unavailable, "the broker client was closed");
     const service = options.service;
+    // Fail fast only when no connected instance lists the service at all; one that lists
+    // it but is draining (a rolling restart) means a replacement is likely: wait for it.
     const ready = [...this.primaries.values()].filter((c) => c.state === "ready");
-    if (ready.length > 0 && !ready.some((c) => c.serves(service))) {
-      const offered = [...new Set(ready.flatMap((c) => (c.hello && !c.hello.draining ? Object.keys(c.hello.services) : [])))];
+    if (ready.length > 0 && !ready.some((c) => service in (c.hello?.services ?? {}))) {
+      const offered = [...new Set(ready.flatMap((c) => Object.keys(c.hello?.services ?? {})))];
       throw new UnknownServiceError(service, offered.sort(), ready.length);
     }
     const timeoutMs = options.connectTimeoutMs ?? this.config.connectTimeoutMs;
