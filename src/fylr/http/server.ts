@@ -171,6 +171,9 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
         logger.warn({ connections: sockets.size }, "graceful close timed out; destroying connections");
         for (const session of sessions) session.destroy();
         for (const socket of sockets.keys()) socket.destroy();
+        // Resolve only once the destroyed sockets have closed, so every request's
+        // 'close' handling (aborting its pipe) has run when close() returns.
+        await waitUntil(() => sockets.size === 0, 5_000);
       }
       setState("closed");
     })();
