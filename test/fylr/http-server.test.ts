@@ -8,6 +8,7 @@ import { PipeService } from "../../gen/slotbroker/v1/pipe_pb.js";
 import {
   classifyPreface,
   HTTP2_PREFACE,
+  matchPath,
   pipeUrls,
   registerPipeService,
   sendText,
@@ -79,6 +80,15 @@ describe("fylr HTTP server", () => {
     expect(classifyPreface(Buffer.from("GET / HTTP/1.1\r\n"))).to.equal("h1");
     expect(classifyPreface(Buffer.from("P"))).to.equal("undecided");
     expect(classifyPreface(Buffer.from("G"))).to.equal("h1");
+  });
+
+  it("matches raw route patterns segment by segment", () => {
+    expect(matchPath("/pipe/in/:id", "/pipe/in/Ab_-9?x=1")).to.deep.equal({ id: "Ab_-9" });
+    expect(matchPath("/pipe/in/:id", "/pipe/in/")).to.equal(undefined);
+    expect(matchPath("/pipe/in/:id", "/pipe/in/a/b")).to.equal(undefined);
+    expect(matchPath("/pipe/in/:id", "/pipe/out/a")).to.equal(undefined);
+    expect(matchPath("/pipe/in/:id", "/pipe/in/%E0%A4%A")).to.equal(undefined);
+    expect(matchPath("/healthz", "/healthz")).to.deep.equal({});
   });
 
   describe("on a running server", () => {

@@ -128,6 +128,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     session.on("error", (err: Error) => logger.debug({ err: err.message }, "http/2 session error"));
     session.setLocalWindowSize(H2_WINDOW);
   });
+  h2.on("sessionError", (err: Error) => logger.debug({ err: err.message }, "http/2 session error"));
   h1.on("clientError", (err, socket) => {
     logger.debug({ err: err.message }, "http/1.1 client error");
     if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n");
