@@ -4,7 +4,7 @@
 // with CONCURRENCY jobs in flight; the clock runs from starting the consumer until the last
 // completion is in the database. Rounds rotate the order; figures are the median round.
 //
-//   npm run bench -- claims          CLAIMS_ITEMS=4000 CLAIMS_CONCURRENCY=8 CLAIMS_ROUNDS=3
+//   npm run bench -- claims          CLAIMS_ITEMS=4000 CLAIMS_CONCURRENCY=8 CLAIMS_ROUNDS=5
 //
 // Notes on fairness: pg-boss runs its fetch(batchSize 1) + complete primitives in tight
 // loops, because its work() loop sleeps pollingIntervalSeconds (≥ 0.5 s) between fetches.
@@ -27,7 +27,7 @@ import { emit } from "./lib/figure.js";
 
 let items = Number(process.env.CLAIMS_ITEMS ?? 4000);
 const concurrency = Number(process.env.CLAIMS_CONCURRENCY ?? 8);
-const rounds = Number(process.env.CLAIMS_ROUNDS ?? 3);
+const rounds = Number(process.env.CLAIMS_ROUNDS ?? 5);
 
 const note = (text: string): void => void process.stderr.write(`claims: ${text}\n`);
 
