@@ -1,7 +1,14 @@
 import { expect } from "chai";
 import { create, fromBinary } from "@bufbuild/protobuf";
-import { ConnectRequestSchema } from "../../gen/slotbroker/v1/broker_pb.js";
-import { encodeUnwant, encodeWant, encodeWithSchema } from "../../src/fylr/broker/frames.js";
+import {
+  ConnectRequestSchema,
+  DeclineSchema,
+  JobSchema,
+  JobSpecSchema,
+  QuerySchema,
+  type ConnectRequest,
+} from "../../gen/slotbroker/v1/broker_pb.js";
+import { encodeDecline, encodeJob, encodeQuery, encodeUnwant, encodeWant, encodeWithSchema } from "../../src/fylr/broker/frames.js";
 import {
   RaceBook,
   WantRace,
@@ -138,7 +145,7 @@ describe("fylr broker core (pure)", () => {
   });
 
   describe("hand-encoded frames", () => {
-    it("encode WANT and UNWANT exactly like protobuf-es", () => {
+    it("encode WANT, UNWANT, JOB, DECLINE and QUERY exactly like protobuf-es", () => {
       const ids = ["j1", "x".repeat(127), "y".repeat(300), "jöb-ü€"];
       const priorities = [0, 1, 127, 128, 300, 2 ** 31 - 1, -1, -(2 ** 31)];
       for (const jobId of ids) {
@@ -148,6 +155,28 @@ describe("fylr broker core (pure)", () => {
         }
         const unwant = create(ConnectRequestSchema, { frame: { case: "unwant", value: { jobId } } });
         expect(Buffer.from(encodeWithSchema(unwant)).equals(encodeUnwant(jobId))).to.equal(true);
+        const frames: [ConnectRequest["frame"], Buffer][] = [
+          [{ case: "decline", value: create(DeclineSchema, { jobId, offerToken: "tök" }) }, encodeDecline(jobId, "tök")],
+          [{ case: "decline", value: create(DeclineSchema, { jobId }) }, encodeDecline(jobId, "")],
+          [{ case: "query", value: create(QuerySchema, { jobId }) }, encodeQuery(jobId)],
+        ];
+        const specs = [
+          create(JobSpecSchema, {}),
+          create(JobSpecSchema, {
+            args: ["-c", "x".repeat(200)],
+            env: { A: "1" },
+            timeout: { seconds: 3n, nanos: 5 },
+            stdinUrl: "http://127.0.0.1:1/pipe/in/x",
+            stdoutUrl: "http://127.0.0.1:1/pipe/out/y",
+            labels: { k: "v" },
+          }),
+        ];
+        for (const spec of specs) {
+          frames.push([{ case: "job", value: create(JobSchema, { jobId, offerToken: "T", spec }) }, encodeJob(jobId, "T", spec)]);
+        }
+        for (const [frame, bytes] of frames) {
+          expect(Buffer.from(encodeWithSchema(create(ConnectRequestSchema, { frame }))).equals(bytes), frame.case).to.equal(true);
+        }
         const decoded = fromBinary(ConnectRequestSchema, encodeWant(jobId, "s", -5));
         expect(decoded.frame.case === "want" && decoded.frame.value).to.include({ jobId, service: "s", priority: -5 });
       }

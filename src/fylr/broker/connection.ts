@@ -1,5 +1,5 @@
 import { EventEmitter } from "node:events";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import type * as grpc from "@grpc/grpc-js";
 import {
   ConnectRequestSchema,
@@ -22,7 +22,15 @@ import {
 import { checkTransition, type ConnectionState } from "./connection-state.js";
 import { resolveLocalAddress, type LocalAddress } from "./local-address.js";
 import { Pings } from "./pings.js";
-import { brokerClientConstructor, encodeUnwant, encodeWant, type OutgoingFrame } from "./frames.js";
+import {
+  brokerClientConstructor,
+  encodeDecline,
+  encodeJob,
+  encodeQuery,
+  encodeUnwant,
+  encodeWant,
+  type OutgoingFrame,
+} from "./frames.js";
 
 export { defaultConnectionTimings, type BrokerConnectionEvents, type BrokerConnectionOptions, type ConnectionTimings };
 export type { BrokerTlsOptions } from "./channel-setup.js";
@@ -37,7 +45,6 @@ interface ParkedWant {
 const BrokerClient = brokerClientConstructor();
 
 type ConnectCall = grpc.ClientDuplexStream<OutgoingFrame, ConnectResponse>;
-type FrameInit = MessageInitShape<typeof ConnectRequestSchema>["frame"];
 
 // A stream that stayed ready at least this long resets the backoff: a server that accepts
 // and drops at once must not be hammered at the initial delay.
@@ -154,18 +161,18 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
   accept(offer: Offer, spec: JobSpec): boolean {
     if (this.current !== "ready") return false;
     this.running.add(offer.jobId);
-    this.send({ case: "job", value: { jobId: offer.jobId, offerToken: offer.offerToken, spec } });
+    this.call?.write(encodeJob(offer.jobId, offer.offerToken, spec));
     return true;
   }
 
   /** Refuses an offer; the execserver offers the slot to the next want at once. */
   decline(offer: Offer): void {
-    if (this.current === "ready") this.send({ case: "decline", value: { jobId: offer.jobId, offerToken: offer.offerToken } });
+    if (this.current === "ready") this.call?.write(encodeDecline(offer.jobId, offer.offerToken));
   }
 
   /** Asks where a want stands; the answer arrives as a "position" event. */
   query(jobId: string): void {
-    if (this.current === "ready") this.send({ case: "query", value: { jobId } });
+    if (this.current === "ready") this.call?.write(encodeQuery(jobId));
   }
 
   /** Forgets a running job without waiting for DONE (the caller gave up on it). */
@@ -359,10 +366,6 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
       this.running.clear();
       this.emit("lost", lost, error);
     }
-  }
-
-  private send(frame: FrameInit): void {
-    this.call?.write(create(ConnectRequestSchema, { frame }));
   }
 
   private setState(next: ConnectionState): void {

@@ -1,30 +1,36 @@
 import { toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
-import { BrokerService, ConnectRequestSchema, type ConnectRequest } from "../../../gen/slotbroker/v1/broker_pb.js";
+import {
+  BrokerService,
+  ConnectRequestSchema,
+  JobSpecSchema,
+  type ConnectRequest,
+  type JobSpec,
+} from "../../../gen/slotbroker/v1/broker_pb.js";
 import { grpcServiceDefinition } from "../../shared/grpc.js";
 
-// WANT and UNWANT are the frames a fylr sends by the thousand (every parked want, again
-// after each reconnect), so they are encoded by hand straight into one Buffer instead of
-// building a message object per frame. Wire format (proto3):
-//   ConnectRequest.want   = field 1, LEN: Want   { job_id = 1 LEN, service = 2 LEN, priority = 3 VARINT }
-//   ConnectRequest.unwant = field 2, LEN: Unwant { job_id = 1 LEN }
+// The frames a fylr sends per want and per job are encoded by hand straight into one
+// Buffer instead of building message objects per frame (WANT/UNWANT go out by the
+// thousand, again after each reconnect). Wire format (proto3), ConnectRequest:
+//   want    = 1 LEN Want    { job_id = 1 LEN, service = 2 LEN, priority = 3 VARINT }
+//   unwant  = 2 LEN Unwant  { job_id = 1 LEN }
+//   job     = 3 LEN Job     { job_id = 1 LEN, offer_token = 2 LEN, spec = 3 LEN JobSpec }
+//   decline = 4 LEN Decline { job_id = 1 LEN, offer_token = 2 LEN }
+//   query   = 6 LEN Query   { job_id = 1 LEN }
+// Empty strings are left out, as proto3 does; a sub-message is written even when empty.
 
 /** A hand-encoded ConnectRequest carrying a Want. */
 export function encodeWant(jobId: string, service: string, priority: number): Buffer {
   const idLen = Buffer.byteLength(jobId);
   const serviceLen = Buffer.byteLength(service);
   const priorityLen = priority === 0 ? 0 : 1 + varintSize(priority);
-  const inner = 1 + varintSize(idLen) + idLen + 1 + varintSize(serviceLen) + serviceLen + priorityLen;
+  const inner = fieldSize(idLen) + fieldSize(serviceLen) + priorityLen;
   const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
   let at = 0;
   out[at++] = 0x0a;
   at = writeVarint(out, at, inner);
-  out[at++] = 0x0a;
-  at = writeVarint(out, at, idLen);
-  at += out.write(jobId, at);
-  out[at++] = 0x12;
-  at = writeVarint(out, at, serviceLen);
-  at += out.write(service, at);
+  at = writeString(out, at, 0x0a, jobId, idLen);
+  at = writeString(out, at, 0x12, service, serviceLen);
   if (priority !== 0) {
     out[at++] = 0x18;
     at = writeVarint(out, at, priority);
@@ -34,16 +40,61 @@ export function encodeWant(jobId: string, service: string, priority: number): Bu
 
 /** A hand-encoded ConnectRequest carrying an Unwant. */
 export function encodeUnwant(jobId: string): Buffer {
+  return encodeStrings(0x12, jobId, "");
+}
+
+/** A hand-encoded ConnectRequest carrying a Decline. */
+export function encodeDecline(jobId: string, offerToken: string): Buffer {
+  return encodeStrings(0x22, jobId, offerToken);
+}
+
+/** A hand-encoded ConnectRequest carrying a Query. */
+export function encodeQuery(jobId: string): Buffer {
+  return encodeStrings(0x32, jobId, "");
+}
+
+/** A hand-encoded ConnectRequest carrying a Job; the spec is encoded by protobuf-es. */
+export function encodeJob(jobId: string, offerToken: string, spec: JobSpec): Buffer {
+  const specBytes = toBinary(JobSpecSchema, spec);
   const idLen = Buffer.byteLength(jobId);
-  const inner = 1 + varintSize(idLen) + idLen;
+  const tokenLen = Buffer.byteLength(offerToken);
+  const inner = fieldSize(idLen) + fieldSize(tokenLen) + 1 + varintSize(specBytes.byteLength) + specBytes.byteLength;
   const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
   let at = 0;
-  out[at++] = 0x12;
+  out[at++] = 0x1a;
   at = writeVarint(out, at, inner);
-  out[at++] = 0x0a;
-  at = writeVarint(out, at, idLen);
-  out.write(jobId, at);
+  at = writeString(out, at, 0x0a, jobId, idLen);
+  at = writeString(out, at, 0x12, offerToken, tokenLen);
+  out[at++] = 0x1a;
+  at = writeVarint(out, at, specBytes.byteLength);
+  out.set(specBytes, at);
   return out;
+}
+
+// A frame whose message has up to two string fields (1 and 2).
+function encodeStrings(outerTag: number, first: string, second: string): Buffer {
+  const firstLen = Buffer.byteLength(first);
+  const secondLen = Buffer.byteLength(second);
+  const inner = fieldSize(firstLen) + fieldSize(secondLen);
+  const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
+  let at = 0;
+  out[at++] = outerTag;
+  at = writeVarint(out, at, inner);
+  at = writeString(out, at, 0x0a, first, firstLen);
+  writeString(out, at, 0x12, second, secondLen);
+  return out;
+}
+
+// Bytes of a string field (tag, length, data); proto3 leaves an empty string out.
+function fieldSize(len: number): number {
+  return len === 0 ? 0 : 1 + varintSize(len) + len;
+}
+
+function writeString(out: Buffer, at: number, tag: number, text: string, len: number): number {
+  if (len === 0) return at;
+  out[at++] = tag;
+  at = writeVarint(out, at, len);
+  return at + out.write(text, at);
 }
 
 // int32 varint: negative values are sign-extended to 64 bits, so they take ten bytes.
