@@ -8,7 +8,10 @@
 //                GET → PUT with node:http, no cat — BENCHMARKS.md's baseline (goal ≥ 0.6)
 //   raw-cat      the same servers, the child relays GET → cat → PUT with node:http and
 //                child_process: isolates the pipe server + runner from the cost of cat
-// Size: default 1 GiB; PIPE_BENCH_SIZE=256MiB or a first argument shrinks it.
+// A third figure runs the raw relay (no cat, no runner) against the fylr's pipes: the
+// pipe server's own cost against plain node:http servers.
+// Size: default 1 GiB; PIPE_BENCH_SIZE=256MiB or a first argument shrinks it. Rounds:
+// PIPE_BENCH_ROUNDS (default 5); each figure is the median of its rounds.
 //   npm run bench -- pipe-throughput
 //   PIPE_BENCH_SIZE=128MiB npx tsx bench/pipe-throughput.bench.ts
 import { spawn, type ChildProcess } from "node:child_process";
@@ -23,7 +26,7 @@ import { ErrorKind } from "../gen/slotbroker/v1/broker_pb.js";
 import { PipeRegistry, pipeUrls, startFylrHttpServer } from "../src/fylr/index.js";
 import { emit } from "./lib/figure.js";
 
-type Mode = "runjob" | "raw" | "raw-cat";
+type Mode = "runjob" | "raw" | "raw-cat" | "pipes-relay";
 interface RelayResult {
   ok: boolean;
   detail: string;
@@ -182,7 +185,7 @@ async function timedRound(mode: Mode, total: number, ctx: { registry: PipeRegist
   let inUrl: string;
   let outUrl: string;
   let landed: Promise<number>;
-  if (mode === "runjob") {
+  if (mode === "runjob" || mode === "pipes-relay") {
     const pipeIn = ctx.registry.createInPipe(byteSource(total, ctx.block), { ttlMs: 60_000 });
     const pipeOut = ctx.registry.createOutPipe(countingSink(), { ttlMs: 60_000 });
     const urls = pipeUrls("127.0.0.1", ctx.fylrPort, { in: pipeIn.id, out: pipeOut.id });
@@ -222,16 +225,16 @@ function median(values: number[]): number {
 
 async function main(): Promise<void> {
   const total = parseSize(process.argv[2] ?? process.env.PIPE_BENCH_SIZE);
-  const rounds = Number(process.env.PIPE_BENCH_ROUNDS ?? 3);
+  const rounds = Number(process.env.PIPE_BENCH_ROUNDS ?? 5);
   const block = randomBytes(BLOCK);
   const registry = new PipeRegistry();
   const fylr = await startFylrHttpServer({ listen: "127.0.0.1:0", registry });
   const raw = await rawServers(block);
   const ctx = { registry, fylrPort: fylr.port, raw, block };
-  const samples: Record<Mode, number[]> = { runjob: [], raw: [], "raw-cat": [] };
+  const samples: Record<Mode, number[]> = { runjob: [], raw: [], "raw-cat": [], "pipes-relay": [] };
   try {
     for (let round = 0; round < rounds; round++) {
-      for (const mode of ["raw", "runjob", "raw-cat"] as const) {
+      for (const mode of ["raw", "runjob", "raw-cat", "pipes-relay"] as const) {
         const mbps = await timedRound(mode, total, ctx);
         samples[mode].push(mbps);
         process.stderr.write(`round ${round + 1}/${rounds} ${mode}: ${mbps.toFixed(0)} MB/s\n`);
@@ -266,6 +269,14 @@ async function main(): Promise<void> {
     baseline: "raw node:http GET → cat → PUT relay",
     baseline_value: median(samples["raw-cat"]),
     params,
+  });
+  emit({
+    bench: "pipe-throughput",
+    metric: "MB_per_s_pipe_server_only",
+    value: median(samples["pipes-relay"]),
+    baseline: "raw node:http GET + PUT relay, no cat",
+    baseline_value: median(samples.raw),
+    params: { ...params, path: "fylr GET in-pipe → raw node:http relay in a child process (no cat, no runner) → PUT out-pipe" },
   });
 }
 
