@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import type pg from "pg";
-import { AbortReason, sleep } from "../shared/abort.js";
+import { AbortReason, linkedAbortController, sleep } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { execAdmission, type ExecAdmission, type InstanceShare } from "./admission.js";
@@ -97,6 +97,8 @@ export class Dispatcher {
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
   private readonly loopAbort = new AbortController();
+  // Aborted by a stop({ graceMs: 0 }) that arrives while a graceful stop is waiting.
+  private readonly graceCut = new AbortController();
   private readonly tasks = new Set<Promise<void>>();
   // One per running task, aborted directly (not linked to a parent signal: a linked child
   // leaves a listener on the parent for as long as the parent lives).
@@ -147,11 +149,13 @@ export class Dispatcher {
   /**
    * Stops claiming, lets running items finish within `graceMs` (default config.stopGraceMs),
    * then aborts the rest and gives them back to the queue, and removes this fylr's row.
-   * Idempotent: every call returns the same promise.
+   * Idempotent: every call returns the same promise; a later call with `graceMs: 0` cuts a
+   * running grace period short (the forceful stop after a graceful one).
    */
   stop(options: { graceMs?: number } = {}): Promise<void> {
     if (this.currentState === "idle") this.setState("stopped");
     if (this.currentState === "stopped" && !this.stopping) return Promise.resolve();
+    if (this.stopping && options.graceMs === 0) this.graceCut.abort();
     this.stopping ??= this.shutdown(options.graceMs ?? this.config.stopGraceMs);
     return this.stopping;
   }
@@ -161,7 +165,7 @@ export class Dispatcher {
     this.unsubscribeCapacity();
     this.loopAbort.abort(new AbortReason("shutdown", "dispatcher stopping"));
     await this.loopDone;
-    let left = await this.settled(graceMs);
+    let left = await this.settled(graceMs, this.graceCut.signal);
     if (left > 0) {
       this.log.warn({ left, graceMs }, "items still running after the grace period; aborting and giving them back");
       this.abortTasks(new AbortReason("shutdown", "dispatcher stopped before the item finished"));
@@ -178,8 +182,8 @@ export class Dispatcher {
     if (left > 0) throw new DispatcherStopTimeoutError(left, forceTimeoutMs);
   }
 
-  private async settled(ms: number): Promise<number> {
-    const timeout = new AbortController();
+  private async settled(ms: number, cut?: AbortSignal): Promise<number> {
+    const timeout = linkedAbortController(cut);
     await Promise.race([Promise.allSettled([...this.tasks]), sleep(ms, timeout.signal).catch(() => undefined)]);
     timeout.abort();
     return this.tasks.size;
