@@ -29,7 +29,9 @@ async function waitFor(condition: () => boolean): Promise<void> {
 
 /** A raw HTTP/1.1 exchange whose request bytes are sent in the given pieces, one per macrotask. */
 async function rawExchange(port: number, pieces: string[]): Promise<string> {
-  const socket = track(net.connect(port, "127.0.0.1"), "raw socket", (s) => s.destroy());
+  const socket = track(net.connect(port, "127.0.0.1"), "raw socket", (s) => {
+    s.destroy();
+  });
   socket.setNoDelay(true);
   let text = "";
   socket.on("data", (d: Buffer) => (text += d.toString()));
