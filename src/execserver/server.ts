@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { create, toBinary } from "@bufbuild/protobuf";
@@ -12,6 +13,7 @@ import {
   type GetStatusResponse,
   type Hello,
 } from "../../gen/slotbroker/v1/broker_pb.js";
+import { AbortReason } from "../shared/abort.js";
 import { isLoopbackHost, splitHostPort } from "../shared/config.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { addHealth, addReflection, bindServer, toGrpcError } from "../shared/grpc.js";
@@ -69,6 +71,8 @@ export class Execserver implements SessionHost {
   private readonly health: HealthImplementation;
   private readonly auth: BearerAuth;
   private readonly sessions = new Set<Session>();
+  // Aborted when the server stops; every session listens and ends its stream.
+  private readonly shutdown = new AbortController();
   private readonly services: Record<string, string> = {};
   private readonly logger: Logger;
   private helloVersionValue = 0;
@@ -85,6 +89,8 @@ export class Execserver implements SessionHost {
     private readonly options: ExecserverOptions,
   ) {
     this.logger = options.logger.child({ component: "execserver", instanceId: config.instanceId });
+    // One listener per session; thousands are expected.
+    setMaxListeners(0, this.shutdown.signal);
     for (const [name, s] of Object.entries(config.services)) this.services[name] = s.waitgroup;
     this.io = new BrokerIo({
       instanceId: config.instanceId,
@@ -210,7 +216,7 @@ export class Execserver implements SessionHost {
     }
     // forceClose() may have finished the job while we waited.
     if (this.state === "stopped") return;
-    for (const session of [...this.sessions]) session.close("execserver stopped");
+    this.shutdown.abort(new AbortReason("shutdown", "execserver stopped"));
     await new Promise<void>((resolve) => {
       const force = setTimeout(() => {
         this.grpcServer.forceShutdown();
@@ -229,7 +235,7 @@ export class Execserver implements SessionHost {
     if (this.stateValue === "stopped") return;
     this.broker.drain();
     for (const record of this.broker.runningRecords) this.io.abortForShutdown(record);
-    for (const session of [...this.sessions]) session.close("execserver force-closed");
+    this.shutdown.abort(new AbortReason("shutdown", "execserver force-closed"));
     this.grpcServer.forceShutdown();
     await this.admin.close();
     this.finalStop();
@@ -261,7 +267,7 @@ export class Execserver implements SessionHost {
         return;
       }
       const id = `c${++this.nextConnectionId}`;
-      const session = new Session(call, this, id, this.logger.child({ component: "session", conn: id }));
+      const session = new Session(call, this, id, this.logger.child({ component: "session", conn: id }), this.shutdown.signal);
       this.sessions.add(session);
       // The newcomer's own Hello already counts it; everyone else hears about it shortly.
       this.helloChanged();

@@ -49,6 +49,8 @@ export class Session implements FrameSink {
     private readonly host: SessionHost,
     id: string,
     private readonly logger: Logger,
+    /** Aborted when the server stops: the session ends its stream. */
+    private readonly signal: AbortSignal,
   ) {
     const clientName = call.metadata.get("slotbroker-client")[0];
     this.connection = new BrokerConnection(
@@ -62,6 +64,8 @@ export class Session implements FrameSink {
 
   /** Registers with the broker, sends the first Hello and starts reading frames. */
   start(): void {
+    if (this.signal.aborted) return this.close("execserver stopped");
+    this.signal.addEventListener("abort", this.onAbort, { once: true });
     this.host.broker.connect(this.connection);
     this.sendHello();
     this.call.on("data", (frame: ConnectRequest) => this.onFrame(frame));
@@ -100,6 +104,7 @@ export class Session implements FrameSink {
   close(reason: string): void {
     if (this.state === "closed") return;
     this.state = "closed";
+    this.signal.removeEventListener("abort", this.onAbort);
     this.logger.debug({ reason }, "connection closed");
     try {
       this.host.broker.disconnect(this.connection);
@@ -112,6 +117,8 @@ export class Session implements FrameSink {
       }
     }
   }
+
+  private readonly onAbort = (): void => this.close("execserver stopped");
 
   private onFrame(request: ConnectRequest): void {
     if (this.state !== "open") return;

@@ -41,13 +41,13 @@ describe("execserver TLS", () => {
     const exec = await startTestServer({ tls: { certFile: server.cert, keyFile: server.key, clientCaFile: client.cert } });
     const ca = readFileSync(server.cert);
     const withCert = grpc.credentials.createSsl(ca, readFileSync(client.key), readFileSync(client.cert));
-    const a = await BrokerStream.open(exec.grpcAddress, { credentials: withCert });
+    const a = await BrokerStream.open(`localhost:${exec.grpcPort}`, { credentials: withCert });
     a.want("t", "noop");
     expect((await a.next("offer")).jobId).to.equal("t");
 
-    const anonymous = await BrokerStream.open(exec.grpcAddress, { credentials: grpc.credentials.createSsl(ca), awaitHello: false });
+    const anonymous = await BrokerStream.open(`localhost:${exec.grpcPort}`, { credentials: grpc.credentials.createSsl(ca), awaitHello: false });
     expect((await anonymous.ended).code).to.equal(grpc.status.UNAVAILABLE);
-    const plaintext = await BrokerStream.open(exec.grpcAddress, { awaitHello: false });
+    const plaintext = await BrokerStream.open(`localhost:${exec.grpcPort}`, { awaitHello: false });
     expect((await plaintext.ended).code).to.equal(grpc.status.UNAVAILABLE);
   });
 
