@@ -30,3 +30,4 @@ export { itemStateToProto, itemToProto, statsToProto, submitInputFromProto } fro
 export type { DispatcherCounters } from "./settle.js";
 export { QueueStore, type FylrRegistration, type FylrRow, type ReapResult, type StoredPosition } from "./store.js";
 export type { CallResult, ClaimedItem, ExecCallSpec, Fence, ItemKind, ItemState, LocalActionSpec, QueueItem, StdinSource, SubmitInput } from "./types.js";
+export { Wakeup } from "./wakeup.js";
