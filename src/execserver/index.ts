@@ -33,7 +33,7 @@ export interface StartExecserverOptions {
   readonly logger?: Logger;
   /** Runs command services (default: the process runner in ./runner). */
   readonly runJob?: RunJob;
-  /** Hello broadcast coalescing window (default 25 ms). */
+  /** Hello broadcast coalescing window (default 100 ms; bounds the Hello fan-out that connection churn can cause). */
   readonly helloCoalesceMs?: number;
 }
 

@@ -48,7 +48,7 @@ export interface ExecserverOptions {
   readonly logger: Logger;
   /** Runs command services; default: the process runner. */
   readonly runJob?: RunJob;
-  /** How long Hello changes are gathered before one broadcast (default 25 ms). */
+  /** How long Hello changes are gathered before one broadcast (default 100 ms; bounds the Hello fan-out that connection churn can cause). */
   readonly helloCoalesceMs?: number;
   /** After the drain timeout aborts jobs, how long to wait for their receipts (default 10 s). */
   readonly abortWaitMs?: number;
@@ -296,7 +296,7 @@ export class Execserver implements SessionHost {
   private helloChanged(): void {
     this.helloVersionValue++;
     if (this.helloTimer || this.stateValue === "stopped") return;
-    this.helloTimer = setTimeout(() => this.flushHello(), this.options.helloCoalesceMs ?? 25);
+    this.helloTimer = setTimeout(() => this.flushHello(), this.options.helloCoalesceMs ?? 100);
   }
 
   private flushHello(): void {
