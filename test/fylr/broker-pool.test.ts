@@ -31,11 +31,23 @@ function pool(broker: Broker) {
   return broker.pools()[0]!;
 }
 
+/** Which instance each new stream of the pool reached, in order (for failure messages). */
+function landings(broker: Broker): string[] {
+  const log: string[] = [];
+  pool(broker).on("connection", (conn) => conn.on("hello", (hello, first) => first && log.push(`${conn.name}→${hello.instanceId}`)));
+  for (const conn of pool(broker).connections()) if (conn.hello) log.push(`${conn.name}→${conn.hello.instanceId}`);
+  return log;
+}
+
 describe("fylr broker pool behind one load-balanced address (HAProxy, three execservers)", function () {
   this.timeout(90_000);
   let servers: ExecserverProcess[] = [];
   let haproxy: Haproxy | undefined;
   let replica: FylrReplica | undefined;
+
+  // Generous liveness timings: a reconnect caused by a loaded machine would take an extra
+  // turn of the balancer's round robin and blur what the test looks at.
+  const lb = () => ({ addresses: [haproxy!.address], connectTimeout: "60s", pingInterval: "10s", pingTimeout: "5s" });
 
   afterEach(async () => {
     await stopReplica(replica);
@@ -48,15 +60,16 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
   it("grows under backpressure, reaches all three, closes the duplicate, marks covered and stops growing", async () => {
     servers = await Promise.all(["pod-1", "pod-2", "pod-3"].map((id) => spawnExecserver(oneSleepSlot(id))));
     haproxy = await startHaproxy(servers.map((s) => s.grpcAddress));
-    replica = await startReplica({ addresses: [haproxy.address], connectTimeout: "60s", reprobeInterval: "10m", maxConnectionsPerAddress: 8 }, "lb");
+    replica = await startReplica({ ...lb(), reprobeInterval: "10m", maxConnectionsPerAddress: 8 }, "lb");
     const p = pool(replica.broker);
     await waitFor("the first connection", () => replica!.broker.instances().length === 1);
+    const log = landings(replica.broker);
     expect(p.stats.opened).to.equal(1);
 
     // Twelve one-second jobs on three one-slot pods: backpressure lasts for seconds.
     const ran = await burst(replica, 12, "1");
 
-    expect(new Set(ran)).to.have.lengthOf(3);
+    expect(new Set(ran), log.join(" ")).to.have.lengthOf(3);
     expect(replica.broker.instances().map((i) => i.instanceId).sort()).to.deep.equal(["pod-1", "pod-2", "pod-3"]);
     expect(p.stats.duplicatesClosed, "a connection landed on a known pod and was closed").to.be.at.least(1);
     expect(p.covered).to.equal(true);
@@ -77,7 +90,7 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
   it("stays at one connection when one pod absorbs the work", async () => {
     servers = [await spawnExecserver({ ...oneSleepSlot("solo"), waitgroups: { w: { processes: 4 } } })];
     haproxy = await startHaproxy(servers.map((s) => s.grpcAddress));
-    replica = await startReplica({ addresses: [haproxy.address], connectTimeout: "60s" }, "solo");
+    replica = await startReplica(lb(), "solo");
     await waitFor("the first connection", () => replica!.broker.instances().length === 1);
     await burst(replica, 4, "0.5");
     expect(pool(replica.broker).stats.opened).to.equal(1);
@@ -87,7 +100,7 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
     const latePort = await freePort();
     servers = await Promise.all(["early-1", "early-2"].map((id) => spawnExecserver(oneSleepSlot(id))));
     haproxy = await startHaproxy([...servers.map((s) => s.grpcAddress), `127.0.0.1:${latePort}`]);
-    replica = await startReplica({ addresses: [haproxy.address], connectTimeout: "60s", reprobeInterval: "1s", reconnectMax: "200ms" }, "probe");
+    replica = await startReplica({ ...lb(), reprobeInterval: "1s", reconnectMax: "200ms" }, "probe");
     const p = pool(replica.broker);
     await waitFor("the first connection", () => replica!.broker.instances().length === 1);
 
@@ -105,7 +118,8 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
   it("reconnects a dropped pool connection through the balancer onto a live pod", async () => {
     servers = await Promise.all(["keep-1", "keep-2"].map((id) => spawnExecserver(oneSleepSlot(id))));
     haproxy = await startHaproxy(servers.map((s) => s.grpcAddress));
-    replica = await startReplica({ addresses: [haproxy.address], connectTimeout: "60s", reprobeInterval: "10m" }, "drop");
+    // A short re-probe: an early duplicate must not keep the pool from reaching both pods.
+    replica = await startReplica({ ...lb(), reprobeInterval: "1s" }, "drop");
     const p = pool(replica.broker);
     await waitFor("the first connection", () => replica!.broker.instances().length === 1);
     await burst(replica, 6, "0.5");

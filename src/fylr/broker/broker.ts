@@ -157,18 +157,23 @@ export class Broker extends EventEmitter<BrokerEvents> implements CapacitySource
    * UnknownServiceError at once when connected execservers exist but none offers the
    * service, NoSlotError when no offer came within connectTimeout, or the signal's reason.
    */
-  async acquire(options: AcquireOptions): Promise<Slot> {
-    if (this.state !== "running") throw new SlotbrokerError(Code.FailedPrecondition, `broker is ${this.state}`);
-    await this.settled(options.signal);
-    options.signal?.throwIfAborted();
-    if (this.state !== "running") throw new SlotbrokerError(Code.Unavailable, "the broker client was closed");
+  acquire(options: AcquireOptions): Promise<Slot> {
+    if (this.state !== "running") return Promise.reject(new SlotbrokerError(Code.FailedPrecondition, `broker is ${this.state}`));
+    // The common case skips the start-up wait without an extra turn of the event loop.
+    if (this.isSettled()) return this.enqueue(options);
+    return this.settled(options.signal).then(() => this.enqueue(options));
+  }
+
+  private enqueue(options: AcquireOptions): Promise<Slot> {
+    if (options.signal?.aborted) return Promise.reject(options.signal.reason as Error);
+    if (this.state !== "running") return Promise.reject(new SlotbrokerError(Code.Unavailable, "the broker client was closed"));
     const service = options.service;
     // Fail fast only when no connected instance lists the service at all; one that lists
     // it but is draining (a rolling restart) means a replacement is likely: wait for it.
-    const ready = [...this.primaries.values()].filter((c) => c.state === "ready");
-    if (ready.length > 0 && !ready.some((c) => service in (c.hello?.services ?? {}))) {
+    if (!this.listedAnywhere(service)) {
+      const ready = [...this.primaries.values()].filter((c) => c.state === "ready");
       const offered = [...new Set(ready.flatMap((c) => Object.keys(c.hello?.services ?? {})))];
-      throw new UnknownServiceError(service, offered.sort(), ready.length);
+      return Promise.reject(new UnknownServiceError(service, offered.sort(), ready.length));
     }
     const timeoutMs = options.connectTimeoutMs ?? this.config.connectTimeoutMs;
     return new Promise<Slot>((resolve, reject) => {
@@ -210,6 +215,18 @@ export class Broker extends EventEmitter<BrokerEvents> implements CapacitySource
     for (const pool of this.addressPools) pool.close();
     for (const wake of this.settleWaiters) wake();
     return Promise.resolve();
+  }
+
+  // True unless instances are connected and none lists `service` (no allocation: this
+  // runs on every acquire).
+  private listedAnywhere(service: string): boolean {
+    let connected = false;
+    for (const conn of this.primaries.values()) {
+      if (conn.state !== "ready") continue;
+      connected = true;
+      if (conn.hello && service in conn.hello.services) return true;
+    }
+    return !connected;
   }
 
   private park(acq: Acquisition, conn: BrokerConnection): void {
