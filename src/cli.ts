@@ -6,6 +6,10 @@ export type Command = (argv: string[]) => Promise<number>;
 // Each subcommand lives in src/commands/<name>.ts and is loaded only when run.
 const commands: Record<string, { summary: string; load: () => Promise<Command> }> = {
   execserver: { summary: "run an execserver (slots, want-book, jobs)", load: async () => (await import("./commands/execserver.js")).run },
+  fylr: { summary: "run a fylr (queue dispatcher, QueueService, pipes)", load: async () => (await import("./commands/fylr.js")).run },
+  up: { summary: "run the whole local stack (Postgres, execserver, fylr)", load: async () => (await import("./commands/up.js")).run },
+  submit: { summary: "submit an item to the queue (and wait for it)", load: async () => (await import("./commands/submit.js")).run },
+  status: { summary: "show execserver slots, want-books and the queue", load: async () => (await import("./commands/status.js")).run },
   migrate: { summary: "apply pending database migrations", load: async () => (await import("./commands/migrate.js")).run },
 };
 

@@ -1,0 +1,58 @@
+/**
+ * A QueueService client for the CLI and tests: Connect over HTTP/1.1 (what the fylr serves
+ * to curl as well), and following an item to its end through Watch — watching again when a
+ * stream drops (a fylr restarting; any fylr answers for any item).
+ */
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { ItemState, QueueService, type Item, type WatchResponse } from "../../gen/slotbroker/v1/queue_pb.js";
+import { sleep } from "../shared/abort.js";
+
+/** A QueueService client. */
+export type QueueClient = Client<typeof QueueService>;
+
+/** A client for the fylr at `baseUrl` ("http://host:port"). */
+export function createQueueClient(baseUrl: string): QueueClient {
+  return createClient(QueueService, createConnectTransport({ baseUrl, httpVersion: "1.1" }));
+}
+
+/** True for an item in SUCCEEDED or FAILED. */
+export function itemFinished(item: Item | undefined): boolean {
+  return item?.state === ItemState.SUCCEEDED || item?.state === ItemState.FAILED;
+}
+
+/** Options of followItem. */
+export interface FollowOptions {
+  /** Called with every Watch update. */
+  readonly onUpdate?: (update: WatchResponse) => void;
+  /** Called when the stream dropped and is watched again after a pause. */
+  readonly onRetry?: (err: ConnectError, attempt: number) => void;
+  readonly signal?: AbortSignal;
+  /** Re-watches in a row before giving up (default 30, one a second). */
+  readonly retries?: number;
+  readonly retryDelayMs?: number;
+}
+
+/** Follows an item until it finished and resolves with it. NOT_FOUND and bad ids fail at once. */
+export async function followItem(client: QueueClient, id: string, options: FollowOptions = {}): Promise<Item> {
+  const retries = options.retries ?? 30;
+  let failures = 0;
+  for (;;) {
+    try {
+      for await (const update of client.watch({ id }, { signal: options.signal })) {
+        failures = 0;
+        options.onUpdate?.(update);
+        if (update.item && itemFinished(update.item)) return update.item;
+      }
+      // The stream ended without the end state (it should not): ask directly.
+      const { item } = await client.get({ id }, { signal: options.signal });
+      if (item && itemFinished(item)) return item;
+    } catch (err) {
+      options.signal?.throwIfAborted();
+      const e = ConnectError.from(err);
+      if (e.code === Code.NotFound || e.code === Code.InvalidArgument || ++failures > retries) throw e;
+      options.onRetry?.(e, failures);
+      await sleep(options.retryDelayMs ?? 1000, options.signal);
+    }
+  }
+}

@@ -1,0 +1,91 @@
+/**
+ * The config of `slotbroker fylr --config FILE`: YAML plus environment, validated once into
+ * a fully defaulted object. A bad key is named in the error and the command exits non-zero.
+ *
+ *   name: fylr-a                 # the fylr id is NAME-<random>, new each start
+ *   listen: 127.0.0.1:7700       # HTTP: QueueService, pipes, /healthz, /metrics, /status.json
+ *   databaseUrl: postgres://…    # or DATABASE_URL (used only when the file has none)
+ *   databasePoolSize: 10
+ *   execserver: { addresses: [127.0.0.1:7600], token, tls: { caFile }, connectTimeout: 30s, … }
+ *   dispatcher: { headroom: 2, pollInterval: 1s, staleAfter: 15s, … }
+ *   api: { watchPoll: 500ms }
+ */
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import { z } from "zod";
+import { dispatcherConfigSchema, type DispatcherConfig } from "../dispatcher/index.js";
+import { brokerConfigSchema, compileBrokerConfig, type BrokerConfig } from "../fylr/index.js";
+import { applyEnvOverrides, durationMs, listenAddress, parseConfig, readYamlFile } from "../shared/config.js";
+import { ConfigError } from "../shared/errors.js";
+
+/** The YAML schema of a fylr config. */
+export const fylrConfigSchema = z.strictObject({
+  /** A readable name; the fylr's id is `<name>-<8 hex>` (default name: the host name). */
+  name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, "expected letters, digits, '.', '_' or '-' (at most 100)").optional(),
+  /** The HTTP port: QueueService, pipes, /healthz, /metrics, /status.json. */
+  listen: listenAddress.default("127.0.0.1:7700"),
+  /** PostgreSQL URL; DATABASE_URL fills it in when unset. Required. */
+  databaseUrl: z.string().min(1).optional(),
+  /** Connections of this fylr's database pool. */
+  databasePoolSize: z.number().int().min(2).max(1000).default(10),
+  /** The broker client: execserver addresses, token, TLS, timeouts, pool growth. */
+  execserver: brokerConfigSchema,
+  /** The claim loop: poll, heartbeat, stale threshold, headroom, retries, limits. */
+  dispatcher: dispatcherConfigSchema.prefault({}),
+  api: z.strictObject({ watchPoll: durationMs.prefault("500ms") }).prefault({}),
+});
+
+/** The raw config as written in YAML. */
+export type FylrConfigInput = z.input<typeof fylrConfigSchema>;
+
+/** A validated, fully defaulted fylr config. */
+export interface FylrConfig {
+  /** This fylr's id in the `fylrs` table and the execservers' status. */
+  readonly id: string;
+  readonly listen: string;
+  readonly databaseUrl: string;
+  readonly databasePoolSize: number;
+  readonly broker: BrokerConfig;
+  readonly dispatcher: DispatcherConfig;
+  /** Watch's database poll for items other fylrs run. */
+  readonly watchPollMs: number;
+}
+
+/** Environment variables that override config keys (DATABASE_URL only fills a gap). */
+export const fylrEnvOverrides: Record<string, string> = {
+  SLOTBROKER_TOKEN: "execserver.token",
+  SLOTBROKER_LISTEN: "listen",
+  SLOTBROKER_FYLR_NAME: "name",
+};
+
+/** Validates raw config (after env overrides); throws ConfigError naming the bad key. */
+export function compileFylrConfig(raw: unknown, source = "config", env: NodeJS.ProcessEnv = {}): FylrConfig {
+  const withEnv = applyEnvOverrides(raw, env, fylrEnvOverrides);
+  if (withEnv.databaseUrl === undefined && env.DATABASE_URL) withEnv.databaseUrl = env.DATABASE_URL;
+  // A parked want asks for its position every second, so Position/Watch stay current.
+  const execserver = withEnv.execserver;
+  if (typeof execserver === "object" && execserver !== null && !Array.isArray(execserver)) {
+    withEnv.execserver = { positionInterval: "1s", ...(execserver as Record<string, unknown>) };
+  }
+  const c = parseConfig(fylrConfigSchema, withEnv, source);
+  if (!c.databaseUrl) throw new ConfigError(`${source}: databaseUrl: required (or set DATABASE_URL)`);
+  if (!/^postgres(ql)?:\/\//.test(c.databaseUrl)) throw new ConfigError(`${source}: databaseUrl: expected a postgres:// URL`);
+  if (c.api.watchPoll <= 0) throw new ConfigError(`${source}: api.watchPoll: must be more than 0`);
+  const id = `${c.name ?? hostname().replace(/[^A-Za-z0-9._-]/g, "-")}-${randomBytes(4).toString("hex")}`;
+  const brokerInput = withEnv.execserver as Record<string, unknown>;
+  const broker = compileBrokerConfig({ clientName: id, ...brokerInput }, `${source}: execserver`);
+  return {
+    id,
+    listen: c.listen,
+    databaseUrl: c.databaseUrl,
+    databasePoolSize: c.databasePoolSize,
+    broker,
+    dispatcher: c.dispatcher,
+    watchPollMs: c.api.watchPoll,
+  };
+}
+
+/** Reads, validates and compiles a YAML config file, applying environment overrides. */
+export function loadFylrConfig(path: string, env: NodeJS.ProcessEnv = process.env): FylrConfig {
+  return compileFylrConfig(readYamlFile(path), path, env);
+}

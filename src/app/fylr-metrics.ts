@@ -1,0 +1,86 @@
+/**
+ * Prometheus metrics of one fylr, in a registry of its own (several fylrs can live in one
+ * process). Everything is read from the dispatcher and the broker at scrape time.
+ */
+import { Counter, Gauge, Registry } from "prom-client";
+import type { Dispatcher, DispatcherCounters } from "../dispatcher/index.js";
+import type { Broker } from "../fylr/index.js";
+
+/** The fylr's /metrics registry. */
+export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker: Broker): Registry {
+  const registry = new Registry();
+  registry.setDefaultLabels({ fylr_id: fylrId });
+  const registers = [registry];
+  const counter = (name: string, help: string, key: keyof DispatcherCounters): void => {
+    new Counter({
+      name,
+      help,
+      registers,
+      collect() {
+        this.reset();
+        this.inc(dispatcher.stats().counters[key]);
+      },
+    });
+  };
+  counter("slotbroker_fylr_claims_total", "Queue items claimed.", "claimed");
+  counter("slotbroker_fylr_succeeded_total", "Items finished successfully.", "succeeded");
+  counter("slotbroker_fylr_failed_total", "Items failed after their last attempt.", "failed");
+  counter("slotbroker_fylr_requeues_total", "Items sent back to the queue (retry, no slot in time, given back on stop).", "requeued");
+  counter("slotbroker_fylr_orphan_rescues_total", "Stale claims of dead fylrs requeued by this fylr.", "orphansRescued");
+  counter("slotbroker_fylr_fenced_total", "Writes refused by the lease fence.", "fenced");
+  new Gauge({
+    name: "slotbroker_fylr_exec_items",
+    help: "Exec items: held now, and the admission (sum of instance shares).",
+    labelNames: ["kind"],
+    registers,
+    collect() {
+      const s = dispatcher.stats();
+      this.set({ kind: "held" }, s.execHeld);
+      this.set({ kind: "admission" }, s.execAdmission);
+    },
+  });
+  new Gauge({
+    name: "slotbroker_fylr_local_slots",
+    help: "Local-action slots: in use and in all.",
+    labelNames: ["kind"],
+    registers,
+    collect() {
+      const s = dispatcher.stats();
+      this.set({ kind: "running" }, s.localRunning);
+      this.set({ kind: "capacity" }, s.localCapacity);
+    },
+  });
+  new Gauge({
+    name: "slotbroker_fylr_pool_connections",
+    help: "Broker connections per configured execserver address, by state.",
+    labelNames: ["address", "state"],
+    registers,
+    collect() {
+      this.reset();
+      for (const pool of broker.pools()) {
+        const counts = new Map<string, number>();
+        for (const conn of pool.connections()) counts.set(conn.state, (counts.get(conn.state) ?? 0) + 1);
+        for (const [state, n] of counts) this.set({ address: pool.address, state }, n);
+      }
+    },
+  });
+  new Gauge({
+    name: "slotbroker_fylr_instances",
+    help: "Distinct execserver instances connected.",
+    registers,
+    collect() {
+      this.set(broker.instances().length);
+    },
+  });
+  new Gauge({
+    name: "slotbroker_fylr_wants",
+    help: "Wants parked at execservers, and jobs sent and not yet done.",
+    labelNames: ["state"],
+    registers,
+    collect() {
+      this.set({ state: "parked" }, broker.parked);
+      this.set({ state: "running" }, broker.running);
+    },
+  });
+  return registry;
+}

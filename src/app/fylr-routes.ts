@@ -1,0 +1,74 @@
+/**
+ * The fylr's plain-HTTP routes next to Connect: /metrics for Prometheus and /status.json
+ * for operators, `slotbroker status` and a status page (this fylr's stats, the queue by
+ * state, the live fylrs, the execservers it reaches).
+ */
+import { toJson } from "@bufbuild/protobuf";
+import type { Registry } from "prom-client";
+import { StatsResponseSchema } from "../../gen/slotbroker/v1/queue_pb.js";
+import { statsToProto, type Dispatcher } from "../dispatcher/index.js";
+import { sendText, type Broker, type RawRoute } from "../fylr/index.js";
+
+/** GET /metrics. */
+export function metricsRoute(registry: Registry): RawRoute {
+  return {
+    path: "/metrics",
+    methods: ["GET"],
+    handle: async ({ res }) => {
+      const body = await registry.metrics();
+      res.writeHead(200, { "content-type": registry.contentType }).end(body);
+    },
+  };
+}
+
+/** The body of GET /status.json. */
+export interface FylrStatusJson {
+  /** QueueService.Stats of this fylr, as protobuf JSON. */
+  readonly stats: unknown;
+  /** Unfinished items by kind and state, across all fylrs. */
+  readonly queue: readonly { kind: string; state: string; count: number }[];
+  /** Live fylrs and how many items each holds. */
+  readonly fylrs: readonly { id: string; hostname: string; pid: number; apiUrl?: string; heartbeatAt: string; held: number }[];
+  /** The configured execserver addresses and the instances reached through them. */
+  readonly execservers: {
+    readonly addresses: readonly string[];
+    readonly instances: readonly { instanceId: string; address: string; capacity: number; clients: number; draining: boolean }[];
+  };
+}
+
+/** GET /status.json. */
+export function statusRoute(dispatcher: Dispatcher, broker: Broker): RawRoute {
+  return {
+    path: "/status.json",
+    methods: ["GET"],
+    handle: async ({ res }) => {
+      try {
+        const body: FylrStatusJson = {
+          stats: toJson(StatsResponseSchema, statsToProto(dispatcher.stats())),
+          queue: await dispatcher.store.countOpen(),
+          fylrs: (await dispatcher.store.listFylrs()).map((f) => ({
+            id: f.id,
+            hostname: f.hostname,
+            pid: f.pid,
+            apiUrl: f.apiUrl,
+            heartbeatAt: f.heartbeatAt.toISOString(),
+            held: f.held,
+          })),
+          execservers: {
+            addresses: broker.config.addresses,
+            instances: broker.instances().map((i) => ({
+              instanceId: i.instanceId,
+              address: i.address,
+              capacity: i.processes,
+              clients: i.clients,
+              draining: i.draining,
+            })),
+          },
+        };
+        res.writeHead(200, { "content-type": "application/json" }).end(`${JSON.stringify(body, null, 2)}\n`);
+      } catch (err) {
+        sendText(res, 503, `status unavailable: ${(err as Error).message}`);
+      }
+    },
+  };
+}

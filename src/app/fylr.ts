@@ -1,0 +1,193 @@
+/**
+ * One fylr process, assembled: the database pool, the broker client (pools per execserver
+ * address), the pipe registry, the HTTP port (pipes, QueueService, /healthz, /metrics,
+ * /status.json, extra raw routes), the exec client and the dispatcher loop.
+ */
+import pg from "pg";
+import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
+import { Dispatcher, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
+import { Broker, ExecClient, execBackend, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
+import { silentLogger, type Logger } from "../shared/log.js";
+import { ExecserverLoad } from "./execserver-status.js";
+import type { FylrConfig } from "./fylr-config.js";
+import { createFylrMetrics } from "./fylr-metrics.js";
+import { metricsRoute, statusRoute } from "./fylr-routes.js";
+
+/** A fylr's lifecycle. */
+export type FylrState = "running" | "stopping" | "stopped";
+
+const transitions: Record<FylrState, readonly FylrState[]> = { running: ["stopping"], stopping: ["stopped"], stopped: [] };
+
+/** Options of startFylr. */
+export interface StartFylrOptions {
+  readonly logger?: Logger;
+  /** More raw routes on the HTTP port, e.g. a status page. Matched after the built-in ones. */
+  readonly rawRoutes?: readonly RawRoute[];
+  /** Local actions (default: the built-ins, checksum and count). */
+  readonly actions?: LocalActionRegistry;
+}
+
+/** A running fylr. */
+export interface FylrHandle {
+  readonly id: string;
+  /** The bound HTTP port (the real one when listening on port 0). */
+  readonly port: number;
+  /** "http://host:port" of QueueService and the pipes. */
+  readonly url: string;
+  /** "host:port" as bound. */
+  readonly address: string;
+  readonly dispatcher: Dispatcher;
+  readonly broker: Broker;
+  readonly http: FylrHttpServer;
+  readonly state: FylrState;
+  /**
+   * Graceful: stops claiming, lets items finish within dispatcher.stopGrace (then gives the
+   * rest back), closes the broker, the HTTP port and the database pool. Idempotent.
+   */
+  close(): Promise<void>;
+  /** Forceful: gives running items back at once, then closes like close(). Idempotent. */
+  forceClose(): Promise<void>;
+}
+
+/** Starts a fylr from a compiled config: migrates, listens, connects, starts claiming. */
+export async function startFylr(config: FylrConfig, options: StartFylrOptions = {}): Promise<FylrHandle> {
+  const logger = options.logger ?? silentLogger;
+  const log = logger.child({ component: "fylr", fylrId: config.id });
+  const pool = new pg.Pool({ connectionString: config.databaseUrl, max: config.databasePoolSize });
+  // An idle client's error (a database restart) is reported by the next query; not a crash.
+  pool.on("error", (err) => log.warn({ err: err.message }, "idle database connection failed"));
+  const cleanup: (() => unknown)[] = [() => pool.end()];
+  try {
+    await migrate(pool, { logger });
+    const broker = new Broker(config.broker, { logger });
+    cleanup.unshift(() => broker.close());
+    const pipes = new PipeRegistry({ logger });
+    cleanup.unshift(() => pipes.close());
+    const means = new RuntimeMeans();
+    // The exec client needs the HTTP port, the HTTP port serves QueueService over the
+    // dispatcher, and the dispatcher needs the backend: the backend resolves the client late.
+    const late: { backend?: ExecBackend; http?: FylrHttpServer } = {};
+    const backend = measuredBackend({ run: (request, runOptions) => late.backend!.run(request, runOptions) }, means);
+    const dispatcher = new Dispatcher({
+      pool,
+      capacity: broker,
+      backend,
+      actions: options.actions,
+      config: config.dispatcher,
+      logger,
+      fylrId: config.id,
+      migrate: false,
+      // Read at start() and on re-registration, after the port is bound.
+      get apiUrl() {
+        return late.http?.url;
+      },
+    });
+    const load = new ExecserverLoad(config.broker.addresses, { token: config.broker.token, tls: config.broker.tls, clientName: config.id });
+    cleanup.unshift(() => load.close());
+    const shutdown = new AbortController();
+    const metrics = createFylrMetrics(config.id, dispatcher, broker);
+    const http = await startFylrHttpServer({
+      listen: config.listen,
+      registry: pipes,
+      logger,
+      closeTimeoutMs: 5000,
+      connectRoutes: (router) =>
+        registerQueueService(router, {
+          dispatcher,
+          load,
+          means,
+          offeredServices: () => offeredServices(broker),
+          watchPollMs: config.watchPollMs,
+          shutdown: shutdown.signal,
+          logger,
+        }),
+      rawRoutes: [metricsRoute(metrics), statusRoute(dispatcher, broker), ...(options.rawRoutes ?? [])],
+      health: () => ({
+        ok: dispatcher.state === "running",
+        detail: dispatcher.state === "running" ? `ok (${broker.instances().length} execserver instance(s) connected)` : dispatcher.state,
+      }),
+    });
+    late.http = http;
+    cleanup.unshift(() => http.close());
+    late.backend = execBackend(new ExecClient({ broker, pipes, pipePort: http.port, logger }));
+    broker.start();
+    await dispatcher.start();
+    return assemble({ config, log, pool, broker, pipes, load, shutdown, dispatcher, http });
+  } catch (err) {
+    for (const step of cleanup) await Promise.resolve(step()).catch(() => undefined);
+    throw err;
+  }
+}
+
+interface Parts {
+  readonly config: FylrConfig;
+  readonly log: Logger;
+  readonly pool: pg.Pool;
+  readonly broker: Broker;
+  readonly pipes: PipeRegistry;
+  readonly load: ExecserverLoad;
+  readonly shutdown: AbortController;
+  readonly dispatcher: Dispatcher;
+  readonly http: FylrHttpServer;
+}
+
+function assemble(p: Parts): FylrHandle {
+  let state: FylrState = "running";
+  const setState = (next: FylrState): void => {
+    if (!transitions[state].includes(next)) throw new Error(`fylr: illegal transition ${state} → ${next}`);
+    state = next;
+  };
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      setState("stopping");
+      p.log.info("fylr stopping");
+      // Watch streams end first, so the HTTP port does not wait for them.
+      p.shutdown.abort();
+      const errors: unknown[] = [];
+      const step = async (fn: () => unknown): Promise<void> => {
+        try {
+          await fn();
+        } catch (err) {
+          errors.push(err);
+        }
+      };
+      // In order: items finish (they need the broker, the pipes and the HTTP port), then
+      // the broker goes, then the port, then the database.
+      await step(() => p.dispatcher.stop());
+      await step(() => p.broker.close());
+      p.load.close();
+      await step(() => p.http.close());
+      p.pipes.close();
+      await step(() => p.pool.end());
+      setState("stopped");
+      p.log.info("fylr stopped");
+      if (errors.length > 0) throw errors[0];
+    })();
+    return closing;
+  };
+  return {
+    id: p.config.id,
+    port: p.http.port,
+    url: p.http.url,
+    address: p.http.url.replace(/^http:\/\//, ""),
+    dispatcher: p.dispatcher,
+    broker: p.broker,
+    http: p.http,
+    get state() {
+      return state;
+    },
+    close,
+    forceClose: () => {
+      void p.dispatcher.stop({ graceMs: 0 }).catch(() => undefined);
+      return close();
+    },
+  };
+}
+
+// Undefined while no execserver is connected: then a submit cannot be checked.
+function offeredServices(broker: Broker): ReadonlySet<string> | undefined {
+  const instances = broker.instances();
+  if (instances.length === 0) return undefined;
+  return new Set(instances.flatMap((i) => Object.keys(i.services)));
+}

@@ -1,0 +1,165 @@
+/**
+ * `slotbroker up` as a library: Postgres (DATABASE_URL, or an embedded server under a data
+ * directory that persists between runs), one execserver with the demo services and one
+ * fylr connected to it, all in this process tree.
+ */
+import pg from "pg";
+import { compileExecserverConfig, startExecserver, type ExecserverHandle } from "../execserver/index.js";
+import type * as EmbeddedPostgres from "../shared/embedded-postgres.js";
+import type { LocalPostgres } from "../shared/embedded-postgres.js";
+import { silentLogger, type Logger } from "../shared/log.js";
+import { demoExecserverConfig } from "./demo-services.js";
+import { startFylr, type FylrHandle } from "./fylr.js";
+import { compileFylrConfig } from "./fylr-config.js";
+
+/** Where the local stack listens; 0 picks a free port. */
+export interface LocalStackPorts {
+  readonly execserver: number;
+  readonly admin: number;
+  readonly fylr: number;
+  /** The embedded Postgres (unused with a database URL). */
+  readonly postgres: number;
+}
+
+/** Options of startLocalStack. */
+export interface LocalStackOptions {
+  readonly host: string;
+  readonly ports: LocalStackPorts;
+  /** An existing database; when unset, an embedded Postgres runs under `dataDir`. */
+  readonly databaseUrl?: string;
+  readonly dataDir: string;
+  readonly logger?: Logger;
+}
+
+/** The running stack. */
+export interface LocalStack {
+  /** Set when this stack runs its own Postgres. */
+  readonly postgres: LocalPostgres | undefined;
+  readonly databaseUrl: string;
+  readonly execserver: ExecserverHandle;
+  readonly fylr: FylrHandle;
+  /** Services of the demo execserver, sorted. */
+  readonly services: readonly string[];
+  /** Graceful: the fylr finishes its items, the execserver drains, Postgres stops. Idempotent. */
+  close(): Promise<void>;
+  /** Forceful: items go back at once, jobs are killed, Postgres stops. Idempotent. */
+  forceClose(): Promise<void>;
+}
+
+const databaseName = "slotbroker";
+
+/** Starts Postgres (or uses databaseUrl), the demo execserver and a fylr. */
+export async function startLocalStack(options: LocalStackOptions): Promise<LocalStack> {
+  const logger = options.logger ?? silentLogger;
+  const log = logger.child({ component: "up" });
+  const started: { postgres?: LocalPostgres; execserver?: ExecserverHandle; fylr?: FylrHandle } = {};
+  try {
+    let databaseUrl = options.databaseUrl;
+    if (!databaseUrl) {
+      const { startEmbeddedPostgres } = await loadEmbeddedPostgres();
+      log.info({ dataDir: options.dataDir }, "starting the embedded Postgres");
+      started.postgres = await startEmbeddedPostgres({ dataDir: options.dataDir, port: options.ports.postgres, logger });
+      stopOnExit(started.postgres);
+      databaseUrl = started.postgres.urlFor(databaseName);
+      await ensureDatabase(started.postgres.url, databaseName);
+    }
+    const hostPort = (port: number): string => `${options.host.includes(":") ? `[${options.host}]` : options.host}:${port}`;
+    const execConfig = compileExecserverConfig(demoExecserverConfig(hostPort(options.ports.execserver), hostPort(options.ports.admin)), "up: execserver");
+    started.execserver = await startExecserver(execConfig, { logger });
+    const fylrConfig = compileFylrConfig(
+      {
+        name: "local",
+        listen: hostPort(options.ports.fylr),
+        databaseUrl,
+        execserver: { addresses: [started.execserver.grpcAddress], connectTimeout: "30s" },
+        dispatcher: { stopGrace: "10s" },
+      },
+      "up: fylr",
+    );
+    started.fylr = await startFylr(fylrConfig, { logger });
+    return assemble(started.postgres, databaseUrl, started.execserver, started.fylr, Object.keys(execConfig.services).sort(), log);
+  } catch (err) {
+    await started.fylr?.forceClose().catch(() => undefined);
+    await started.execserver?.forceClose().catch(() => undefined);
+    await started.postgres?.stop().catch(() => undefined);
+    throw err;
+  }
+}
+
+function assemble(
+  postgres: LocalPostgres | undefined,
+  databaseUrl: string,
+  execserver: ExecserverHandle,
+  fylr: FylrHandle,
+  services: readonly string[],
+  log: Logger,
+): LocalStack {
+  let closing: Promise<void> | undefined;
+  let forcing: Promise<void> | undefined;
+  // The fylr goes first (its items need the execserver), Postgres last (everyone needs it).
+  const shutdown = async (force: boolean): Promise<void> => {
+    const results = await Promise.allSettled([force ? fylr.forceClose() : fylr.close()]);
+    results.push(...(await Promise.allSettled([force ? execserver.forceClose() : execserver.close()])));
+    if (postgres) results.push(...(await Promise.allSettled([postgres.stop()])));
+    process.off("exit", exitHooks.get(postgres) ?? (() => undefined));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failed) {
+      log.warn({ err: failed.reason as Error }, "part of the stack did not stop cleanly");
+      throw failed.reason;
+    }
+  };
+  return {
+    postgres,
+    databaseUrl,
+    execserver,
+    fylr,
+    services,
+    close: () => (closing ??= shutdown(false)),
+    forceClose: () => (forcing ??= shutdown(true)),
+  };
+}
+
+/** Where the embedded Postgres keeps its data: SLOTBROKER_DATA_DIR, else the project default. */
+export async function stackDataDir(env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  if (env.SLOTBROKER_DATA_DIR) return env.SLOTBROKER_DATA_DIR;
+  return (await loadEmbeddedPostgres()).defaultDataDir();
+}
+
+// embedded-postgres installs async-exit-hook, whose SIGINT/SIGTERM handlers stop every
+// cluster and call process.exit() at once — before the fylr could finish or give back its
+// items — and whose 'exit' handler throws when the cluster already stopped. Its listeners
+// are removed again here: the stack stops Postgres itself, last, and on an unplanned exit
+// (see stopOnExit).
+async function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgres> {
+  const events = ["SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK", "beforeExit", "message", "exit"] as const;
+  const before = new Map(events.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
+  const module = await import("../shared/embedded-postgres.js");
+  for (const e of events) {
+    for (const listener of process.listeners(e as NodeJS.Signals)) {
+      if (!before.get(e)!.has(listener)) process.removeListener(e, listener);
+    }
+  }
+  return module;
+}
+
+const exitHooks = new WeakMap<LocalPostgres, () => void>();
+
+// If this process dies without closing the stack, Postgres must not outlive it: stop()
+// sends the server its shutdown signal synchronously, which is all an 'exit' handler can do.
+function stopOnExit(postgres: LocalPostgres): void {
+  const hook = (): void => void postgres.stop().catch(() => undefined);
+  exitHooks.set(postgres, hook);
+  process.once("exit", hook);
+}
+
+// The embedded server starts with only "postgres"; the stack keeps its tables apart.
+async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
+  const client = new pg.Client(adminUrl);
+  await client.connect();
+  try {
+    const exists = await client.query("SELECT 1 FROM pg_database WHERE datname = $1", [name]);
+    if (exists.rowCount === 0) await client.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await client.end();
+  }
+}

@@ -1,0 +1,175 @@
+import { parseArgs } from "node:util";
+import { checkPortsFree, stackDataDir, startLocalStack, type LocalStack, type LocalStackPorts } from "../app/index.js";
+import { SlotbrokerError } from "../shared/errors.js";
+import { createLogger, type Logger } from "../shared/log.js";
+
+const help = `usage: slotbroker up [options]
+
+Runs the whole stack locally in one process tree: Postgres (embedded unless DATABASE_URL
+is set; its data persists between runs), one execserver with demo services (cat,
+sha256sum, wc, sleep, gzip, base64, … whichever this machine has, plus the builtin noop)
+and one fylr connected to it. Prints where everything listens.
+
+options:
+  --port-base N        execserver gRPC N, admin N+1, Postgres N+2, fylr N+100 (default 7600;
+                       0 picks free ports for all)
+  --exec-port N        execserver gRPC port
+  --admin-port N       execserver admin port (/status.json, /metrics)
+  --fylr-port N        fylr port (QueueService, pipes, /status.json, /metrics)
+  --pg-port N          embedded Postgres port
+  --host HOST          listen address (default 127.0.0.1)
+  --data-dir DIR       embedded Postgres data (default SLOTBROKER_DATA_DIR or .data/postgres)
+  --database-url URL   use this database instead of the embedded one (default DATABASE_URL)
+  -h, --help           this text
+
+Ctrl-C or SIGTERM stops everything gracefully (the fylr finishes or gives back its items,
+the execserver drains, Postgres stops); a second signal stops at once.`;
+
+interface UpArgs {
+  readonly ports: LocalStackPorts;
+  readonly host: string;
+  readonly dataDir: string | undefined;
+  readonly databaseUrl: string | undefined;
+}
+
+/** `slotbroker up`: runs until SIGTERM/SIGINT; resolves with the exit code. */
+export async function run(argv: string[]): Promise<number> {
+  let args: UpArgs | undefined;
+  try {
+    args = parseUpArgs(argv);
+  } catch (err) {
+    process.stderr.write(`slotbroker up: ${(err as Error).message}\n\n${help}\n`);
+    return 2;
+  }
+  if (!args) {
+    process.stdout.write(`${help}\n`);
+    return 0;
+  }
+  // Quiet by default: the banner is what a person reads; SLOTBROKER_LOG_LEVEL=info for more.
+  const logger = createLogger({ level: process.env.SLOTBROKER_LOG_LEVEL ?? "warn" });
+  let stack: LocalStack;
+  try {
+    const { host, ports } = args;
+    await checkPortsFree(
+      [
+        { what: "execserver gRPC", host, port: ports.execserver },
+        { what: "execserver admin", host, port: ports.admin },
+        { what: "fylr", host, port: ports.fylr },
+        ...(args.databaseUrl ? [] : [{ what: "embedded Postgres", host: "127.0.0.1", port: ports.postgres }]),
+      ],
+      "stop whatever uses it, or pick other ports with --port-base N (or --exec-port, --admin-port, --fylr-port, --pg-port)",
+    );
+    const dataDir = args.dataDir ?? (await stackDataDir());
+    if (!args.databaseUrl) process.stderr.write(`slotbroker up: starting Postgres (data in ${dataDir}) …\n`);
+    stack = await startLocalStack({ host, ports, databaseUrl: args.databaseUrl, dataDir, logger });
+  } catch (err) {
+    process.stderr.write(`slotbroker up: ${SlotbrokerError.from(err).message}\n`);
+    logger.flush();
+    return 1;
+  }
+  process.stdout.write(banner(stack, args.databaseUrl !== undefined));
+  const code = await untilSignalled(stack, logger);
+  process.stdout.write("slotbroker up: stopped\n");
+  logger.flush();
+  return code;
+}
+
+/** undefined for --help. */
+function parseUpArgs(argv: string[]): UpArgs | undefined {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      "port-base": { type: "string" },
+      "exec-port": { type: "string" },
+      "admin-port": { type: "string" },
+      "fylr-port": { type: "string" },
+      "pg-port": { type: "string" },
+      host: { type: "string" },
+      "data-dir": { type: "string" },
+      "database-url": { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+    strict: true,
+  });
+  if (values.help) return undefined;
+  const base = port("--port-base", values["port-base"]) ?? 7600;
+  const offset = (n: number): number => (base === 0 ? 0 : base + n);
+  const ports: LocalStackPorts = {
+    execserver: port("--exec-port", values["exec-port"]) ?? offset(0),
+    admin: port("--admin-port", values["admin-port"]) ?? offset(1),
+    postgres: port("--pg-port", values["pg-port"]) ?? offset(2),
+    fylr: port("--fylr-port", values["fylr-port"]) ?? offset(100),
+  };
+  for (const [name, p] of Object.entries(ports)) if (p > 65535) throw new Error(`--port-base ${base}: the ${name} port ${p} is above 65535`);
+  return {
+    ports,
+    host: values.host ?? "127.0.0.1",
+    dataDir: values["data-dir"],
+    databaseUrl: values["database-url"] ?? (process.env.DATABASE_URL || undefined),
+  };
+}
+
+function port(flag: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || n > 65535) throw new Error(`${flag}: expected a port number 0…65535, got "${text}"`);
+  return n;
+}
+
+function banner(stack: LocalStack, userDatabase: boolean): string {
+  const api = stack.fylr.url;
+  const apiFlag = api === "http://127.0.0.1:7700" ? "" : ` --api ${api}`;
+  const db = userDatabase ? maskPassword(stack.databaseUrl) : stack.databaseUrl;
+  const where = stack.postgres ? `embedded, data in ${stack.postgres.dataDir}` : "DATABASE_URL";
+  const sample = Buffer.from("hello\n").toString("base64");
+  return [
+    "slotbroker up: the local stack is running",
+    "",
+    `  postgres    ${db}  (${where})`,
+    `  execserver  grpc=${stack.execserver.grpcAddress}  admin=${stack.execserver.adminUrl}  (/status.json, /metrics)`,
+    `              services: ${stack.services.join(", ")}`,
+    `  fylr        api=${api}  (QueueService, pipes, /status.json, /metrics)  id=${stack.fylr.id}`,
+    "",
+    "try:",
+    "  echo hello > /tmp/hello.txt",
+    `  npx tsx src/cli.ts submit${apiFlag} --service sha256sum --stdin /tmp/hello.txt --wait`,
+    `  npx tsx src/cli.ts status${apiFlag}`,
+    `  curl -s -X POST -H 'Content-Type: application/json' -d '{"calls":[{"service":"sha256sum","stdinData":"${sample}"}]}' \\`,
+    `    ${api}/slotbroker.v1.QueueService/Submit`,
+    "",
+    "Ctrl-C (or SIGTERM) stops everything; a second Ctrl-C stops at once.",
+    "",
+  ].join("\n");
+}
+
+function maskPassword(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return "(unparsable URL)";
+  }
+}
+
+// First signal: graceful; second: forceful. Resolves with 0, or 1 when stopping failed.
+function untilSignalled(stack: LocalStack, logger: Logger): Promise<number> {
+  return new Promise((resolve) => {
+    let signals = 0;
+    const onSignal = (signal: NodeJS.Signals): void => {
+      signals++;
+      logger.info({ signal }, signals === 1 ? "stopping the local stack" : "stopping the local stack now");
+      if (signals === 1) process.stderr.write("slotbroker up: stopping (again to stop at once) …\n");
+      const done = signals === 1 ? stack.close() : stack.forceClose();
+      done.then(
+        () => resolve(0),
+        (err: unknown) => {
+          logger.error({ err }, "stopping failed");
+          resolve(1);
+        },
+      );
+    };
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
+  });
+}
