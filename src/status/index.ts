@@ -1,0 +1,18 @@
+// Live status pages of the execserver and the fylr: pure view models and section renderers,
+// the shared page shell (inline CSS and a small polling script), and the routes serving them.
+export { barList, boxRow, card, legend, maxBoxes, pill, ringGauge, stackedBar, tiles, type BarRow, type BoxGroup, type Segment, type Tile, type Tone } from "./charts.js";
+export { execStatusPageRoutes, execViewPath, renderExecStatusPage, type AdminPageRoute, type ExecStatusPageOptions } from "./exec-page.js";
+export { execSectionIds, fairnessTone, renderExecSections, type ExecSections } from "./exec-sections.js";
+export {
+  defaultExecViewLimits,
+  execView,
+  sumConnections,
+  type ConnectionTotals,
+  type ConnectionView,
+  type ExecView,
+  type ExecViewLimits,
+  type WaitgroupView,
+} from "./exec-view.js";
+export { formatCount, formatDuration, formatPercent, fraction, jainIndex, topN, type TopN } from "./format.js";
+export { escapeHtml, html, Html, join, raw, type HtmlValue } from "./html.js";
+export { renderStatusPage, statusViewJson, type StatusPageInput, type StatusViewJson } from "./page.js";
