@@ -3,6 +3,7 @@
 import { toJson } from "@bufbuild/protobuf";
 import { GetStatusResponseSchema, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
 import { silentLogger, type Logger } from "../shared/log.js";
+import { execStatusPageRoutes } from "../status/index.js";
 import type { AdminServer } from "./admin-server.js";
 import type { ExecserverConfig } from "./config.js";
 import type { RunJob } from "./runner/index.js";
@@ -112,4 +113,6 @@ function installAdminRoutes(server: Execserver): void {
       const json = toJson(GetStatusResponseSchema, server.status());
       res.writeHead(200, { "content-type": "application/json" }).end(`${JSON.stringify(json, null, 2)}\n`);
     });
+  // The live status page: "/", "/status" and the view JSON it polls.
+  for (const { path, handler } of execStatusPageRoutes(() => server.status())) server.admin.route(path, handler);
 }
