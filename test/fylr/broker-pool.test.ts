@@ -66,12 +66,12 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
     const log = landings(replica.broker);
     expect(p.stats.opened).to.equal(1);
 
-    // Twelve one-second jobs on three one-slot pods: backpressure lasts for seconds.
-    const ran = await burst(replica, 12, "1");
+    // Twelve 1.5-second jobs on three one-slot pods: backpressure lasts for seconds.
+    const ran = await burst(replica, 12, "1.5");
 
     expect(new Set(ran), log.join(" ")).to.have.lengthOf(3);
-    expect(replica.broker.instances().map((i) => i.instanceId).sort()).to.deep.equal(["pod-1", "pod-2", "pod-3"]);
-    expect(p.stats.duplicatesClosed, "a connection landed on a known pod and was closed").to.be.at.least(1);
+    expect(replica.broker.instances().map((i) => i.instanceId).sort(), log.join(" ")).to.deep.equal(["pod-1", "pod-2", "pod-3"]);
+    expect(p.stats.duplicatesClosed, `a connection landed on a known pod and was closed: ${log.join(" ")}`).to.be.at.least(1);
     expect(p.covered).to.equal(true);
     expect(p.connections()).to.have.lengthOf(3);
     expect(p.stats.opened).to.equal(3 + p.stats.duplicatesClosed);
