@@ -38,7 +38,10 @@ export interface RunOptions {
   readonly timeoutMs?: number;
   /** WANT priority; larger is more urgent (default 0). */
   readonly priority?: number;
-  /** The job's stdin; empty when unset. A stream is consumed (or destroyed) by the call. */
+  /**
+   * The job's stdin; empty when unset. A stream is consumed by the job, or destroyed when
+   * the job fails after a slot was taken; it stays untouched when no slot came.
+   */
   readonly stdin?: Readable | Uint8Array;
   /** Where stdout goes; it is ended after the last byte. Collected into a Buffer when unset. */
   readonly stdout?: Writable;
