@@ -115,8 +115,28 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     connectHandler(req, res);
   };
 
-  const h1 = http.createServer({ requestTimeout: 0 }, (req, res) => dispatch(req, res, false));
-  h1.on("checkContinue", (req, res) => dispatch(req, res, true));
+  // Requests in flight per HTTP/1.1 socket. h1 never listens itself (sockets are handed to
+  // it after sniffing), so Node's own connection tracking behind closeIdleConnections() is
+  // never set up: idle keep-alive sockets are found and closed here instead.
+  const h1Busy = new Map<net.Socket, number>();
+  const h1Track = (req: http.IncomingMessage, res: http.ServerResponse): void => {
+    const socket = req.socket;
+    h1Busy.set(socket, (h1Busy.get(socket) ?? 0) + 1);
+    res.once("close", () => {
+      const left = (h1Busy.get(socket) ?? 1) - 1;
+      h1Busy.set(socket, left);
+      // A request that was in flight when closing began leaves an idle keep-alive socket.
+      if (left === 0 && state !== "listening") socket.end();
+    });
+  };
+  const h1 = http.createServer({ requestTimeout: 0 }, (req, res) => {
+    h1Track(req, res);
+    dispatch(req, res, false);
+  });
+  h1.on("checkContinue", (req, res) => {
+    h1Track(req, res);
+    dispatch(req, res, true);
+  });
   const h2 = http2.createServer({ settings: { initialWindowSize: H2_WINDOW } }, (req, res) => dispatch(req, res, false));
   h2.on("checkContinue", (req, res) => dispatch(req, res, true));
 
@@ -137,7 +157,10 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
 
   const listener = net.createServer((socket) => {
     sockets.set(socket, "sniffing");
-    socket.once("close", () => sockets.delete(socket));
+    socket.once("close", () => {
+      sockets.delete(socket);
+      h1Busy.delete(socket);
+    });
     sniffProtocol(socket, options.firstBytesTimeoutMs ?? 30_000, (protocol) => {
       sockets.set(socket, protocol);
       if (protocol === "h2") {
@@ -165,7 +188,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
       setState("closing");
       listener.close();
       for (const [socket, protocol] of sockets) if (protocol === "sniffing") socket.destroy();
-      h1.closeIdleConnections();
+      for (const [socket, protocol] of sockets) if (protocol === "h1" && !h1Busy.get(socket)) socket.destroy();
       for (const session of sessions) session.close();
       const drained = await waitUntil(() => sockets.size === 0, options.closeTimeoutMs ?? 10_000);
       if (!drained) {
