@@ -13,6 +13,19 @@ export {
   type ExecViewLimits,
   type WaitgroupView,
 } from "./exec-view.js";
+export {
+  FylrStatusSource,
+  type FylrPageData,
+  type FylrStatusSourceOptions,
+  type PoolConnectionJson,
+  type PoolJson,
+  type RecentItemJson,
+  type ShareJson,
+} from "./fylr-data.js";
+export { createFylrStatusPage, fylrViewPath, renderFylrStatusPage, type FylrStatusPage, type FylrStatusPageOptions } from "./fylr-page.js";
+export { fylrSectionIds, itemStateTone, renderFylrSections, stateTone, type FylrSections } from "./fylr-sections.js";
+export { defaultFylrViewLimits, fylrView, localPermits, priorityRows, type FylrView, type FylrViewLimits, type PriorityRow, type ShareView } from "./fylr-view.js";
+export { itemsById, openItemsByPriority } from "./fylr-queries.js";
 export { formatCount, formatDuration, formatPercent, fraction, jainIndex, topN, type TopN } from "./format.js";
 export { escapeHtml, html, Html, join, raw, type HtmlValue } from "./html.js";
 export { renderStatusPage, statusViewJson, type StatusPageInput, type StatusViewJson } from "./page.js";
