@@ -8,6 +8,7 @@ import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/inde
 import { Dispatcher, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
 import { Broker, ExecClient, execBackend, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
 import { silentLogger, type Logger } from "../shared/log.js";
+import { createFylrStatusPage } from "../status/index.js";
 import { ExecserverLoad } from "./execserver-status.js";
 import type { FylrConfig } from "./fylr-config.js";
 import { createFylrMetrics } from "./fylr-metrics.js";
@@ -86,6 +87,9 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     cleanup.unshift(() => load.close());
     const shutdown = new AbortController();
     const metrics = createFylrMetrics(config.id, dispatcher, broker);
+    // The live status page at "/" and "/status" (it follows the dispatcher's items).
+    const statusPage = createFylrStatusPage({ dispatcher, broker });
+    cleanup.unshift(() => statusPage.close());
     const http = await startFylrHttpServer({
       listen: config.listen,
       registry: pipes,
@@ -101,7 +105,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
           shutdown: shutdown.signal,
           logger,
         }),
-      rawRoutes: [metricsRoute(metrics), statusRoute(dispatcher, broker), ...(options.rawRoutes ?? [])],
+      rawRoutes: [metricsRoute(metrics), statusRoute(dispatcher, broker), ...statusPage.routes, ...(options.rawRoutes ?? [])],
       health: () => ({
         ok: dispatcher.state === "running",
         detail: dispatcher.state === "running" ? `ok (${broker.instances().length} execserver instance(s) connected)` : dispatcher.state,
