@@ -1,10 +1,13 @@
+import { create } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
 import { expect } from "chai";
 import type { Browser, Page } from "playwright-core";
-import type { GetStatusResponse } from "../gen/slotbroker/v1/broker_pb.js";
-import { jainIndex } from "../src/status/index.js";
-import { BrokerStream, releaseAll } from "./execserver/support/broker-stream.js";
+import { BrokerService, ConnectRequestSchema, type ConnectRequest, type ConnectResponse, type GetStatusResponse } from "../gen/slotbroker/v1/broker_pb.js";
+import { grpcClientConstructor } from "../src/shared/grpc.js";
+import { jainIndex, type StatusViewJson } from "../src/status/index.js";
+import { BrokerStream, closeLater, eventually, releaseAll } from "./execserver/support/broker-stream.js";
 import { startTestServer } from "./execserver/support/server.js";
-import { release } from "./support/resources.js";
+import { release, track } from "./support/resources.js";
 import { launchBrowser, openPage, screenshot } from "./status-page-browser.js";
 
 // waitgroup one: 1 slot (noop), two: 2 slots (noop2), slow: 3 slots (the real `sleep`).
@@ -47,6 +50,33 @@ async function barRows(page: Page, selector: string): Promise<{ key: string; val
 /** Waits (bounded) until a page expression is true; the expression is a string: tests have no DOM types. */
 async function until(page: Page, expression: string, timeout = 5000): Promise<void> {
   await page.waitForFunction(expression, undefined, { timeout });
+}
+
+const Client = grpcClientConstructor(BrokerService);
+
+/**
+ * `n` broker streams over one HTTP/2 connection (cheap enough for a thousand), each named
+ * `${prefix}-NNNN` and parking one want for `service` at priority i % 4. Tracked.
+ */
+function manyStreams(address: string, n: number, prefix: string, service: string): void {
+  const client = new Client(address, grpc.credentials.createInsecure(), { "grpc.use_local_subchannel_pool": 1 });
+  const connect = (client as unknown as { connect: (m: grpc.Metadata) => grpc.ClientDuplexStream<ConnectRequest, ConnectResponse> }).connect.bind(client);
+  const calls: grpc.ClientDuplexStream<ConnectRequest, ConnectResponse>[] = [];
+  for (let i = 0; i < n; i++) {
+    const metadata = new grpc.Metadata();
+    metadata.set("slotbroker-client", `${prefix}-${String(i).padStart(4, "0")}`);
+    const call = connect(metadata);
+    call.on("data", () => undefined);
+    call.on("error", () => undefined);
+    call.write(create(ConnectRequestSchema, { frame: { case: "want", value: { $typeName: "slotbroker.v1.Want", jobId: `w${i}`, service, priority: i % 4 } } }));
+    calls.push(call);
+  }
+  closeLater(
+    track(client, `${n} streams`, (c) => {
+      for (const call of calls) call.cancel();
+      c.close();
+    }),
+  );
 }
 
 describe("execserver status page (headless Chromium)", function () {
@@ -160,5 +190,48 @@ describe("execserver status page (headless Chromium)", function () {
     expect(await page.locator("#live span").textContent()).to.match(/^no answer for \d+ s/);
     // The refused fetches are the point here; nothing else may have gone wrong.
     expect(errors.filter((e) => !e.includes("Failed to load resource") && !e.includes("ERR_CONNECTION_REFUSED"))).to.deep.equal([]);
+  });
+
+  it("stays readable with 1000 connections: the top 20 by grants, the 25 busiest, and how many more", async () => {
+    const server = await startTestServer(layout);
+    // Thirty named streams with 1, 2 or 3 grants (ten each), then 970 that park one want each.
+    const granted: BrokerStream[] = [];
+    for (let i = 0; i < 30; i++) {
+      const stream = await BrokerStream.open(server.grpcAddress, { clientName: `busy-${String(i).padStart(2, "0")}` });
+      await grants(stream, "noop2", 1 + (i % 3), `b${i}`);
+      granted.push(stream);
+    }
+    manyStreams(server.grpcAddress, 970, "idle", "sleep");
+    await eventually(() => expect(server.status().connections).to.have.length(1000), 20_000);
+    await eventually(() => expect(server.status().waitgroups.find((w) => w.name === "slow")!.waiting).to.equal(967n), 10_000);
+    const status = server.status();
+
+    const view = await fetch(`${server.adminUrl}/status/view.json`);
+    const body = await view.text();
+    expect(body.length, "the view JSON stays small").to.be.below(120_000);
+    expect(Object.keys((JSON.parse(body) as StatusViewJson).sections)).to.deep.equal(["header", "summary", "slots", "book", "grants", "connections"]);
+
+    const { page, errors } = await openPage(browser, `${server.adminUrl}/`);
+    expect(await page.locator('.tile[data-name="connections"] .tile-value').textContent()).to.equal("1,000");
+    const bars = await barRows(page, '.bars[data-name="grants"]');
+    expect(bars).to.have.length(20);
+    expect(bars.slice(0, 10).every((b) => b.value === 3)).to.equal(true);
+    expect(await page.locator('[data-name="grants-more"]').getAttribute("data-more")).to.equal("980");
+    expect(await page.locator('[data-name="grants-more"]').textContent()).to.equal("and 980 more connection(s) with 10 grant(s)");
+    // The table: 25 rows, then one row that sums the other 975.
+    expect(await page.locator("table.conns tbody tr[data-connection]").count()).to.equal(25);
+    const more = page.locator('tr[data-name="connections-more"]');
+    expect(await more.getAttribute("data-more")).to.equal("975");
+    const parkedShown = (await page.locator("table.conns tbody tr[data-connection] td:nth-child(4)").allTextContents()).reduce((n, t) => n + Number(t), 0);
+    const parkedRest = Number(await more.locator("td:nth-child(2)").textContent());
+    expect(parkedShown + parkedRest).to.equal(Number(status.connections.reduce((n, c) => n + c.wantsParked, 0n)));
+    // The book: four classes, most urgent first, summing to the parked wants.
+    const book = await barRows(page, '.book[data-waitgroup="slow"]');
+    expect(book.map((b) => b.key)).to.deep.equal(["3", "2", "1", "0"]);
+    expect(book.reduce((n, b) => n + b.value, 0)).to.equal(967);
+    const height = (await page.locator("main").boundingBox())!.height;
+    expect(height, "one screenful or three, not a thousand rows").to.be.below(3000);
+    await screenshot(page, "execserver-1000");
+    expect(errors).to.deep.equal([]);
   });
 });
