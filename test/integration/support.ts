@@ -75,13 +75,17 @@ export async function spawnFylr(input: FylrConfigInput, name = "fylr"): Promise<
     if (child.exitCode === null && child.signalCode === null) child.kill(signal);
     return exited;
   };
-  track(child, `fylr process ${name}`, async () => {
+  // Tracked from the start, so a fylr that never printed its banner is still killed.
+  const handle = { child, stderr: () => log, stop } as { -readonly [K in keyof FylrProcess]: FylrProcess[K] };
+  track(handle, `fylr process ${name}`, async () => {
     await stop("SIGKILL");
     rmSync(dir, { recursive: true, force: true });
   });
   const [, id, address] = await waitForLine(child, /^fylr (\S+) listening http=(\S+)$/m, 30_000, () => log);
-  const url = `http://${address}`;
-  return { id: id!, url, child, client: createQueueClient(url), stderr: () => log, stop };
+  handle.id = id!;
+  handle.url = `http://${address}`;
+  handle.client = createQueueClient(handle.url);
+  return handle;
 }
 
 /** Waits for a line on the child's stdout matching `pattern`; fails when it exits first. */
