@@ -1,0 +1,162 @@
+// `slotbroker up` as a child process: it comes up, `submit --wait` prints the right digest,
+// `status` prints tables, and SIGTERM stops everything, Postgres included.
+import { expect } from "chai";
+import { spawn, type ChildProcess } from "node:child_process";
+import { createHash } from "node:crypto";
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
+import { createQueueClient } from "../../src/api/index.js";
+import { waitFor } from "../support/execserver-process.js";
+import { createTestDatabase } from "../support/postgres.js";
+import { release, track } from "../support/resources.js";
+import { cli, root, slotbroker, waitForLine } from "../integration/support.js";
+
+interface Up {
+  readonly child: ChildProcess;
+  readonly api: string;
+  readonly grpc: string;
+  readonly admin: string;
+  readonly banner: string;
+  stderr(): string;
+  /** Sends SIGTERM and waits; resolves with the exit code. */
+  stop(): Promise<number | null>;
+}
+
+async function startUp(env: NodeJS.ProcessEnv, args: string[] = ["--port-base", "0"]): Promise<Up> {
+  const child = spawn(process.execPath, ["--import", "tsx", cli, "up", ...args], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  child.stderr.setEncoding("utf8").on("data", (s: string) => (log += s));
+  const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));
+  const stop = async (): Promise<number | null> => {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+    return exited;
+  };
+  const handle = { child, stderr: () => log, stop } as { -readonly [K in keyof Up]: Up[K] };
+  track(handle, "slotbroker up", () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+  });
+  const m = await waitForLine(child, /^[\s\S]*api=(\S+)[\s\S]*Ctrl-C/, 120_000, () => log);
+  handle.banner = m[0];
+  handle.api = /api=(\S+)/.exec(m[0])![1]!;
+  handle.grpc = /grpc=(\S+)/.exec(m[0])![1]!;
+  handle.admin = /admin=(\S+)/.exec(m[0])![1]!;
+  return handle;
+}
+
+/** Child pids of `pid` (Linux /proc), to check that nothing outlives `up`. */
+async function childPids(pid: number): Promise<number[]> {
+  const { stdout } = await slotbrokerFree(["pgrep", "-P", String(pid)]);
+  return stdout.split("\n").filter(Boolean).map(Number);
+}
+
+async function slotbrokerFree(argv: string[]): Promise<{ stdout: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ["ignore", "pipe", "ignore"] });
+    let stdout = "";
+    child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
+    child.once("close", () => resolve({ stdout }));
+  });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe("slotbroker up", () => {
+  let dir: string;
+  let input: string;
+  const content = Buffer.from(`slotbroker up test ${Date.now()}\n`);
+  const digest = createHash("sha256").update(content).digest("hex");
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), "slotbroker-up-"));
+    chmodSync(dir, 0o755); // the embedded server runs as "postgres" when we are root
+    input = join(dir, "input.txt");
+    writeFileSync(input, content);
+  });
+  afterEach(() => {
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("brings the stack up on a database, runs submit --wait and status, and stops on SIGTERM", async function () {
+    this.timeout(120_000);
+    const databaseUrl = await createTestDatabase("up");
+    const up = await startUp({ ...process.env, DATABASE_URL: databaseUrl });
+    try {
+      expect(up.banner).to.match(/services: .*\bsha256sum\b/).and.to.match(/services: .*\bnoop\b/);
+      const submitted = await slotbroker(["submit", "--api", up.api, "--service", "sha256sum", "--stdin", input, "--wait"]);
+      expect(submitted.code, submitted.stderr).to.equal(0);
+      expect(submitted.stdout.toString()).to.equal(`${digest}  -\n`);
+      expect(submitted.stderr).to.match(/calls\[0\] sha256sum: exit 0/);
+
+      const status = await slotbroker(["status", "--api", up.api]);
+      expect(status.code, status.stderr).to.equal(0);
+      expect(status.stdout.toString()).to.match(/^WAITGROUP +SLOTS +RUNNING +OFFERED +FREE +WAITING +DONE +MEAN RUNTIME$/m);
+      expect(status.stdout.toString()).to.match(/^text +\d+ +0 +0 +\d+ +0 +1 /m);
+      expect(status.stdout.toString()).to.match(/^KIND +QUEUED +CLAIMED +RUNNING$/m);
+
+      const children = await childPids(up.child.pid!);
+      expect(await up.stop()).to.equal(0);
+      expect(children.filter(alive), "processes left behind").to.deep.equal([]);
+    } finally {
+      await release(up);
+    }
+  });
+
+  it("runs its own Postgres when DATABASE_URL is unset, keeps the data between runs and stops it", async function () {
+    this.timeout(180_000);
+    const dataDir = join(dir, "pgdata");
+    const env = { ...process.env, SLOTBROKER_DATA_DIR: dataDir };
+    delete env.DATABASE_URL;
+    const first = await startUp(env);
+    let id: string;
+    try {
+      expect(first.banner).to.match(/postgres +postgres:\/\/\S+ +\(embedded, data in /);
+      const submitted = await slotbroker(["submit", "--api", first.api, "--service", "sha256sum", "--stdin", input, "--wait", "--json"]);
+      expect(submitted.code, submitted.stderr).to.equal(0);
+      const item = JSON.parse(submitted.stdout.toString()) as { id: string; output: string };
+      id = item.id;
+      expect(Buffer.from(item.output, "base64").toString()).to.equal(`${digest}  -\n`);
+      expect(existsSync(join(dataDir, "postmaster.pid"))).to.equal(true);
+      const children = await childPids(first.child.pid!);
+      expect(children, "the embedded Postgres runs as a child").to.not.deep.equal([]);
+      expect(await first.stop()).to.equal(0);
+      expect(children.filter(alive), "processes left behind").to.deep.equal([]);
+      expect(existsSync(join(dataDir, "postmaster.pid")), "Postgres still running").to.equal(false);
+    } finally {
+      await release(first);
+    }
+    const second = await startUp(env);
+    try {
+      const { item } = await createQueueClient(second.api).get({ id });
+      expect(item?.state).to.equal(ItemState.SUCCEEDED);
+      expect(await second.stop()).to.equal(0);
+      await waitFor("postmaster.pid to go", () => !existsSync(join(dataDir, "postmaster.pid")), 5000);
+    } finally {
+      await release(second);
+    }
+  });
+
+  it("says which port is taken and exits non-zero", async function () {
+    this.timeout(60_000);
+    const server: Server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const port = (server.address() as { port: number }).port;
+    try {
+      const result = await slotbroker(["up", "--port-base", "0", "--fylr-port", String(port)], { env: { DATABASE_URL: "postgres://unused@127.0.0.1:1/x" } });
+      expect(result.code).to.equal(1);
+      expect(result.stderr).to.include(`port ${port} on 127.0.0.1 (fylr) is already in use`);
+      expect(result.stderr).to.include("--port-base");
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
