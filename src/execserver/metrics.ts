@@ -78,6 +78,13 @@ export class ExecserverMetrics {
     this.jobsDone = new Counter({ name: "slotbroker_jobs_done_total", help: "Jobs finished.", labelNames: ["waitgroup"], registers });
     for (const wg of wgs) this.latency.set(wg.name, latency.labels({ waitgroup: wg.name }));
     for (const o of outcomes) this.outcomeCounters.set(o, outcome.labels({ outcome: o }));
+    // Every known series exists from the first scrape (at zero), so rate() and alerts on
+    // them work before the first grant, decline or expiry instead of seeing "no data".
+    for (const wg of wgs) {
+      latency.zero({ waitgroup: wg.name });
+      this.jobsDone.inc({ waitgroup: wg.name }, 0);
+    }
+    for (const o of outcomes) outcome.inc({ outcome: o }, 0);
   }
 
   /** Records the WANT→OFFER time of one grant. */
