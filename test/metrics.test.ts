@@ -1,0 +1,133 @@
+import { expect } from "chai";
+import pg from "pg";
+import { createQueueClient } from "../src/api/index.js";
+import { compileFylrConfig, startFylr, type FylrHandle } from "../src/app/index.js";
+import { BrokerStream, closeLater, eventually, releaseAll } from "./execserver/support/broker-stream.js";
+import { startTestServer } from "./execserver/support/server.js";
+import { createTestDatabase } from "./support/postgres.js";
+import { track } from "./support/resources.js";
+
+/** One sample of the Prometheus text format. */
+interface Sample {
+  readonly name: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly value: number;
+}
+
+/** Parses the samples of a Prometheus text exposition (label values without escapes suffice here). */
+function parseMetrics(text: string): Sample[] {
+  const out: Sample[] = [];
+  for (const line of text.split("\n")) {
+    if (line === "" || line.startsWith("#")) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (!m) throw new Error(`not a sample line: ${line}`);
+    const labels: Record<string, string> = {};
+    for (const pair of (m[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"/g)) labels[pair[1]!] = pair[2]!;
+    out.push({ name: m[1]!, labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+/** The value of the one sample of `name` whose labels include `labels`; fails when there is none. */
+function sample(samples: readonly Sample[], name: string, labels: Record<string, string> = {}): number {
+  const hits = samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
+  if (hits.length !== 1) throw new Error(`${name}${JSON.stringify(labels)}: ${hits.length} samples (of ${samples.filter((s) => s.name === name).length} named so)`);
+  return hits[0]!.value;
+}
+
+async function scrape(url: string): Promise<Sample[]> {
+  const res = await fetch(url);
+  expect(res.status).to.equal(200);
+  expect(res.headers.get("content-type")).to.match(/^text\/plain; version=0\.0\.4/);
+  return parseMetrics(await res.text());
+}
+
+describe("metrics (DESIGN §9)", function () {
+  this.timeout(60_000);
+  afterEach(releaseAll);
+
+  it("execserver: slots total and used per waitgroup, book depth by priority, grant latency, offer outcomes, connections", async () => {
+    const server = await startTestServer({ waitgroups: { one: { processes: 1 }, two: { processes: 2 }, slow: { processes: 1 } }, offerTimeout: "300ms" });
+    const a = await BrokerStream.open(server.grpcAddress, { clientName: "a" });
+    for (let i = 0; i < 3; i++) {
+      a.want(`g${i}`, "noop");
+      a.job(`g${i}`, (await a.next("offer")).offerToken);
+      await a.next("done");
+    }
+    const b = await BrokerStream.open(server.grpcAddress, { clientName: "b" });
+    b.want("declined", "noop2");
+    b.decline("declined", (await b.next("offer")).offerToken);
+    b.want("expires", "noop2");
+    await b.next("offer");
+    await eventually(() => expect(server.status().waitgroups.find((w) => w.name === "two")!.offered).to.equal(0), 5000);
+    const c = await BrokerStream.open(server.grpcAddress, { clientName: "c" });
+    c.want("nap", "sleep");
+    c.job("nap", (await c.next("offer")).offerToken, { args: ["60"] });
+    for (const id of ["p5a", "p5b"]) c.want(id, "sleep", 5);
+    c.want("p0", "sleep", 0);
+    await c.ping();
+
+    const m = await scrape(`${server.adminUrl}/metrics`);
+    const id = { instance_id: "test-exec" };
+    expect([1, 2, 1]).to.deep.equal(["one", "two", "slow"].map((waitgroup) => sample(m, "slotbroker_slots_total", { ...id, waitgroup })));
+    expect(sample(m, "slotbroker_slots_used", { waitgroup: "slow", state: "running" })).to.equal(1);
+    expect(sample(m, "slotbroker_slots_used", { waitgroup: "slow", state: "offered" })).to.equal(0);
+    expect(sample(m, "slotbroker_slots_used", { waitgroup: "one", state: "running" })).to.equal(0);
+    expect(sample(m, "slotbroker_book_depth", { waitgroup: "slow", priority: "5" })).to.equal(2);
+    expect(sample(m, "slotbroker_book_depth", { waitgroup: "slow", priority: "0" })).to.equal(1);
+    expect(m.filter((s) => s.name === "slotbroker_book_depth" && s.labels.waitgroup !== "slow")).to.deep.equal([]);
+    // Every offer made counts once in the histogram: 3 noop, 2 noop2, 1 sleep.
+    expect(sample(m, "slotbroker_grant_latency_seconds_count", { waitgroup: "one" })).to.equal(3);
+    expect(sample(m, "slotbroker_grant_latency_seconds_count", { waitgroup: "two" })).to.equal(2);
+    expect(sample(m, "slotbroker_grant_latency_seconds_bucket", { waitgroup: "one", le: "+Inf" })).to.equal(3);
+    expect(sample(m, "slotbroker_offer_outcomes_total", { outcome: "accepted" })).to.equal(4);
+    expect(sample(m, "slotbroker_offer_outcomes_total", { outcome: "declined" })).to.equal(1);
+    expect(sample(m, "slotbroker_offer_outcomes_total", { outcome: "expired" })).to.equal(1);
+    expect(sample(m, "slotbroker_offer_outcomes_total", { outcome: "withdrawn" })).to.equal(0);
+    expect(sample(m, "slotbroker_connections", id)).to.equal(3);
+    expect(sample(m, "slotbroker_jobs_done_total", { waitgroup: "one" })).to.equal(3);
+  });
+
+  it("fylr: pool size, claims, requeues and orphan rescues", async () => {
+    const exec = await startTestServer({ waitgroups: { one: { processes: 1 }, two: { processes: 2 }, slow: { processes: 1 } } });
+    const databaseUrl = await createTestDatabase("metrics");
+    const db = closeLater(track(new pg.Pool({ connectionString: databaseUrl, max: 2 }), "metrics db", (p) => p.end()));
+    const config = compileFylrConfig(
+      {
+        name: "metrics",
+        listen: "127.0.0.1:0",
+        databaseUrl,
+        databasePoolSize: 4,
+        execserver: { addresses: [exec.grpcAddress], retryTick: "200ms", reconnectInitial: "50ms" },
+        dispatcher: { pollInterval: "100ms", heartbeatInterval: "200ms", staleAfter: "2s", stopGrace: "1s", retryInitial: "100ms" },
+      },
+      "test",
+    );
+    const fylr: FylrHandle = closeLater(track(await startFylr(config), "metrics fylr", (f) => f.forceClose()));
+    const client = createQueueClient(fylr.url);
+    const ok = (await client.submit({ calls: [{ service: "noop" }] })).item!.id;
+    // `sleep x` exits 1: one failed attempt goes back to the queue, the second fails the item.
+    await client.submit({ calls: [{ service: "sleep", args: ["x"] }], maxAttempts: 2 });
+    // A claim of a fylr that died: a survivor rescues it.
+    await db.query("INSERT INTO fylrs (id, hostname, pid, heartbeat_at) VALUES ('ghost', 'gone', 1, now() - interval '1 hour')");
+    await db.query(
+      "INSERT INTO queue_items (kind, priority, payload, state, claimed_by, lease, attempts, claimed_at) SELECT kind, priority, payload, 'claimed', 'ghost', 1, 1, now() FROM queue_items WHERE id = $1",
+      [ok],
+    );
+    await eventually(() => expect(fylr.dispatcher.stats().counters).to.include({ succeeded: 2, failed: 1, requeued: 1, orphansRescued: 1 }), 15_000);
+
+    const m = await scrape(`${fylr.url}/metrics`);
+    const id = { fylr_id: fylr.id };
+    expect(sample(m, "slotbroker_fylr_claims_total", id)).to.equal(fylr.dispatcher.stats().counters.claimed);
+    expect(sample(m, "slotbroker_fylr_claims_total", id)).to.be.at.least(4);
+    expect(sample(m, "slotbroker_fylr_requeues_total", id)).to.equal(1);
+    expect(sample(m, "slotbroker_fylr_orphan_rescues_total", id)).to.equal(1);
+    expect(sample(m, "slotbroker_fylr_succeeded_total", id)).to.equal(2);
+    expect(sample(m, "slotbroker_fylr_failed_total", id)).to.equal(1);
+    expect(sample(m, "slotbroker_fylr_pool_connections", { address: exec.grpcAddress, state: "ready" })).to.be.at.least(1);
+    expect(sample(m, "slotbroker_fylr_instances", id)).to.equal(1);
+    // Capacity 4 slots, one client, headroom 2.
+    expect(sample(m, "slotbroker_fylr_exec_items", { kind: "admission" })).to.equal(6);
+    expect(sample(m, "slotbroker_fylr_exec_items", { kind: "held" })).to.equal(0);
+  });
+});
