@@ -28,6 +28,27 @@ export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker
   counter("slotbroker_fylr_requeues_total", "Items sent back to the queue (retry, no slot in time, given back on stop).", "requeued");
   counter("slotbroker_fylr_orphan_rescues_total", "Stale claims of dead fylrs requeued by this fylr.", "orphansRescued");
   counter("slotbroker_fylr_fenced_total", "Writes refused by the lease fence.", "fenced");
+  // The fylr's side of offer outcomes: a declined offer lost a race to another connection's.
+  new Counter({
+    name: "slotbroker_fylr_offers_total",
+    help: "Offers this fylr answered: accepted (JOB) or declined (its want was already served elsewhere).",
+    labelNames: ["outcome"],
+    registers,
+    collect() {
+      this.reset();
+      this.inc({ outcome: "accepted" }, broker.stats.accepted);
+      this.inc({ outcome: "declined" }, broker.stats.declined);
+    },
+  });
+  new Counter({
+    name: "slotbroker_fylr_no_slot_total",
+    help: "Wants that got no offer within connectTimeout (their items go back to the queue).",
+    registers,
+    collect() {
+      this.reset();
+      this.inc(broker.stats.noSlot);
+    },
+  });
   new Gauge({
     name: "slotbroker_fylr_exec_items",
     help: "Exec items: held now, and the admission (sum of instance shares).",
