@@ -98,7 +98,7 @@ describe("metrics (DESIGN §9)", function () {
         listen: "127.0.0.1:0",
         databaseUrl,
         databasePoolSize: 4,
-        execserver: { addresses: [exec.grpcAddress], retryTick: "200ms", reconnectInitial: "50ms" },
+        execserver: { addresses: [exec.grpcAddress], retryTick: "200ms", reconnectInitial: "50ms", connectTimeout: "500ms" },
         dispatcher: { pollInterval: "100ms", heartbeatInterval: "200ms", staleAfter: "2s", stopGrace: "1s", retryInitial: "100ms" },
       },
       "test",
@@ -115,19 +115,29 @@ describe("metrics (DESIGN §9)", function () {
       [ok],
     );
     await eventually(() => expect(fylr.dispatcher.stats().counters).to.include({ succeeded: 2, failed: 1, requeued: 1, orphansRescued: 1 }), 15_000);
+    // The one `slow` slot busy for a minute: the next sleep gets no slot within connectTimeout.
+    await client.submit({ calls: [{ service: "sleep", args: ["60"] }] });
+    await eventually(() => expect(exec.status().waitgroups.find((w) => w.name === "slow")!.running).to.equal(1), 5000);
+    await client.submit({ calls: [{ service: "sleep", args: ["60"] }] });
+    await eventually(() => expect(fylr.broker.stats.noSlot).to.equal(1), 5000);
+    await eventually(() => expect(fylr.dispatcher.stats().counters.requeued).to.equal(2), 5000);
 
     const m = await scrape(`${fylr.url}/metrics`);
     const id = { fylr_id: fylr.id };
     expect(sample(m, "slotbroker_fylr_claims_total", id)).to.equal(fylr.dispatcher.stats().counters.claimed);
-    expect(sample(m, "slotbroker_fylr_claims_total", id)).to.be.at.least(4);
-    expect(sample(m, "slotbroker_fylr_requeues_total", id)).to.equal(1);
+    expect(sample(m, "slotbroker_fylr_claims_total", id)).to.be.at.least(6);
+    expect(sample(m, "slotbroker_fylr_requeues_total", id)).to.equal(2);
     expect(sample(m, "slotbroker_fylr_orphan_rescues_total", id)).to.equal(1);
     expect(sample(m, "slotbroker_fylr_succeeded_total", id)).to.equal(2);
     expect(sample(m, "slotbroker_fylr_failed_total", id)).to.equal(1);
     expect(sample(m, "slotbroker_fylr_pool_connections", { address: exec.grpcAddress, state: "ready" })).to.be.at.least(1);
     expect(sample(m, "slotbroker_fylr_instances", id)).to.equal(1);
+    // Five calls got a slot (noop, two `sleep x` attempts, the rescued noop, `sleep 60`); one timed out.
+    expect(sample(m, "slotbroker_fylr_offers_total", { outcome: "accepted" })).to.equal(5);
+    expect(sample(m, "slotbroker_fylr_offers_total", { outcome: "declined" })).to.equal(0);
+    expect(sample(m, "slotbroker_fylr_no_slot_total", id)).to.equal(1);
     // Capacity 4 slots, one client, headroom 2.
     expect(sample(m, "slotbroker_fylr_exec_items", { kind: "admission" })).to.equal(6);
-    expect(sample(m, "slotbroker_fylr_exec_items", { kind: "held" })).to.equal(0);
+    expect(sample(m, "slotbroker_fylr_exec_items", { kind: "held" })).to.equal(fylr.dispatcher.stats().execHeld);
   });
 });
