@@ -52,7 +52,14 @@ export const claimFairness: Scenario = {
     const { fylrs: _n, processes: _p, headroom: _h, ...env } = p;
     return {
       env: { ...env, FYLR_ADDRS: fylrs.map((f) => f.http).join(","), RUN_ID: randomBytes(4).toString("hex") },
-      after: (summary) => checkDatabase(databaseUrl, fylrs, figure(summary, "items_submitted", "count") ?? 0),
+      after: async (summary) => {
+        const submitted = figure(summary, "items_submitted", "count") ?? 0;
+        const finished = figure(summary, "items_finished", "value") ?? -1;
+        return [
+          { name: "k6: items finished == items submitted", ok: finished === submitted, detail: `${finished} finished, ${submitted} submitted` },
+          ...(await checkDatabase(databaseUrl, fylrs, submitted)),
+        ];
+      },
     };
   },
 };

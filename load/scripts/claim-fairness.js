@@ -1,18 +1,21 @@
 // claim-fairness: several real fylr processes share one Postgres and two execservers; k6
-// submits items over the QueueService JSON API at a steady rate, spread over the fylrs
-// (as a load balancer in front of them would). Each item runs `sleep JOB_S` on an
-// execserver, so slots, not the claim loop, are the bottleneck and a backlog builds up:
-// how much each fylr gets is then decided by its claim share and the broker's
-// round-robin, not by who polls first.
+// submits items over the QueueService JSON API at a steady rate. Submissions are skewed
+// on purpose: SUBMIT_SKEW of them (default 70 %) go to the first fylr, the rest round-robin
+// to the others — a fylr that is woken by its own submissions must still not take more
+// than its claim share. Each item runs `sleep JOB_S` on an execserver, so slots, not the
+// claim loop, are the bottleneck and a backlog builds up: how much each fylr gets is then
+// decided by the claim share and the broker's round-robin, not by who saw the item first.
 //
 // Scenarios:
 //   submit  constant-arrival-rate, RATE items/s for SUBMIT_S; every Submit must create an
 //           item (an idempotency key per iteration makes HTTP retries harmless).
-//   settle  afterwards, polls Stats on every fylr until RATE × SUBMIT_S items have
-//           finished (or DRAIN_TIMEOUT_S), then compares each fylr's claimedTotal with
-//           the mean: the largest relative deviation must stay within MAX_DEVIATION.
-// The runner checks the database after k6: every item succeeded with exactly one
-// attempt and one claim (lease 1), by the fylr Stats says.
+//   settle  afterwards, polls Stats on every fylr until at least RATE × SUBMIT_S items have
+//           finished, none is held and the count stayed put for a few polls (or
+//           DRAIN_TIMEOUT_S), then compares each fylr's claimedTotal with the mean: the
+//           largest relative deviation must stay within MAX_DEVIATION.
+// The runner then checks that finished == submitted (k6 may start one iteration more
+// than RATE × SUBMIT_S) and the database: every item succeeded with exactly one attempt
+// and one claim (lease 1), by one of the fylrs.
 import { sleep } from 'k6';
 import exec from 'k6/execution';
 import http from 'k6/http';
@@ -26,6 +29,7 @@ const JOB_S = __ENV.JOB_S || '0.5';
 const DRAIN_TIMEOUT_S = envInt('DRAIN_TIMEOUT_S', 60);
 const MAX_DEVIATION = Number(__ENV.MAX_DEVIATION || '0.25');
 const RUN = __ENV.RUN_ID || 'run';
+const SKEW = Number(__ENV.SUBMIT_SKEW || '0.7');
 const EXPECTED = RATE * SUBMIT_S;
 
 const submitted = new Counter('items_submitted');
@@ -52,9 +56,9 @@ export const options = {
   },
   thresholds: {
     submit_ok: ['rate==1'],
-    items_submitted: [`count==${EXPECTED}`],
+    items_submitted: [`count>=${EXPECTED}`],
     dropped_iterations: ['count==0'],
-    items_finished: [`value==${EXPECTED}`],
+    items_finished: [`value>=${EXPECTED}`],
     items_failed: ['value==0'],
     claim_max_deviation: [`value<=${MAX_DEVIATION}`],
     settle_done: ['count==1'],
@@ -73,7 +77,9 @@ function call(addr, method, body) {
 
 export function submit() {
   const i = exec.scenario.iterationInTest;
-  const res = call(FYLRS[i % FYLRS.length], 'Submit', {
+  // Deterministic skew: iteration i goes to the first fylr when floor((i+1)·SKEW) steps up.
+  const first = FYLRS.length === 1 || Math.floor((i + 1) * SKEW) > Math.floor(i * SKEW);
+  const res = call(first ? FYLRS[0] : FYLRS[1 + (i % (FYLRS.length - 1))], 'Submit', {
     calls: [{ service: 'sleep', args: [JOB_S] }],
     idempotencyKey: `${RUN}-${i}`,
   });
@@ -95,11 +101,14 @@ export function settle() {
   const deadline = Date.now() + DRAIN_TIMEOUT_S * 1000;
   let all;
   let done = 0;
+  let stable = 0;
   for (;;) {
     all = stats();
-    done = all.reduce((n, s) => n + Number(s.succeededTotal || 0) + Number(s.failedTotal || 0), 0);
+    const now = all.reduce((n, s) => n + Number(s.succeededTotal || 0) + Number(s.failedTotal || 0), 0);
     const held = all.reduce((n, s) => n + Number(s.execHeld || 0), 0);
-    if ((done >= EXPECTED && held === 0) || Date.now() > deadline) break;
+    stable = now === done && held === 0 ? stable + 1 : 0;
+    done = now;
+    if ((done >= EXPECTED && stable >= 3) || Date.now() > deadline) break;
     sleep(0.5);
   }
   const claims = all.map((s) => Number(s.claimedTotal || 0));

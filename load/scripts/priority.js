@@ -61,6 +61,7 @@ export function world() {
   let seq = 0; // event order within this world's event loop
   let lastJobSeq = 0; // when the JOB that freed the slot was written
   let ending = false;
+  let logged = 0;
   const unoffered = new Map(); // urgent job_id → { priority, confirmSeq, at }
   const counting = () => sinceStart(start) >= WARMUP_MS && !ending;
 
@@ -70,7 +71,7 @@ export function world() {
     for (const want of unoffered.values()) {
       if (want.priority > priority && want.confirmSeq !== undefined && want.confirmSeq < lastJobSeq) {
         inversions.add(1);
-        console.error(`${service}: priority ${priority} offered while a confirmed priority-${want.priority} want waited`);
+        if (++logged <= 5) console.error(`${service}: priority ${priority} offered while a confirmed priority-${want.priority} want waited`);
         return;
       }
     }
