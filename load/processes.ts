@@ -117,9 +117,12 @@ function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs: number): P
   });
 }
 
-/** Child pids of `pid` (from /proc), e.g. the job processes an execserver still runs. */
-export function childrenOf(pid: number): number[] {
-  return procEntries().filter((p) => parentOf(p) === pid);
+/**
+ * Child pids of `pid` (from /proc) whose command line starts with `command`, e.g. the
+ * `sleep` jobs an execserver still runs (tsx may keep an esbuild helper child too).
+ */
+export function childrenOf(pid: number, command: string): number[] {
+  return procEntries().filter((p) => parentOf(p) === pid && commandOf(p).split(" ")[0] === command);
 }
 
 /**
@@ -163,6 +166,18 @@ function parentOf(pid: number): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** "pid [state] command line" of a process, for reports. */
+export function describeProcess(pid: number): string {
+  let state = "?";
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    state = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] ?? "?";
+  } catch {
+    return `${pid} (gone)`;
+  }
+  return `${pid} [${state}] ${commandOf(pid)}`;
 }
 
 function commandOf(pid: number): string {

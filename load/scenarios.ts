@@ -1,7 +1,7 @@
 // The load scenarios: what each starts, what it passes to its k6 script, and the figures
 // the runner's table shows. Sizes come from the profile (load/profiles.ts).
 import { claimFairness } from "./claim-fairness.js";
-import { childrenOf } from "./processes.js";
+import { childrenOf, describeProcess } from "./processes.js";
 import { profiles } from "./profiles.js";
 import type { Scenario } from "./scenario.js";
 import { startExecserverProcess } from "./servers.js";
@@ -82,9 +82,9 @@ const churn: Scenario = {
       env: { ...p, EXEC_ADDR: exec.grpc },
       // The execserver says running 0; make sure the `sleep` processes are really gone too.
       after: () => {
-        const left = childrenOf(exec.pid);
+        const left = childrenOf(exec.pid, "sleep");
         return Promise.resolve([
-          { name: "no job processes left under the execserver", ok: left.length === 0, detail: left.length ? `pids ${left.join(", ")}` : "none" },
+          { name: "no `sleep` job processes left under the execserver", ok: left.length === 0, detail: left.length ? left.map(describeProcess).join("; ") : "none" },
         ]);
       },
     };
