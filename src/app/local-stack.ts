@@ -100,8 +100,11 @@ function assemble(
   const shutdown = async (force: boolean): Promise<void> => {
     const results = await Promise.allSettled([force ? fylr.forceClose() : fylr.close()]);
     results.push(...(await Promise.allSettled([force ? execserver.forceClose() : execserver.close()])));
-    if (postgres) results.push(...(await Promise.allSettled([postgres.stop()])));
-    process.off("exit", exitHooks.get(postgres) ?? (() => undefined));
+    if (postgres) {
+      results.push(...(await Promise.allSettled([postgres.stop()])));
+      const hook = exitHooks.get(postgres);
+      if (hook) process.off("exit", hook);
+    }
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (failed) {
       log.warn({ err: failed.reason as Error }, "part of the stack did not stop cleanly");

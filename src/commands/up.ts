@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { parseArgs } from "node:util";
 import { checkPortsFree, stackDataDir, startLocalStack, type LocalStack, type LocalStackPorts } from "../app/index.js";
 import { SlotbrokerError } from "../shared/errors.js";
@@ -23,7 +24,12 @@ options:
   -h, --help           this text
 
 Ctrl-C or SIGTERM stops everything gracefully (the fylr finishes or gives back its items,
-the execserver drains, Postgres stops); a second signal stops at once.`;
+the execserver drains, Postgres stops); a second signal stops at once. The stack runs in a
+child process of its own session, so a terminal's Ctrl-C reaches Postgres only through
+this orderly shutdown, never before the fylr is done with the database.`;
+
+// Set in the supervised child: it runs the stack; the parent only relays signals.
+const supervisedEnv = "SLOTBROKER_UP_SUPERVISED";
 
 interface UpArgs {
   readonly ports: LocalStackPorts;
@@ -45,8 +51,21 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${help}\n`);
     return 0;
   }
+  if (process.env[supervisedEnv] !== "1") return supervise(argv);
+  const stopper = new Stopper();
+  try {
+    return await runStack(args, stopper);
+  } finally {
+    stopper.dispose();
+    // The IPC channel to the supervising parent would keep this process alive.
+    if (process.connected) process.disconnect();
+  }
+}
+
+async function runStack(args: UpArgs, stopper: Stopper): Promise<number> {
   // Quiet by default: the banner is what a person reads; SLOTBROKER_LOG_LEVEL=info for more.
   const logger = createLogger({ level: process.env.SLOTBROKER_LOG_LEVEL ?? "warn" });
+  stopper.logger = logger;
   let stack: LocalStack;
   try {
     const { host, ports } = args;
@@ -67,8 +86,8 @@ export async function run(argv: string[]): Promise<number> {
     logger.flush();
     return 1;
   }
-  process.stdout.write(banner(stack, args.databaseUrl !== undefined));
-  const code = await untilSignalled(stack, logger);
+  if (!stopper.requested) process.stdout.write(banner(stack, args.databaseUrl !== undefined));
+  const code = await stopper.until(stack);
   process.stdout.write("slotbroker up: stopped\n");
   logger.flush();
   return code;
@@ -152,24 +171,85 @@ function maskPassword(url: string): string {
   }
 }
 
-// First signal: graceful; second: forceful. Resolves with 0, or 1 when stopping failed.
-function untilSignalled(stack: LocalStack, logger: Logger): Promise<number> {
-  return new Promise((resolve) => {
-    let signals = 0;
-    const onSignal = (signal: NodeJS.Signals): void => {
-      signals++;
-      logger.info({ signal }, signals === 1 ? "stopping the local stack" : "stopping the local stack now");
-      if (signals === 1) process.stderr.write("slotbroker up: stopping (again to stop at once) …\n");
-      const done = signals === 1 ? stack.close() : stack.forceClose();
-      done.then(
-        () => resolve(0),
-        (err: unknown) => {
-          logger.error({ err }, "stopping failed");
-          resolve(1);
-        },
-      );
-    };
-    process.on("SIGTERM", onSignal);
-    process.on("SIGINT", onSignal);
+/**
+ * Runs the stack in a child process that leads a session of its own, and relays signals.
+ * A terminal's Ctrl-C goes to its whole foreground process group: without this, the
+ * embedded Postgres (a child of the stack) would shut down at the same moment as the fylr
+ * that still needs it to finish or give back its items. Resolves with the child's exit code.
+ */
+function supervise(argv: string[]): Promise<number> {
+  const child = spawn(process.execPath, [...process.execArgv, process.argv[1]!, "up", ...argv], {
+    detached: true,
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+    env: { ...process.env, [supervisedEnv]: "1" },
   });
+  const relay = (): void => void child.kill("SIGTERM");
+  const signals: NodeJS.Signals[] = ["SIGINT", "SIGTERM", "SIGHUP"];
+  for (const signal of signals) process.on(signal, relay);
+  return new Promise((resolve) => {
+    child.once("error", (err) => {
+      process.stderr.write(`slotbroker up: cannot start the stack: ${err.message}\n`);
+      resolve(1);
+    });
+    child.once("exit", (code, signal) => {
+      for (const s of signals) process.off(s, relay);
+      resolve(code ?? (signal ? 1 : 0));
+    });
+  });
+}
+
+/**
+ * Signals for the stack: the first stops it gracefully, the second at once. Installed before
+ * the stack starts, so a signal during start-up stops it as soon as it is up instead of
+ * killing this process under a running Postgres. The supervising parent going away (the
+ * IPC channel closes) counts as a signal too.
+ */
+class Stopper {
+  logger: Logger | undefined;
+  private signals = 0;
+  private stack: LocalStack | undefined;
+  private wake: (() => void) | undefined;
+  private readonly first = new Promise<void>((resolve) => (this.wake = resolve));
+  private readonly onSignal = (signal: NodeJS.Signals | "disconnect"): void => {
+    this.signals++;
+    this.logger?.info({ signal }, this.signals === 1 ? "stopping the local stack" : "stopping the local stack now");
+    if (this.signals === 1) process.stderr.write("slotbroker up: stopping (again to stop at once) …\n");
+    this.wake?.();
+    if (this.signals >= 2) void this.stack?.forceClose().catch(() => undefined);
+  };
+  private readonly onTerm = (): void => this.onSignal("SIGTERM");
+  private readonly onInt = (): void => this.onSignal("SIGINT");
+  private readonly onDisconnect = (): void => this.onSignal("disconnect");
+
+  constructor() {
+    process.on("SIGTERM", this.onTerm);
+    process.on("SIGINT", this.onInt);
+    process.on("disconnect", this.onDisconnect);
+  }
+
+  /** True once a signal arrived. */
+  get requested(): boolean {
+    return this.signals > 0;
+  }
+
+  /** Waits for the first signal and stops the stack; resolves with 0, or 1 when stopping failed. */
+  async until(stack: LocalStack): Promise<number> {
+    this.stack = stack;
+    await this.first;
+    if (this.signals >= 2) void stack.forceClose().catch(() => undefined);
+    try {
+      await stack.close();
+      return 0;
+    } catch (err) {
+      this.logger?.error({ err }, "stopping failed");
+      return 1;
+    }
+  }
+
+  /** Removes the handlers. */
+  dispose(): void {
+    process.off("SIGTERM", this.onTerm);
+    process.off("SIGINT", this.onInt);
+    process.off("disconnect", this.onDisconnect);
+  }
 }

@@ -3,7 +3,7 @@
 import { expect } from "chai";
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -25,8 +25,9 @@ interface Up {
   stop(): Promise<number | null>;
 }
 
-async function startUp(env: NodeJS.ProcessEnv, args: string[] = ["--port-base", "0"]): Promise<Up> {
-  const child = spawn(process.execPath, ["--import", "tsx", cli, "up", ...args], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
+/** `slotbroker up --port-base 0`; `detached` makes it lead a process group, like a shell job. */
+async function startUp(env: NodeJS.ProcessEnv, detached = false): Promise<Up> {
+  const child = spawn(process.execPath, ["--import", "tsx", cli, "up", "--port-base", "0"], { cwd: root, env, detached, stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   child.stderr.setEncoding("utf8").on("data", (s: string) => (log += s));
   const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));
@@ -35,7 +36,8 @@ async function startUp(env: NodeJS.ProcessEnv, args: string[] = ["--port-base", 
     return exited;
   };
   const handle = { child, stderr: () => log, stop } as { -readonly [K in keyof Up]: Up[K] };
-  track(handle, "slotbroker up", () => {
+  track(handle, "slotbroker up", async () => {
+    for (const pid of await descendants(child.pid!)) killQuietly(pid);
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
   });
   const m = await waitForLine(child, /^[\s\S]*api=(\S+)[\s\S]*Ctrl-C/, 120_000, () => log);
@@ -46,10 +48,20 @@ async function startUp(env: NodeJS.ProcessEnv, args: string[] = ["--port-base", 
   return handle;
 }
 
-/** Child pids of `pid` (Linux /proc), to check that nothing outlives `up`. */
-async function childPids(pid: number): Promise<number[]> {
+/** Every process below `pid`, to check that nothing outlives `up`. */
+async function descendants(pid: number): Promise<number[]> {
   const { stdout } = await slotbrokerFree(["pgrep", "-P", String(pid)]);
-  return stdout.split("\n").filter(Boolean).map(Number);
+  const children = stdout.split("\n").filter(Boolean).map(Number);
+  const below = await Promise.all(children.map(descendants));
+  return [...children, ...below.flat()];
+}
+
+function killQuietly(pid: number): void {
+  try {
+    process.kill(pid, "SIGKILL");
+  } catch {
+    // gone already
+  }
 }
 
 async function slotbrokerFree(argv: string[]): Promise<{ stdout: string }> {
@@ -61,10 +73,11 @@ async function slotbrokerFree(argv: string[]): Promise<{ stdout: string }> {
   });
 }
 
+/** Running, and not a zombie waiting to be reaped (Linux /proc). */
 function alive(pid: number): boolean {
   try {
-    process.kill(pid, 0);
-    return true;
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
   } catch {
     return false;
   }
@@ -103,7 +116,8 @@ describe("slotbroker up", () => {
       expect(status.stdout.toString()).to.match(/^text +\d+ +0 +0 +\d+ +0 +1 /m);
       expect(status.stdout.toString()).to.match(/^KIND +QUEUED +CLAIMED +RUNNING$/m);
 
-      const children = await childPids(up.child.pid!);
+      const children = await descendants(up.child.pid!);
+      expect(children, "the stack runs in a supervised child").to.not.deep.equal([]);
       expect(await up.stop()).to.equal(0);
       expect(children.filter(alive), "processes left behind").to.deep.equal([]);
     } finally {
@@ -111,13 +125,14 @@ describe("slotbroker up", () => {
     }
   });
 
-  it("runs its own Postgres when DATABASE_URL is unset, keeps the data between runs and stops it", async function () {
+  it("runs its own Postgres when DATABASE_URL is unset, keeps the data between runs, and stops in order on Ctrl-C", async function () {
     this.timeout(180_000);
     const dataDir = join(dir, "pgdata");
-    const env = { ...process.env, SLOTBROKER_DATA_DIR: dataDir };
+    const env: NodeJS.ProcessEnv = { ...process.env, SLOTBROKER_DATA_DIR: dataDir };
     delete env.DATABASE_URL;
-    const first = await startUp(env);
+    const first = await startUp(env, true);
     let id: string;
+    let slow: string;
     try {
       expect(first.banner).to.match(/postgres +postgres:\/\/\S+ +\(embedded, data in /);
       const submitted = await slotbroker(["submit", "--api", first.api, "--service", "sha256sum", "--stdin", input, "--wait", "--json"]);
@@ -126,9 +141,15 @@ describe("slotbroker up", () => {
       id = item.id;
       expect(Buffer.from(item.output, "base64").toString()).to.equal(`${digest}  -\n`);
       expect(existsSync(join(dataDir, "postmaster.pid"))).to.equal(true);
-      const children = await childPids(first.child.pid!);
-      expect(children, "the embedded Postgres runs as a child").to.not.deep.equal([]);
-      expect(await first.stop()).to.equal(0);
+      const children = await descendants(first.child.pid!);
+      expect(children.length, "the stack and its Postgres").to.be.at.least(2);
+      const running = await slotbroker(["submit", "--api", first.api, "--service", "sleep", "--arg", "1.5"]);
+      slow = running.stdout.toString().trim();
+      await waitFor("the sleep to run", async () => (await createQueueClient(first.api).get({ id: slow })).item?.state === ItemState.RUNNING);
+      // Ctrl-C in a terminal: SIGINT to the whole foreground process group.
+      const exited = new Promise<number | null>((done) => first.child.once("exit", (code) => done(code)));
+      process.kill(-first.child.pid!, "SIGINT");
+      expect(await exited).to.equal(0);
       expect(children.filter(alive), "processes left behind").to.deep.equal([]);
       expect(existsSync(join(dataDir, "postmaster.pid")), "Postgres still running").to.equal(false);
     } finally {
@@ -138,6 +159,10 @@ describe("slotbroker up", () => {
     try {
       const { item } = await createQueueClient(second.api).get({ id });
       expect(item?.state).to.equal(ItemState.SUCCEEDED);
+      // The fylr finished the running item before Postgres went down.
+      const { item: finished } = await createQueueClient(second.api).get({ id: slow });
+      expect(finished?.state, finished?.error).to.equal(ItemState.SUCCEEDED);
+      expect(finished?.attempts).to.equal(1);
       expect(await second.stop()).to.equal(0);
       await waitFor("postmaster.pid to go", () => !existsSync(join(dataDir, "postmaster.pid")), 5000);
     } finally {
