@@ -5,7 +5,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { QueuePosition } from "../../gen/slotbroker/v1/queue_pb.js";
 import type { Dispatcher, QueueItem } from "../dispatcher/index.js";
-import { buildPosition, type ExecLoadSource } from "./position.js";
+import { buildPosition, summaryWithoutTimes, type ExecLoadSource } from "./position.js";
 import type { RuntimeMeans } from "./runtime-means.js";
 
 /** What the item view reads from. */
@@ -62,19 +62,19 @@ export async function snapshot(deps: ItemViewDeps, id: string): Promise<ItemSnap
 }
 
 /**
- * What makes a Watch update worth sending: state, attempt, owner, phase and the line's
- * numbers. Not the summary text or ETA, which drift with the clock.
+ * What makes a Watch update worth sending: state, attempt, owner, the line's numbers and
+ * its summary. Not the ETA or countdowns, which drift with the clock.
  */
-export function changeKey(s: ItemSnapshot, phase: string | undefined): string {
+export function changeKey(s: ItemSnapshot): string {
   const p = s.position;
   return JSON.stringify([
     s.item.state,
     s.item.attempts,
     s.item.claimedBy ?? "",
-    phase ?? "",
     p.running,
     p.capacity,
     p.aheadInQueue,
     p.aheadAtExecserver,
+    summaryWithoutTimes(p.summary),
   ]);
 }

@@ -135,6 +135,14 @@ function lineSummary(running: number, ahead: number, etaMs: number | undefined):
 }
 
 /**
+ * A summary without its clock-driven parts (the ETA and the start_after countdown), so that
+ * Watch sends an update when the line changes, not every time a second passes.
+ */
+export function summaryWithoutTimes(summary: string): string {
+  return summary.replace(/, about [^,;]+$/, "").replace(/ \(in [^)]+\)/, "");
+}
+
+/**
  * Time until a slot comes: nothing while a slot is free for it, else one mean runtime per
  * `capacity` wants that must be served first. Undefined without a mean or slots.
  */

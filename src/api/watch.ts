@@ -32,7 +32,7 @@ export async function* watchItem(deps: ItemViewDeps, id: string, options: WatchO
     let last: string | undefined;
     for (;;) {
       const now = await snapshot(deps, id);
-      const key = changeKey(now, deps.dispatcher.liveItem(id)?.phase);
+      const key = changeKey(now);
       if (key !== last) {
         last = key;
         yield create(WatchResponseSchema, { item: itemToProto(now.item), position: now.position });
