@@ -22,11 +22,11 @@ background:var(--card);padding:5px 11px;border-radius:20px;box-shadow:var(--shad
 .live i{width:8px;height:8px;border-radius:50%;background:var(--mute)}
 .live.ok i{background:var(--ok);box-shadow:0 0 0 3px rgba(31,157,99,.18)}
 .live.stale{color:var(--bad)}.live.stale i{background:var(--bad)}
-.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(440px,1fr));gap:16px;align-items:start}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(440px,100%),1fr));gap:16px;align-items:start}
 .grid>[data-section]{display:contents}
 .card{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:16px 18px;box-shadow:var(--shadow);min-width:0}
 .card.wide{grid-column:1/-1}
-.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(170px,1fr));gap:12px;margin-bottom:16px}
+.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(150px,100%),1fr));gap:12px;margin-bottom:16px}
 .tile{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:12px 16px;box-shadow:var(--shadow);border-top:3px solid var(--c,var(--line))}
 .tile-label{font-size:11.5px;text-transform:uppercase;letter-spacing:.05em;color:var(--muted);font-weight:600}
 .tile-value{font-size:26px;font-weight:650;font-variant-numeric:tabular-nums;margin-top:2px}
@@ -83,4 +83,6 @@ tbody tr:hover{background:var(--track)}
 .rowline{display:flex;gap:10px;align-items:center;margin:4px 0}
 .rowline .label{width:110px;flex:none;font-size:12.5px}
 .rowline .count{width:70px;flex:none;text-align:right;font-variant-numeric:tabular-nums;font-weight:600}
+@media (max-width:640px){main{padding:12px 12px 28px}.live{position:static;width:fit-content;margin:0 0 10px}
+.tile-value{font-size:22px}.bar-row{grid-template-columns:minmax(90px,38%) 1fr auto;gap:8px}}
 `;

@@ -43,7 +43,7 @@ const pollScript = `(() => {
   const seen = new Map();
   async function tick() {
     try {
-      const res = await fetch(url, { cache: "no-store" });
+      const res = await fetch(url, { cache: "no-store", signal: AbortSignal.timeout(5000) });
       if (!res.ok) throw new Error("HTTP " + res.status);
       const view = await res.json();
       for (const [id, markup] of Object.entries(view.sections)) {
