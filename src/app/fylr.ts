@@ -116,7 +116,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     late.backend = execBackend(new ExecClient({ broker, pipes, pipePort: http.port, logger }));
     broker.start();
     await dispatcher.start();
-    return assemble({ config, log, pool, broker, pipes, load, shutdown, dispatcher, http });
+    return assemble({ config, log, pool, broker, pipes, load, shutdown, dispatcher, http , alsoClose: [() => statusPage.close()] });
   } catch (err) {
     for (const step of cleanup) await Promise.resolve(step()).catch(() => undefined);
     throw err;
@@ -133,6 +133,8 @@ interface Parts {
   readonly shutdown: AbortController;
   readonly dispatcher: Dispatcher;
   readonly http: FylrHttpServer;
+  /** More things to close once the HTTP port is closed (e.g. the status page's source). */
+  readonly alsoClose: readonly (() => void)[];
 }
 
 function assemble(p: Parts): FylrHandle {
@@ -162,6 +164,7 @@ function assemble(p: Parts): FylrHandle {
       await step(() => p.broker.close());
       p.load.close();
       await step(() => p.http.close());
+      for (const close of p.alsoClose) await step(close);
       p.pipes.close();
       await step(() => p.pool.end());
       setState("stopped");
