@@ -116,7 +116,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     late.backend = execBackend(new ExecClient({ broker, pipes, pipePort: http.port, logger }));
     broker.start();
     await dispatcher.start();
-    return assemble({ config, log, pool, broker, pipes, load, shutdown, dispatcher, http , alsoClose: [() => statusPage.close()] });
+    return assemble({ config, log, pool, broker, pipes, load, shutdown, dispatcher, http, alsoClose: [() => statusPage.close()] });
   } catch (err) {
     for (const step of cleanup) await Promise.resolve(step()).catch(() => undefined);
     throw err;
