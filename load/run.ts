@@ -10,6 +10,7 @@
 // load/results/<scenario>.log (k6's output), load/results/latest.json (the table).
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { constants } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -71,7 +72,7 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
       await current?.k6?.stop(5_000);
       await current?.sup.stopAll();
       reportLeftovers();
-      process.exit(130);
+      process.exit(128 + constants.signals[signal]);
     })();
   });
 }
