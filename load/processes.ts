@@ -41,8 +41,15 @@ export class Supervisor {
     return dir;
   }
 
-  /** Registers a cleanup (e.g. stopping Postgres); runs in reverse order of registration. */
+  /**
+   * Registers a cleanup (e.g. stopping Postgres); runs in reverse order of registration.
+   * Registered after stopAll() (Ctrl-C while a scenario was starting), it runs at once.
+   */
   onStop(name: string, stop: () => Promise<void> | void): void {
+    if (this.stopping) {
+      void this.stopping.then(stop).catch(() => undefined);
+      return;
+    }
     this.owned.push({ name, stop: async () => stop() });
   }
 
@@ -51,6 +58,7 @@ export class Supervisor {
    * killing it) when it exits first or `timeoutMs` passes.
    */
   async start(name: string, command: string, args: string[], banner: RegExp, options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<Started> {
+    if (this.stopping) throw new Error(`${name}: not started, the run is stopping`);
     const child = spawn(command, args, { cwd: options.cwd, env: { ...process.env, ...options.env }, stdio: ["ignore", "pipe", "pipe"] });
     let log = "";
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
