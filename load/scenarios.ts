@@ -13,7 +13,7 @@ const brokerFairness: Scenario = {
   figures: [
     { label: "jain", metric: "fairness_jain", stat: "value", digits: 4 },
     { label: "conns", metric: "fairness_connections", stat: "value" },
-    { label: "grants/s", metric: "window_offers", stat: "rate" },
+    { label: "grants/s", metric: "window_grants_per_s", stat: "value" },
     { label: "idle grant p95 ms", metric: "grant_latency_idle_ms", stat: "p(95)", digits: 1 },
     { label: "protocol errors", metric: "protocol_errors", stat: "count" },
   ],

@@ -53,6 +53,7 @@ const fairnessConnections = new Gauge('fairness_connections');
 const fairnessMinGrants = new Gauge('fairness_min_grants');
 const fairnessMaxGrants = new Gauge('fairness_max_grants');
 const fairnessExcluded = new Gauge('fairness_excluded_connections');
+const grantsPerSecond = new Gauge('window_grants_per_s');
 const idleWithBacklog = new Counter('idle_slot_with_backlog');
 const observed = new Counter('observer_done');
 
@@ -230,6 +231,7 @@ export function observe() {
   fairnessJainAll.add(jain(all));
   fairnessConnections.add(fair.length);
   fairnessExcluded.add(excluded);
+  grantsPerSecond.add(all.reduce((a, b) => a + b, 0) / ((WINDOW_END_MS - WARMUP_MS) / 1000));
   fairnessMinGrants.add(fair.length ? Math.min(...fair) : 0);
   fairnessMaxGrants.add(fair.length ? Math.max(...fair) : 0);
   observed.add(1);
