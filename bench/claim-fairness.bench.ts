@@ -22,6 +22,7 @@ import { migrate } from "../src/dispatcher/index.js";
 import { compileExecserverConfig, startExecserver, type ExecserverHandle } from "../src/execserver/index.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { emit } from "./lib/figure.js";
+import { createPgPool } from "../src/shared/pg-pool.js";
 
 const items = Number(process.env.CLAIM_FAIRNESS_ITEMS ?? 600);
 const job = process.env.CLAIM_FAIRNESS_JOB ?? "0.25";
@@ -119,7 +120,7 @@ let pool: pg.Pool | undefined;
 try {
   await admin.query(`CREATE DATABASE ${database}`);
   await migrate(url.toString());
-  pool = new pg.Pool({ connectionString: url.toString(), max: 2 });
+  pool = createPgPool({ connectionString: url.toString(), max: 2 });
   exec = await startExecserver(
     compileExecserverConfig(
       {

@@ -24,6 +24,7 @@ import PgBoss from "pg-boss";
 import { Dispatcher, LocalActionRegistry, ManualCapacitySource, migrate, reservedForHigh, type ExecBackend } from "../src/dispatcher/index.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { emit } from "./lib/figure.js";
+import { createPgPool } from "../src/shared/pg-pool.js";
 
 let items = Number(process.env.CLAIMS_ITEMS ?? 4000);
 const concurrency = Number(process.env.CLAIMS_CONCURRENCY ?? 8);
@@ -50,7 +51,7 @@ function slotsForNormal(c: number): number {
 }
 
 async function dispatcherRound(url: string): Promise<number> {
-  const pool = new pg.Pool({ connectionString: url, max: concurrency + 2 });
+  const pool = createPgPool({ connectionString: url, max: concurrency + 2 });
   try {
     await pool.query("TRUNCATE queue_items, fylrs");
     await pool.query("INSERT INTO queue_items (kind, priority, payload) SELECT 'local', 0, $1 FROM generate_series(1, $2)", [noopPayload, items]);
@@ -171,7 +172,7 @@ try {
   boss.on("error", (err) => note(`pg-boss error: ${String(err)}`));
   await boss.start();
   await migrateGraphile({ connectionString: urlOf(names.graphile), logger: quiet });
-  graphilePool = new pg.Pool({ connectionString: urlOf(names.graphile), max: 2 });
+  graphilePool = createPgPool({ connectionString: urlOf(names.graphile), max: 2 });
 
   const rates = { dispatcher: [] as number[], pgboss: [] as number[], graphile: [] as number[] };
   const systems = [

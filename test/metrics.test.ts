@@ -1,11 +1,11 @@
 import { expect } from "chai";
-import pg from "pg";
 import { createQueueClient } from "../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrHandle } from "../src/app/index.js";
 import { BrokerStream, closeLater, eventually, releaseAll } from "./execserver/support/broker-stream.js";
 import { startTestServer } from "./execserver/support/server.js";
 import { createTestDatabase } from "./support/postgres.js";
 import { track } from "./support/resources.js";
+import { createPgPool } from "../src/shared/pg-pool.js";
 
 /** One sample of the Prometheus text format. */
 interface Sample {
@@ -91,7 +91,7 @@ describe("metrics (DESIGN §9)", function () {
   it("fylr: pool size, claims, requeues and orphan rescues", async () => {
     const exec = await startTestServer({ waitgroups: { one: { processes: 1 }, two: { processes: 2 }, slow: { processes: 1 } } });
     const databaseUrl = await createTestDatabase("metrics");
-    const db = closeLater(track(new pg.Pool({ connectionString: databaseUrl, max: 2 }), "metrics db", (p) => p.end()));
+    const db = closeLater(track(createPgPool({ connectionString: databaseUrl, max: 2 }), "metrics db", (p) => p.end()));
     // pool.end() resolves before its sockets are closed; if this is the run's last test, the
     // shared Postgres stops meanwhile and "terminating connection" must not be uncaught.
     db.on("error", () => undefined);

@@ -10,6 +10,7 @@ import { startTestServer } from "./execserver/support/server.js";
 import { createTestDatabase } from "./support/postgres.js";
 import { release, track } from "./support/resources.js";
 import { launchBrowser, openPage, screenshot } from "./status-page-browser.js";
+import { createPgPool } from "../src/shared/pg-pool.js";
 
 // Slots: one (1, noop), two (2, noop2), slow (2, the real `sleep`): capacity 5.
 const layout = { waitgroups: { one: { processes: 1 }, two: { processes: 2 }, slow: { processes: 2 } }, offerTimeout: "1m" };
@@ -66,7 +67,7 @@ describe("fylr status page (headless Chromium, real Postgres and execserver)", f
   // A fresh database per test: one test's leftover items would be claimed by the next.
   beforeEach(async () => {
     databaseUrl = await createTestDatabase("status_page");
-    db = closeLater(track(new pg.Pool({ connectionString: databaseUrl, max: 2 }), "status page db", (p) => p.end()));
+    db = closeLater(track(createPgPool({ connectionString: databaseUrl, max: 2 }), "status page db", (p) => p.end()));
     // The database-outage test terminates sessions, idle ones of this pool too.
     db.on("error", () => undefined);
   });

@@ -1,9 +1,10 @@
 import { expect } from "chai";
-import pg from "pg";
+import type pg from "pg";
 import { migrate } from "../src/dispatcher/index.js";
 import { itemsById, openItemsByPriority } from "../src/status/index.js";
 import { createTestDatabase } from "./support/postgres.js";
 import { release, track } from "./support/resources.js";
+import { createPgPool } from "../src/shared/pg-pool.js";
 
 type Plan = { "Node Type": string; "Relation Name"?: string; "Index Name"?: string; Plans?: Plan[] };
 
@@ -16,7 +17,7 @@ describe("fylr status page queries", function () {
   let pool: pg.Pool;
 
   before(async () => {
-    pool = track(new pg.Pool({ connectionString: await createTestDatabase("status_queries"), max: 2 }), "status queries db", (p) => p.end());
+    pool = track(createPgPool({ connectionString: await createTestDatabase("status_queries"), max: 2 }), "status queries db", (p) => p.end());
     await migrate(pool, {});
     await pool.query("INSERT INTO fylrs (id, hostname, pid) VALUES ('f1', 'h', 1)");
     // A table of mostly finished rows, as a long-running queue has.

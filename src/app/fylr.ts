@@ -3,7 +3,7 @@
  * address), the pipe registry, the HTTP port (pipes, QueueService, /healthz, /metrics,
  * /status.json, extra raw routes), the exec client and the dispatcher loop.
  */
-import pg from "pg";
+import type pg from "pg";
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
 import { Dispatcher, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
 import { Broker, ExecClient, execBackend, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
@@ -13,6 +13,7 @@ import { ExecserverLoad } from "./execserver-status.js";
 import type { FylrConfig } from "./fylr-config.js";
 import { createFylrMetrics } from "./fylr-metrics.js";
 import { metricsRoute, statusRoute } from "./fylr-routes.js";
+import { createPgPool } from "../shared/pg-pool.js";
 
 /** A fylr's lifecycle. */
 export type FylrState = "running" | "stopping" | "stopped";
@@ -54,9 +55,10 @@ export interface FylrHandle {
 export async function startFylr(config: FylrConfig, options: StartFylrOptions = {}): Promise<FylrHandle> {
   const logger = options.logger ?? silentLogger;
   const log = logger.child({ component: "fylr", fylrId: config.id });
-  const pool = new pg.Pool({ connectionString: config.databaseUrl, max: config.databasePoolSize });
   // An idle client's error (a database restart) is reported by the next query; not a crash.
-  pool.on("error", (err) => log.warn({ err: err.message }, "idle database connection failed"));
+  const pool = createPgPool({ connectionString: config.databaseUrl, max: config.databasePoolSize }, (err) =>
+    log.warn({ err: err.message }, "idle database connection failed"),
+  );
   const cleanup: (() => unknown)[] = [() => pool.end()];
   try {
     await migrate(pool, { logger });

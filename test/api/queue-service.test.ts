@@ -6,7 +6,6 @@ import { createHash } from "node:crypto";
 import { promisify } from "node:util";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { toJsonString } from "@bufbuild/protobuf";
-import pg from "pg";
 import { ItemState, WatchResponseSchema, type Item, type WatchResponse } from "../../gen/slotbroker/v1/queue_pb.js";
 import { migrate } from "../../src/dispatcher/index.js";
 import { createQueueClient, type QueueClient } from "../../src/api/index.js";
@@ -16,6 +15,7 @@ import { waitFor } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { track } from "../support/resources.js";
 import { closeAll, fastFylrConfig, startTestFylr } from "../integration/support.js";
+import { createPgPool } from "../../src/shared/pg-pool.js";
 
 const execFileP = promisify(execFile);
 
@@ -86,7 +86,7 @@ describe("QueueService on a fylr", () => {
     databaseUrl = await createTestDatabase("api");
   });
   beforeEach(async () => {
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
+    const pool = createPgPool({ connectionString: databaseUrl, max: 1 });
     try {
       await migrate(pool);
       await pool.query("TRUNCATE queue_items, fylrs");

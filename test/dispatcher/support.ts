@@ -11,15 +11,16 @@ import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import { Readable } from "node:stream";
 import { create } from "@bufbuild/protobuf";
-import pg from "pg";
+import type pg from "pg";
 import { ErrorKind, ReceiptSchema, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 import { Dispatcher, type DispatcherOptions, type ExecBackend, type ExecRequest, type ExecResult, type ExecRunOptions } from "../../src/dispatcher/index.js";
 import { durationFromMs } from "../../src/shared/proto-time.js";
 import { release, track } from "../support/resources.js";
+import { createPgPool } from "../../src/shared/pg-pool.js";
 
 /** A pg pool closed by the leak tracker if the test does not. */
 export function openPool(url: string, max = 10): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max });
+  const pool = createPgPool({ connectionString: url, max });
   // An idle client's error (server restart) must not crash the test process.
   pool.on("error", () => undefined);
   return track(pool, `pg pool ${max}`, (p) => p.end());

@@ -6,11 +6,12 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import pg from "pg";
+import type pg from "pg";
 import { stringify } from "yaml";
 import { createQueueClient, type QueueClient } from "../../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../../src/app/index.js";
 import { release, track } from "../support/resources.js";
+import { createPgPool } from "../../src/shared/pg-pool.js";
 
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const cli = join(root, "src", "cli.ts");
@@ -117,7 +118,7 @@ export function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs: num
 
 /** A pg pool, tracked. */
 export function openPool(url: string, max = 4): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max });
+  const pool = createPgPool({ connectionString: url, max });
   pool.on("error", () => undefined);
   return track(pool, `pg pool ${max}`, (p) => p.end());
 }
