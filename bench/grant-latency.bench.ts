@@ -4,48 +4,21 @@
 // hits both alike. Each OFFER is answered with JOB on the builtin noop service and DONE is
 // awaited before the next WANT, so the slot is idle every time; only WANT→OFFER is timed.
 //   npm run bench -- grant-latency
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { BrokerService, ConnectRequestSchema, type ConnectRequest, type ConnectResponse } from "../gen/slotbroker/v1/broker_pb.js";
-import { bindServer, grpcClientConstructor } from "../src/shared/grpc.js";
+import { grpcClientConstructor } from "../src/shared/grpc.js";
+import { echoServerScript, openEchoStream, startChild } from "./lib/raw-grpc.js";
 import { emit, nowUs, percentile } from "./lib/figure.js";
 
 const blocks = 10;
 const perBlock = 1000;
 const warmup = 1000;
-const echoPath = "/bench.Echo/Pingpong";
-const identity = (b: Buffer): Buffer => b;
 
-// The baseline's server side: echoes every message on a raw bidi stream.
-async function echoServer(): Promise<void> {
-  const server = new grpc.Server();
-  const definition: grpc.ServiceDefinition = {
-    pingpong: {
-      path: echoPath,
-      requestStream: true,
-      responseStream: true,
-      requestSerialize: identity,
-      requestDeserialize: identity,
-      responseSerialize: identity,
-      responseDeserialize: identity,
-    },
-  };
-  server.addService(definition, {
-    pingpong: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
-      call.on("data", (b: Buffer) => call.write(b));
-      call.on("end", () => call.end());
-    },
-  });
-  const port = await bindServer(server, "127.0.0.1:0", grpc.ServerCredentials.createInsecure());
-  process.stdout.write(`echo listening grpc=127.0.0.1:${port}\n`);
-  process.on("SIGTERM", () => server.forceShutdown());
-}
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "bench-grant-latency-"));
@@ -56,8 +29,8 @@ async function main(): Promise<void> {
   );
   const here = fileURLToPath(import.meta.url);
   const cli = join(here, "..", "..", "src", "cli.ts");
-  const exec = await startChild([cli, "execserver", "--config", config], /grpc=(\S+)/);
-  const echo = await startChild([here, "--echo-server"], /grpc=(\S+)/);
+  const exec = await startChild([cli, "execserver", "--config", config]);
+  const echo = await startChild([echoServerScript]);
   try {
     const broker = await BrokerClient.open(exec.address);
     const raw = await RawEcho.open(echo.address);
@@ -106,17 +79,6 @@ async function main(): Promise<void> {
   }
 }
 
-function startChild(args: string[], pattern: RegExp): Promise<{ child: ChildProcess; address: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", ...args], { stdio: ["ignore", "pipe", "inherit"] });
-  return new Promise((resolve, reject) => {
-    const lines = createInterface({ input: child.stdout });
-    lines.on("line", (line) => {
-      const m = pattern.exec(line);
-      if (m) resolve({ child, address: m[1]! });
-    });
-    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${code}`)));
-  });
-}
 
 /** One broker stream; cycle() runs WANT→OFFER (timed) →JOB→DONE. */
 class BrokerClient {
@@ -194,8 +156,8 @@ class RawEcho {
   }
 
   static open(address: string): Promise<RawEcho> {
-    const client = new grpc.Client(address, grpc.credentials.createInsecure());
-    return Promise.resolve(new RawEcho(client, client.makeBidiStreamRequest(echoPath, identity, identity)));
+    const { client, call } = openEchoStream(address);
+    return Promise.resolve(new RawEcho(client, call));
   }
 
   roundTrip(): Promise<number> {
@@ -212,6 +174,4 @@ class RawEcho {
   }
 }
 
-// Dispatch last: the classes above must be initialised first.
-if (process.argv.includes("--echo-server")) await echoServer();
-else await main();
+await main();

@@ -8,66 +8,25 @@
 // Baseline: a raw grpc-js bidi ping-pong round trip between two processes, measured in
 // the same run in alternating blocks. Goal (BENCHMARKS.md): p99 ≤ 2× raw.
 //   npm run bench -- turnaround
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
-import * as grpc from "@grpc/grpc-js";
 import { JobSpecSchema } from "../gen/slotbroker/v1/broker_pb.js";
 import { Broker, compileBrokerConfig, type BrokerConnection } from "../src/fylr/broker/index.js";
-import { bindServer } from "../src/shared/grpc.js";
+import { echoServerScript, openEchoStream, startChild } from "./lib/raw-grpc.js";
 import { emit, nowUs, percentile } from "./lib/figure.js";
 
 const blocks = 10;
 const perBlock = 500;
 const warmup = 500;
-const echoPath = "/bench.Echo/Pingpong";
-const identity = (b: Buffer): Buffer => b;
 
-async function echoServer(): Promise<void> {
-  const server = new grpc.Server();
-  server.addService(
-    {
-      pingpong: {
-        path: echoPath,
-        requestStream: true,
-        responseStream: true,
-        requestSerialize: identity,
-        requestDeserialize: identity,
-        responseSerialize: identity,
-        responseDeserialize: identity,
-      },
-    },
-    {
-      pingpong: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
-        call.on("data", (b: Buffer) => call.write(b));
-        call.on("end", () => call.end());
-      },
-    },
-  );
-  const port = await bindServer(server, "127.0.0.1:0", grpc.ServerCredentials.createInsecure());
-  process.stdout.write(`echo listening grpc=127.0.0.1:${port}\n`);
-  process.on("SIGTERM", () => server.forceShutdown());
-}
 
-function startChild(args: string[]): Promise<{ child: ChildProcess; address: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", ...args], { stdio: ["ignore", "pipe", "inherit"] });
-  return new Promise((resolve, reject) => {
-    createInterface({ input: child.stdout }).on("line", (line) => {
-      const m = /grpc=(\S+)/.exec(line);
-      if (m) resolve({ child, address: m[1]! });
-    });
-    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${code}`)));
-  });
-}
 
 /** Sequential raw bidi round trips; resolves with their times in µs. */
 async function rawRoundTrips(address: string, n: number): Promise<number[]> {
-  const client = new grpc.Client(address, grpc.credentials.createInsecure(), { "grpc.use_local_subchannel_pool": 1 });
-  const call = client.makeBidiStreamRequest(echoPath, identity, identity);
+  const { client, call } = openEchoStream(address);
   call.on("error", () => undefined);
   let wake: (() => void) | undefined;
   call.on("data", () => wake?.());
@@ -142,7 +101,7 @@ async function main(): Promise<void> {
   );
   const here = fileURLToPath(import.meta.url);
   const exec = await startChild([join(here, "..", "..", "src", "cli.ts"), "execserver", "--config", config]);
-  const echo = await startChild([here, "--echo-server"]);
+  const echo = await startChild([echoServerScript]);
   const brokers = ["fylr-a", "fylr-b"].map((clientName) => {
     const broker = new Broker(compileBrokerConfig({ addresses: [exec.address], clientName, maxConnectionsPerAddress: 1 }));
     broker.start();
@@ -178,5 +137,4 @@ async function main(): Promise<void> {
   }
 }
 
-if (process.argv.includes("--echo-server")) await echoServer();
-else await main();
+await main();

@@ -1,0 +1,64 @@
+// The baselines' raw transport: a grpc-js bidi echo service with identity (de)serializers,
+// run in its own process so the baseline crosses the same process boundary as the broker.
+import { spawn, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import * as grpc from "@grpc/grpc-js";
+import { bindServer } from "../../src/shared/grpc.js";
+
+/** Method path of the echo stream. */
+export const echoPath = "/bench.Echo/Pingpong";
+
+/** Bytes in, bytes out: the baseline pays no protobuf cost at all. */
+export const identity = (b: Buffer): Buffer => b;
+
+/** The script that serves the echo service; start it with `startChild([echoServerScript])`. */
+export const echoServerScript = fileURLToPath(new URL("./echo-server.ts", import.meta.url));
+
+/** Serves the echo stream on a free loopback port and prints `echo listening grpc=ADDR`. */
+export async function serveEcho(): Promise<void> {
+  const server = new grpc.Server();
+  server.addService(
+    {
+      pingpong: {
+        path: echoPath,
+        requestStream: true,
+        responseStream: true,
+        requestSerialize: identity,
+        requestDeserialize: identity,
+        responseSerialize: identity,
+        responseDeserialize: identity,
+      },
+    },
+    {
+      pingpong: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+        call.on("data", (b: Buffer) => call.write(b));
+        call.on("end", () => call.end());
+      },
+    },
+  );
+  const port = await bindServer(server, "127.0.0.1:0", grpc.ServerCredentials.createInsecure());
+  process.stdout.write(`echo listening grpc=127.0.0.1:${port}\n`);
+  process.on("SIGTERM", () => server.forceShutdown());
+}
+
+/** Opens one raw echo stream on a channel of its own (its own TCP connection). */
+export function openEchoStream(address: string): { client: grpc.Client; call: grpc.ClientDuplexStream<Buffer, Buffer> } {
+  const client = new grpc.Client(address, grpc.credentials.createInsecure(), { "grpc.use_local_subchannel_pool": 1 });
+  return { client, call: client.makeBidiStreamRequest(echoPath, identity, identity) };
+}
+
+/**
+ * Runs a TypeScript script in a child process (through tsx) and resolves with the address
+ * it prints on stdout (the first match of `pattern`), e.g. an execserver or the echo server.
+ */
+export function startChild(args: string[], pattern = /grpc=(\S+)/): Promise<{ child: ChildProcess; address: string }> {
+  const child = spawn(process.execPath, ["--import", "tsx", ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  return new Promise((resolve, reject) => {
+    createInterface({ input: child.stdout }).on("line", (line) => {
+      const m = pattern.exec(line);
+      if (m) resolve({ child, address: m[1]! });
+    });
+    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${code}`)));
+  });
+}
