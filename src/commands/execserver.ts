@@ -1,7 +1,7 @@
-import { parseArgs } from "node:util";
-import { loadExecserverConfig, startExecserver } from "../execserver/index.js";
+import { loadExecserverConfig, startExecserver, type ExecserverHandle } from "../execserver/index.js";
 import { ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { createLogger } from "../shared/log.js";
+import { parseConfigFlag, untilSignalled } from "./serve.js";
 
 const help = `usage: slotbroker execserver --config FILE
 
@@ -22,32 +22,12 @@ a second signal stops at once.`;
 
 /** `slotbroker execserver --config FILE`: runs until SIGTERM/SIGINT; resolves with the exit code. */
 export async function run(argv: string[]): Promise<number> {
-  let configPath: string | undefined;
-  try {
-    const { values } = parseArgs({
-      args: argv,
-      options: { config: { type: "string", short: "c" }, help: { type: "boolean", short: "h" } },
-      strict: true,
-    });
-    if (values.help) {
-      process.stdout.write(`${help}\n`);
-      return 0;
-    }
-    configPath = values.config;
-  } catch (err) {
-    process.stderr.write(`slotbroker execserver: ${(err as Error).message}\n\n${help}\n`);
-    return 2;
-  }
-  if (!configPath) {
-    process.stderr.write(`slotbroker execserver: --config FILE is required\n\n${help}\n`);
-    return 2;
-  }
-
+  const configPath = parseConfigFlag("execserver", argv, help);
+  if (typeof configPath === "number") return configPath;
   const logger = createLogger();
-  let handle;
+  let handle: ExecserverHandle;
   try {
-    const config = loadExecserverConfig(configPath);
-    handle = await startExecserver(config, { logger });
+    handle = await startExecserver(loadExecserverConfig(configPath), { logger });
   } catch (err) {
     const e = SlotbrokerError.from(err);
     process.stderr.write(`slotbroker execserver: ${e instanceof ConfigError ? "invalid config: " : ""}${e.message}\n`);
@@ -58,23 +38,8 @@ export async function run(argv: string[]): Promise<number> {
   const admin = handle.adminUrl.replace(/^http:\/\//, "");
   logger.info({ instanceId: handle.instanceId, grpc, admin }, "execserver listening");
   process.stdout.write(`execserver ${handle.instanceId} listening grpc=${grpc} admin=${admin}\n`);
-
-  const server = handle;
-  await new Promise<void>((resolve) => {
-    let signals = 0;
-    const onSignal = (signal: NodeJS.Signals): void => {
-      signals++;
-      logger.info({ signal }, signals === 1 ? "draining" : "stopping now");
-      const done = signals === 1 ? server.close() : server.forceClose();
-      done.then(resolve, (err: unknown) => {
-        logger.error({ err }, "shutdown failed");
-        resolve();
-      });
-    };
-    process.on("SIGTERM", onSignal);
-    process.on("SIGINT", onSignal);
-  });
+  const code = await untilSignalled(handle, logger, "draining");
   logger.info("execserver stopped");
   logger.flush();
-  return 0;
+  return code;
 }

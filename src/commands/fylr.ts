@@ -1,7 +1,7 @@
-import { parseArgs } from "node:util";
 import { loadFylrConfig, startFylr, type FylrHandle } from "../app/index.js";
 import { ConfigError, SlotbrokerError } from "../shared/errors.js";
-import { createLogger, type Logger } from "../shared/log.js";
+import { createLogger } from "../shared/log.js";
+import { parseConfigFlag, untilSignalled } from "./serve.js";
 
 const help = `usage: slotbroker fylr --config FILE
 
@@ -24,27 +24,8 @@ then they go back to the queue); a second signal gives them back at once.`;
 
 /** `slotbroker fylr --config FILE`: runs until SIGTERM/SIGINT; resolves with the exit code. */
 export async function run(argv: string[]): Promise<number> {
-  let configPath: string | undefined;
-  try {
-    const { values } = parseArgs({
-      args: argv,
-      options: { config: { type: "string", short: "c" }, help: { type: "boolean", short: "h" } },
-      strict: true,
-    });
-    if (values.help) {
-      process.stdout.write(`${help}\n`);
-      return 0;
-    }
-    configPath = values.config;
-  } catch (err) {
-    process.stderr.write(`slotbroker fylr: ${(err as Error).message}\n\n${help}\n`);
-    return 2;
-  }
-  if (!configPath) {
-    process.stderr.write(`slotbroker fylr: --config FILE is required\n\n${help}\n`);
-    return 2;
-  }
-
+  const configPath = parseConfigFlag("fylr", argv, help);
+  if (typeof configPath === "number") return configPath;
   const logger = createLogger();
   let handle: FylrHandle;
   try {
@@ -57,29 +38,8 @@ export async function run(argv: string[]): Promise<number> {
   }
   logger.info({ fylrId: handle.id, http: handle.address }, "fylr listening");
   process.stdout.write(`fylr ${handle.id} listening http=${handle.address}\n`);
-  const code = await untilSignalled(handle, logger);
+  const code = await untilSignalled(handle, logger, "stopping (items get dispatcher.stopGrace to finish)");
   logger.info("fylr stopped");
   logger.flush();
   return code;
-}
-
-// First signal: graceful; second: forceful. Resolves with 0, or 1 when stopping failed.
-function untilSignalled(handle: FylrHandle, logger: Logger): Promise<number> {
-  return new Promise((resolve) => {
-    let signals = 0;
-    const onSignal = (signal: NodeJS.Signals): void => {
-      signals++;
-      logger.info({ signal }, signals === 1 ? "stopping (items get dispatcher.stopGrace to finish)" : "stopping now");
-      const done = signals === 1 ? handle.close() : handle.forceClose();
-      done.then(
-        () => resolve(0),
-        (err: unknown) => {
-          logger.error({ err }, "shutdown failed");
-          resolve(1);
-        },
-      );
-    };
-    process.on("SIGTERM", onSignal);
-    process.on("SIGINT", onSignal);
-  });
 }
