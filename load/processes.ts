@@ -5,6 +5,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { waitForOutput } from "../src/shared/child-output.js";
 
 /** Environment marker every process of one `npm run load` inherits. */
 export const RUN_MARKER = "SLOTBROKER_LOAD_RUN";
@@ -65,7 +66,7 @@ export class Supervisor {
       log = (log + chunk).slice(-20_000);
     });
     this.owned.push({ name, stop: () => stopChild(child, this.graceMs) });
-    const match = await waitForLine(child, banner, options.timeoutMs ?? 30_000).catch((err: Error) => {
+    const match = await waitForOutput(child, banner, { timeoutMs: options.timeoutMs ?? 30_000 }).catch((err: Error) => {
       throw new Error(`${name}: ${err.message}\n${log.slice(-4_000)}`);
     });
     return { name, child, banner: match, stderr: () => log };
@@ -96,33 +97,6 @@ export async function stopChild(child: ChildProcess, graceMs: number): Promise<v
   const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
   await exited;
   clearTimeout(timer);
-}
-
-function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs: number): Promise<RegExpExecArray> {
-  return new Promise((resolve, reject) => {
-    let out = "";
-    const timer = setTimeout(() => fail(new Error(`no "${pattern.source}" on stdout within ${timeoutMs} ms`)), timeoutMs);
-    const onData = (chunk: string): void => {
-      out += chunk;
-      const m = pattern.exec(out);
-      if (!m) return;
-      cleanup();
-      resolve(m);
-    };
-    const onExit = (code: number | null, signal: string | null): void => fail(new Error(`exited (${signal ?? code}) before it was ready; stdout: ${out.slice(-1_000)}`));
-    const fail = (err: Error): void => {
-      cleanup();
-      child.kill("SIGKILL");
-      reject(err);
-    };
-    const cleanup = (): void => {
-      clearTimeout(timer);
-      child.stdout!.off("data", onData);
-      child.off("exit", onExit);
-    };
-    child.stdout!.setEncoding("utf8").on("data", onData);
-    child.once("exit", onExit);
-  });
 }
 
 /**

@@ -1,9 +1,9 @@
 // The baselines' raw transport: a grpc-js bidi echo service with identity (de)serializers,
 // run in its own process so the baseline crosses the same process boundary as the broker.
 import { spawn, type ChildProcess } from "node:child_process";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
+import { waitForOutput } from "../../src/shared/child-output.js";
 import { bindServer } from "../../src/shared/grpc.js";
 
 /** Method path of the echo stream. */
@@ -52,13 +52,8 @@ export function openEchoStream(address: string): { client: grpc.Client; call: gr
  * Runs a TypeScript script in a child process (through tsx) and resolves with the address
  * it prints on stdout (the first match of `pattern`), e.g. an execserver or the echo server.
  */
-export function startChild(args: string[], pattern = /grpc=(\S+)/): Promise<{ child: ChildProcess; address: string }> {
+export async function startChild(args: string[], pattern = /grpc=(\S+)/): Promise<{ child: ChildProcess; address: string }> {
   const child = spawn(process.execPath, ["--import", "tsx", ...args], { stdio: ["ignore", "pipe", "inherit"] });
-  return new Promise((resolve, reject) => {
-    createInterface({ input: child.stdout }).on("line", (line) => {
-      const m = pattern.exec(line);
-      if (m) resolve({ child, address: m[1]! });
-    });
-    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${code}`)));
-  });
+  const m = await waitForOutput(child, pattern, { timeoutMs: 60_000 });
+  return { child, address: m[1]! };
 }

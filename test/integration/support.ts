@@ -12,6 +12,7 @@ import { createQueueClient, type QueueClient } from "../../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../../src/app/index.js";
 import { release, track } from "../support/resources.js";
 import { createPgPool } from "../../src/shared/pg-pool.js";
+import { waitForOutput } from "../../src/shared/child-output.js";
 
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const cli = join(root, "src", "cli.ts");
@@ -89,31 +90,9 @@ export async function spawnFylr(input: FylrConfigInput, name = "fylr"): Promise<
   return handle;
 }
 
-/** Waits for a line on the child's stdout matching `pattern`; fails when it exits first. */
+/** Waits for the child's stdout to match `pattern`; fails (with its stderr) when it exits first. */
 export function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs: number, log: () => string): Promise<RegExpExecArray> {
-  return new Promise((resolvePromise, reject) => {
-    let out = "";
-    const timer = setTimeout(() => fail(`no line matching ${pattern} within ${timeoutMs} ms`), timeoutMs);
-    const onData = (chunk: string): void => {
-      out += chunk;
-      const m = pattern.exec(out);
-      if (!m) return;
-      cleanup();
-      resolvePromise(m);
-    };
-    const onExit = (code: number | null): void => fail(`exited with ${code} first`);
-    const fail = (why: string): void => {
-      cleanup();
-      reject(new Error(`${why}\nstdout: ${out}\nstderr: ${log()}`));
-    };
-    const cleanup = (): void => {
-      clearTimeout(timer);
-      child.stdout!.off("data", onData);
-      child.off("exit", onExit);
-    };
-    child.stdout!.setEncoding("utf8").on("data", onData);
-    child.once("exit", onExit);
-  });
+  return waitForOutput(child, pattern, { timeoutMs, context: log });
 }
 
 /** A pg pool, tracked. */

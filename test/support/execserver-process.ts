@@ -10,6 +10,7 @@ import type { ExecserverConfigInput } from "../../src/execserver/index.js";
 import { freePort } from "../../src/shared/embedded-postgres.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
 import { release, track } from "./resources.js";
+import { waitForOutput } from "../../src/shared/child-output.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const StatusClient = grpcClientConstructor(BrokerService);
@@ -56,7 +57,7 @@ export async function spawnExecserver(
     child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
       log = (log + chunk).slice(-20_000);
     });
-    instanceId = await waitForBanner(child, options.startTimeoutMs ?? 30_000, () => log);
+    instanceId = (await waitForOutput(child, /^execserver (\S+) listening grpc=(\S+) admin=(\S+)$/m, { timeoutMs: options.startTimeoutMs ?? 30_000, context: () => log }))[1]!;
   };
   await start();
 
@@ -95,33 +96,6 @@ export async function spawnExecserver(
 /** Stops a spawned execserver (tracked resources are released). */
 export function stopExecserver(process: ExecserverProcess | undefined): Promise<void> {
   return release(process);
-}
-
-function waitForBanner(child: ChildProcess, timeoutMs: number, log: () => string): Promise<string> {
-  return new Promise((resolvePromise, reject) => {
-    let out = "";
-    const timer = setTimeout(() => fail(new Error(`execserver did not start within ${timeoutMs} ms`)), timeoutMs);
-    const onData = (chunk: string): void => {
-      out += chunk;
-      const m = /^execserver (\S+) listening grpc=(\S+) admin=(\S+)$/m.exec(out);
-      if (!m) return;
-      cleanup();
-      resolvePromise(m[1]!);
-    };
-    const onExit = (code: number | null): void => fail(new Error(`execserver exited with ${code} before listening`));
-    const fail = (err: Error): void => {
-      cleanup();
-      child.kill("SIGKILL");
-      reject(new Error(`${err.message}\nstdout: ${out}\nstderr: ${log()}`));
-    };
-    const cleanup = (): void => {
-      clearTimeout(timer);
-      child.stdout!.off("data", onData);
-      child.off("exit", onExit);
-    };
-    child.stdout!.setEncoding("utf8").on("data", onData);
-    child.once("exit", onExit);
-  });
 }
 
 /** One GetStatus call to an execserver. */
