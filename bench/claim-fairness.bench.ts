@@ -22,7 +22,7 @@ import { migrate } from "../src/dispatcher/index.js";
 import { compileExecserverConfig, startExecserver, type ExecserverHandle } from "../src/execserver/index.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { emit } from "./lib/figure.js";
-import { createPgPool } from "../src/shared/pg-pool.js";
+import { createPgPool } from "../src/shared/postgres.js";
 
 const items = Number(process.env.CLAIM_FAIRNESS_ITEMS ?? 600);
 const job = process.env.CLAIM_FAIRNESS_JOB ?? "0.25";

@@ -24,7 +24,7 @@ import PgBoss from "pg-boss";
 import { Dispatcher, LocalActionRegistry, ManualCapacitySource, migrate, reservedForHigh, type ExecBackend } from "../src/dispatcher/index.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { emit } from "./lib/figure.js";
-import { createPgPool } from "../src/shared/pg-pool.js";
+import { createPgPool } from "../src/shared/postgres.js";
 
 let items = Number(process.env.CLAIMS_ITEMS ?? 4000);
 const concurrency = Number(process.env.CLAIMS_CONCURRENCY ?? 8);

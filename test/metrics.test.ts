@@ -5,7 +5,7 @@ import { BrokerStream, closeLater, eventually, releaseAll } from "./execserver/s
 import { startTestServer } from "./execserver/support/server.js";
 import { createTestDatabase } from "./support/postgres.js";
 import { track } from "./support/resources.js";
-import { createPgPool } from "../src/shared/pg-pool.js";
+import { createPgPool } from "../src/shared/postgres.js";
 
 /** One sample of the Prometheus text format. */
 interface Sample {

@@ -10,7 +10,7 @@ import { startTestServer } from "./execserver/support/server.js";
 import { createTestDatabase } from "./support/postgres.js";
 import { release, track } from "./support/resources.js";
 import { launchBrowser, openPage, screenshot } from "./status-page-browser.js";
-import { createPgPool } from "../src/shared/pg-pool.js";
+import { createPgPool } from "../src/shared/postgres.js";
 
 // Slots: one (1, noop), two (2, noop2), slow (2, the real `sleep`): capacity 5.
 const layout = { waitgroups: { one: { processes: 1 }, two: { processes: 2 }, slow: { processes: 2 } }, offerTimeout: "1m" };

@@ -4,7 +4,7 @@ import { migrate } from "../src/dispatcher/index.js";
 import { itemsById, openItemsByPriority } from "../src/status/index.js";
 import { createTestDatabase } from "./support/postgres.js";
 import { release, track } from "./support/resources.js";
-import { createPgPool } from "../src/shared/pg-pool.js";
+import { createPgPool } from "../src/shared/postgres.js";
 
 type Plan = { "Node Type": string; "Relation Name"?: string; "Index Name"?: string; Plans?: Plan[] };
 

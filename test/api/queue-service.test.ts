@@ -15,7 +15,7 @@ import { waitFor } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { track } from "../support/resources.js";
 import { closeAll, fastFylrConfig, startTestFylr } from "../integration/support.js";
-import { createPgPool } from "../../src/shared/pg-pool.js";
+import { createPgPool } from "../../src/shared/postgres.js";
 
 const execFileP = promisify(execFile);
 

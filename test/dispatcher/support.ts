@@ -16,7 +16,7 @@ import { ErrorKind, ReceiptSchema, type Receipt } from "../../gen/slotbroker/v1/
 import { Dispatcher, type DispatcherOptions, type ExecBackend, type ExecRequest, type ExecResult, type ExecRunOptions } from "../../src/dispatcher/index.js";
 import { durationFromMs } from "../../src/shared/proto-time.js";
 import { release, track } from "../support/resources.js";
-import { createPgPool } from "../../src/shared/pg-pool.js";
+import { createPgPool } from "../../src/shared/postgres.js";
 
 /** A pg pool closed by the leak tracker if the test does not. */
 export function openPool(url: string, max = 10): pg.Pool {

@@ -5,8 +5,8 @@ import { Readable } from "node:stream";
 import { PipeService, type WriteRequest } from "../../gen/slotbroker/v1/pipe_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { WriteRequestSchema } from "../../gen/slotbroker/v1/pipe_pb.js";
-import { PipeError, type FylrHttpServer, type PipeRegistry } from "../../src/fylr/index.js";
-import { HashingSink, randomPayload, releaseAll, sha256, trackedRegistry, trackedServer } from "./pipes-support.js";
+import type { FylrHttpServer, PipeRegistry } from "../../src/fylr/index.js";
+import { HashingSink, pipeFailure, randomPayload, releaseAll, sha256, trackedRegistry, trackedServer } from "./pipes-support.js";
 
 type WriteInit = MessageInitShape<typeof WriteRequestSchema>;
 const MiB = 1024 * 1024;
@@ -37,16 +37,6 @@ async function connectCode(promise: Promise<unknown>): Promise<Code> {
     return ConnectError.from(err).code;
   }
   throw new Error("expected the call to fail");
-}
-
-async function pipeFailure(promise: Promise<unknown>): Promise<PipeError> {
-  try {
-    await promise;
-  } catch (err) {
-    expect(err).to.be.instanceOf(PipeError);
-    return err as PipeError;
-  }
-  throw new Error("expected the pipe to fail");
 }
 
 describe("PipeService over Connect", () => {

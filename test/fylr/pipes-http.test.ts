@@ -4,7 +4,7 @@ import * as http from "node:http";
 import * as http2 from "node:http2";
 import { join } from "node:path";
 import { PassThrough, Readable } from "node:stream";
-import { PipeError, type FylrHttpServer, type PipeRegistry } from "../../src/fylr/index.js";
+import type { FylrHttpServer, PipeRegistry } from "../../src/fylr/index.js";
 import {
   HashingSink,
   curl,
@@ -14,20 +14,11 @@ import {
   statusAndBody,
   tempDir,
   trackedRegistry,
+  pipeFailure,
   trackedServer,
 } from "./pipes-support.js";
 
 const MiB = 1024 * 1024;
-
-async function rejected(promise: Promise<unknown>): Promise<PipeError> {
-  try {
-    await promise;
-  } catch (err) {
-    expect(err).to.be.instanceOf(PipeError);
-    return err as PipeError;
-  }
-  throw new Error("expected the pipe to fail");
-}
 
 describe("pipes over plain HTTP (native tools)", () => {
   let registry: PipeRegistry;
@@ -132,7 +123,7 @@ describe("pipes over plain HTTP (native tools)", () => {
   it("an expired out-pipe rejects its promise and answers 410 afterwards", async () => {
     const sink = new HashingSink();
     const pipe = registry.createOutPipe(sink, { ttlMs: 30 });
-    const err = await rejected(pipe.done);
+    const err = await pipeFailure(pipe.done);
     expect(err.message).to.match(/pipe expired unused/);
     expect(sink.errored).to.equal(err);
     const late = statusAndBody(await curl(["-w", "\n%{http_code}", "-T", "-", `${server.url}/pipe/out/${pipe.id}`], Buffer.from("late")));
@@ -144,7 +135,7 @@ describe("pipes over plain HTTP (native tools)", () => {
     const closed = new Promise((resolve) => source.once("close", resolve));
     const pipe = registry.createInPipe(source, { ttlMs: 30 });
     await closed;
-    expect((await rejected(pipe.done)).kind).to.equal("expired");
+    expect((await pipeFailure(pipe.done)).kind).to.equal("expired");
     const late = statusAndBody(await curl(["-w", "\n%{http_code}", `${server.url}/pipe/in/${pipe.id}`]));
     expect(late.status).to.equal(410);
   });
@@ -161,7 +152,7 @@ describe("pipes over plain HTTP (native tools)", () => {
       // Cut the connection only once the server has really passed bytes to the sink.
       await waitFor(() => sink.bytes > 0);
       req.destroy();
-      const err = await rejected(pipe.done);
+      const err = await pipeFailure(pipe.done);
       expect(err.kind).to.equal("aborted");
       expect(sink.errored).to.equal(err);
       expect(sink.writableFinished).to.equal(false);
@@ -180,7 +171,7 @@ describe("pipes over plain HTTP (native tools)", () => {
     stream.write(randomPayload(256 * 1024));
     await waitFor(() => sink.bytes > 0);
     stream.close(http2.constants.NGHTTP2_CANCEL);
-    const err = await rejected(pipe.done);
+    const err = await pipeFailure(pipe.done);
     expect(err.kind).to.equal("aborted");
     expect(sink.errored).to.equal(err);
     session.destroy();
@@ -201,7 +192,7 @@ describe("pipes over plain HTTP (native tools)", () => {
     res.on("error", () => undefined);
     await new Promise((resolve) => res.once("data", resolve));
     res.destroy();
-    const err = await rejected(pipe.done);
+    const err = await pipeFailure(pipe.done);
     expect(err.kind).to.equal("aborted");
     expect(source.destroyed).to.equal(true);
     expect(produced).to.be.greaterThan(0);
@@ -217,7 +208,7 @@ describe("pipes over plain HTTP (native tools)", () => {
     const done = await result;
     expect(done.code).to.not.equal(0);
     expect(done.stderr).to.match(/transfer closed|outstanding|(18)/);
-    expect((await rejected(pipe.done)).message).to.match(/stdin producer crashed/);
+    expect((await pipeFailure(pipe.done)).message).to.match(/stdin producer crashed/);
   });
 
   it("concurrent pipes don't interfere", async () => {
@@ -244,7 +235,7 @@ describe("pipes over plain HTTP (native tools)", () => {
   it("closing the registry answers 503 and rejects what was pending", async () => {
     const pipe = registry.createOutPipe(new HashingSink());
     registry.close();
-    expect((await rejected(pipe.done)).kind).to.equal("closed");
+    expect((await pipeFailure(pipe.done)).kind).to.equal("closed");
     const late = statusAndBody(await curl(["-w", "\n%{http_code}", "-T", "-", `${server.url}/pipe/out/${pipe.id}`], Buffer.from("x")));
     expect(late.status).to.equal(503);
   });

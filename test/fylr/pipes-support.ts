@@ -1,12 +1,13 @@
 // Helpers shared by the pipe and HTTP server tests: a tracked server, curl as a child
 // process, hashing sinks and random payloads.
+import { expect } from "chai";
 import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable, type Readable } from "node:stream";
-import { PipeRegistry, startFylrHttpServer, type FylrHttpServer, type FylrHttpServerOptions } from "../../src/fylr/index.js";
+import { PipeError, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type FylrHttpServerOptions } from "../../src/fylr/index.js";
 import { release, track } from "../support/resources.js";
 
 /** sha256 hex of bytes. */
@@ -108,4 +109,15 @@ export function tempDir(): { path: string; file(name: string, bytes: Uint8Array)
 /** `n` random bytes. */
 export function randomPayload(n: number): Buffer {
   return randomBytes(n);
+}
+
+/** Awaits a promise that must fail with a PipeError; returns the error. */
+export async function pipeFailure(promise: Promise<unknown>): Promise<PipeError> {
+  try {
+    await promise;
+  } catch (err) {
+    expect(err).to.be.instanceOf(PipeError);
+    return err as PipeError;
+  }
+  throw new Error("expected the pipe to fail");
 }

@@ -11,7 +11,7 @@ import { stringify } from "yaml";
 import { createQueueClient, type QueueClient } from "../../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../../src/app/index.js";
 import { release, track } from "../support/resources.js";
-import { createPgPool } from "../../src/shared/pg-pool.js";
+import { createPgPool } from "../../src/shared/postgres.js";
 import { waitForOutput } from "../../src/shared/child-output.js";
 
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");

@@ -1,8 +1,7 @@
-import { randomBytes } from "node:crypto";
 import { chmodSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import pg from "pg";
+import { createDatabase } from "../../src/shared/postgres.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../../src/shared/embedded-postgres.js";
 
 let server: Promise<LocalPostgres> | undefined;
@@ -23,18 +22,7 @@ async function adminUrl(): Promise<string> {
 
 /** Creates a fresh, empty database and returns its URL. One per test file. */
 export async function createTestDatabase(prefix = "t"): Promise<string> {
-  const admin = await adminUrl();
-  const name = `${prefix}_${randomBytes(6).toString("hex")}`;
-  const client = new pg.Client(admin);
-  await client.connect();
-  try {
-    await client.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await client.end();
-  }
-  const url = new URL(admin);
-  url.pathname = `/${name}`;
-  return url.toString();
+  return (await createDatabase(await adminUrl(), prefix)).url;
 }
 
 /** Stops the embedded server if this run started one. */
