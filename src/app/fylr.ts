@@ -13,7 +13,7 @@ import { ExecserverLoad } from "./execserver-status.js";
 import type { FylrConfig } from "./fylr-config.js";
 import { createFylrMetrics } from "./fylr-metrics.js";
 import { metricsRoute, statusRoute } from "./fylr-routes.js";
-import { createPgPool } from "../shared/pg-pool.js";
+import { createPgPool } from "../shared/postgres.js";
 
 /** A fylr's lifecycle. */
 export type FylrState = "running" | "stopping" | "stopped";
