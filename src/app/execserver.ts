@@ -22,12 +22,14 @@ export interface StartExecserverOptions {
 /** A running execserver. */
 export interface ExecserverHandle {
   readonly instanceId: string;
-  /** The bound gRPC port (useful with port 0). */
+  /** The bound gRPC port (useful with port 0); 0 in legacy-only mode. */
   readonly grpcPort: number;
   /** The bound admin HTTP port. */
   readonly adminPort: number;
-  /** "host:port" to dial for gRPC. */
+  /** "host:port" to dial for gRPC; "" in legacy-only mode. */
   readonly grpcAddress: string;
+  /** "http://host:port" of the legacy token protocol; undefined when it is off. */
+  readonly legacyUrl: string | undefined;
   /** "http://host:port" of the admin listener. */
   readonly adminUrl: string;
   /** The admin listener, to add routes (e.g. a status page). */
@@ -54,14 +56,16 @@ export async function startExecserver(config: ExecserverConfig, options: StartEx
   installAdminRoutes(server);
   await server.start();
   const host = (h: string): string => (h.startsWith("[") || !h.includes(":") ? h : `[${h}]`);
-  const grpcHost = config.listen.slice(0, config.listen.lastIndexOf(":"));
-  const adminHost = config.adminListen.slice(0, config.adminListen.lastIndexOf(":"));
+  const hostOf = (address: string): string => host(dialable(address.slice(0, address.lastIndexOf(":"))));
+  const legacyListen = config.legacy?.listen;
+  const legacyHost = legacyListen === "admin" ? config.adminListen : legacyListen === "listen" ? config.listen : legacyListen;
   return {
     instanceId: config.instanceId,
     grpcPort: server.grpcPort,
     adminPort: server.adminPort,
-    grpcAddress: `${host(dialable(grpcHost))}:${server.grpcPort}`,
-    adminUrl: `http://${host(dialable(adminHost))}:${server.adminPort}`,
+    grpcAddress: config.brokerService ? `${hostOf(config.listen)}:${server.grpcPort}` : "",
+    legacyUrl: legacyHost === undefined ? undefined : `http://${hostOf(legacyHost)}:${server.legacyPort}`,
+    adminUrl: `http://${hostOf(config.adminListen)}:${server.adminPort}`,
     admin: server.admin,
     server,
     get state() {

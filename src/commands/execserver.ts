@@ -9,7 +9,9 @@ import { parseConfigFlag, untilSignalled } from "./serve.js";
 const help = `usage: slotbroker execserver --config FILE
 
 Runs an execserver: serves slotbroker.v1.BrokerService (plus gRPC health and reflection)
-on "listen" and /healthz, /metrics, /status.json on "adminListen".
+on "listen" and /healthz, /metrics, /status.json on "adminListen". With "legacy.enabled"
+it also serves the pre-broker token protocol (GET /token, PUT /job); with
+"brokerService: false" (legacy-only) "listen" serves only that, over plain HTTP.
 
 options:
   -c, --config FILE   YAML config (see examples/execserver.yaml)
@@ -19,7 +21,8 @@ environment overrides: SLOTBROKER_TOKEN, SLOTBROKER_LISTEN, SLOTBROKER_ADMIN_LIS
 SLOTBROKER_INSTANCE_ID; SLOTBROKER_LOG_LEVEL sets the log level.
 
 On start it prints one plain line on stdout:
-  execserver <instanceId> listening grpc=HOST:PORT admin=HOST:PORT
+  execserver <instanceId> listening grpc=HOST:PORT admin=HOST:PORT [legacy=HOST:PORT]
+(legacy-only: "execserver <instanceId> listening legacy=HOST:PORT admin=HOST:PORT").
 SIGTERM or SIGINT drains (no new grants, running jobs get drainTimeout to finish);
 a second signal stops at once.`;
 
@@ -39,8 +42,10 @@ export async function run(argv: string[]): Promise<number> {
   }
   const grpc = handle.grpcAddress;
   const admin = handle.adminUrl.replace(/^http:\/\//, "");
-  logger.info({ instanceId: handle.instanceId, grpc, admin }, "execserver listening");
-  process.stdout.write(`execserver ${handle.instanceId} listening grpc=${grpc} admin=${admin}\n`);
+  const legacy = handle.legacyUrl?.replace(/^http:\/\//, "");
+  logger.info({ instanceId: handle.instanceId, grpc, admin, legacy }, "execserver listening");
+  const where = grpc ? `grpc=${grpc} admin=${admin}${legacy ? ` legacy=${legacy}` : ""}` : `legacy=${legacy} admin=${admin}`;
+  process.stdout.write(`execserver ${handle.instanceId} listening ${where}\n`);
   const code = await untilSignalled(handle, logger, "draining");
   logger.info("execserver stopped");
   logger.flush();

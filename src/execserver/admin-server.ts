@@ -12,6 +12,7 @@ export type AdminHandler = (request: IncomingMessage, response: ServerResponse) 
  */
 export class AdminServer {
   private readonly routes = new Map<string, AdminHandler>();
+  private readonly prefixes: { readonly prefix: string; readonly handler: AdminHandler }[] = [];
   private readonly server: Server;
   private closing: Promise<void> | undefined;
 
@@ -25,9 +26,15 @@ export class AdminServer {
     return this;
   }
 
+  /** Adds a handler for every path under `prefix` (e.g. "/token/"), after the exact routes. */
+  routePrefix(prefix: string, handler: AdminHandler): this {
+    this.prefixes.push({ prefix, handler });
+    return this;
+  }
+
   /** The registered paths. */
   paths(): string[] {
-    return [...this.routes.keys()].sort();
+    return [...this.routes.keys(), ...this.prefixes.map((p) => `${p.prefix}…`)].sort();
   }
 
   /** Listens on "host:port"; resolves with the bound port. */
@@ -54,7 +61,7 @@ export class AdminServer {
 
   private dispatch(request: IncomingMessage, response: ServerResponse): void {
     const path = (request.url ?? "/").split("?", 1)[0]!;
-    const handler = this.routes.get(path);
+    const handler = this.routes.get(path) ?? this.prefixes.find((p) => path.startsWith(p.prefix))?.handler;
     if (!handler) {
       response.writeHead(404, { "content-type": "text/plain" }).end(`not found; try ${this.paths().join(", ")}\n`);
       return;

@@ -17,10 +17,17 @@ export class BearerAuth {
   check(metadata: Metadata): boolean {
     if (!this.expected) return true;
     const values = metadata.get("authorization");
-    if (values.length !== 1) return false;
-    const value = values[0];
+    return values.length === 1 && this.matches(values[0]);
+  }
+
+  /** The same check for an HTTP `authorization` header (the legacy token protocol). */
+  checkHeader(value: string | string[] | undefined): boolean {
+    return !this.expected || (typeof value === "string" && this.matches(value));
+  }
+
+  private matches(value: unknown): boolean {
     if (typeof value !== "string" || !/^bearer /i.test(value)) return false;
-    return timingSafeEqual(digest(value.slice(7)), this.expected);
+    return timingSafeEqual(digest(value.slice(7)), this.expected!);
   }
 }
 

@@ -141,6 +141,8 @@ export class Broker {
   /** Every running job, including those whose connection is gone. */
   readonly runningRecords = new Set<JobRecord>();
   private readonly tokens = new TokenSource();
+  /** Jobs running outside the book (the legacy token protocol), counted for drain. */
+  legacyRunning = 0;
   private drainingFlag = false;
   // Outstanding offers, oldest first. All offers share one timeout, so this is also
   // expiry order: adding and removing are O(1) and the head is the next to expire.
@@ -162,9 +164,14 @@ export class Broker {
     return this.drainingFlag;
   }
 
-  /** Jobs running across all waitgroups. */
+  /** Jobs running across all waitgroups, legacy jobs included. */
   get running(): number {
-    return this.runningRecords.size;
+    return this.runningRecords.size + this.legacyRunning;
+  }
+
+  /** The service's config and waitgroup; undefined for a service not served here. */
+  service(name: string): { readonly config: ServiceConfig; readonly group: Waitgroup } | undefined {
+    return this.services.get(name);
   }
 
   /** Registers a new stream. */
@@ -322,7 +329,8 @@ export class Broker {
     this.drainingFlag = true;
   }
 
-  private pump(group: Waitgroup): void {
+  /** Offers the group's free slots to its parked wants (after a slot was freed outside the core). */
+  pump(group: Waitgroup): void {
     if (this.drainingFlag) return;
     const { ledger, book } = group;
     while (ledger.free > 0) {

@@ -43,6 +43,18 @@ export const execserverConfigSchema = z.strictObject({
   maxWantsPerConnection: z.number().int().min(1).default(100_000),
   waitgroups: z.record(name, z.strictObject({ processes: z.number().int().min(1).max(100_000) })),
   services: z.record(name, serviceSchema),
+  /** false = legacy-only: no BrokerService; `listen` serves the token protocol over plain HTTP. */
+  brokerService: z.boolean().default(true),
+  /** The pre-broker token protocol (GET /token/{service}, PUT /job) for old clients. */
+  legacy: z
+    .strictObject({
+      enabled: z.boolean().default(false),
+      /** "admin" (the admin port) or a "host:port" of its own. */
+      listen: z.union([z.literal("admin"), listenAddress]).default("admin"),
+      /** How long an unredeemed token holds its slot. */
+      tokenTtl: durationMs.prefault("10s"),
+    })
+    .prefault({}),
 });
 
 /** How a service runs: a command (via the runner) or a built-in. */
@@ -72,6 +84,18 @@ export interface ExecserverConfig {
   readonly maxWantsPerConnection: number;
   readonly waitgroups: Readonly<Record<string, { readonly processes: number }>>;
   readonly services: Readonly<Record<string, ServiceConfig>>;
+  /** False in legacy-only mode: no gRPC server; `listen` serves the token protocol. */
+  readonly brokerService: boolean;
+  /** The token protocol; undefined when it is off. */
+  readonly legacy: LegacyConfig | undefined;
+}
+
+/** Where and how the pre-broker token protocol is served. */
+export interface LegacyConfig {
+  /** "admin" (routes on the admin port), "listen" (legacy-only mode) or its own "host:port". */
+  readonly listen: string;
+  /** How long an unredeemed token holds its slot. */
+  readonly tokenTtlMs: number;
 }
 
 /** Raw config as written in YAML (before defaults). */
@@ -107,6 +131,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     throw new ConfigError(`${source}: token: required when listen (${input.listen}) is not a loopback address (or set SLOTBROKER_TOKEN)`);
   }
   if (input.offerTimeout <= 0) throw new ConfigError(`${source}: offerTimeout: must be more than 0`);
+  const legacy = compileLegacy(input, source);
   return {
     instanceId: input.instanceId ?? generateInstanceId(),
     listen: input.listen,
@@ -118,7 +143,37 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     maxWantsPerConnection: input.maxWantsPerConnection,
     waitgroups: input.waitgroups,
     services,
+    brokerService: input.brokerService,
+    legacy,
   };
+}
+
+// Legacy-only mode stands in for an old execserver at the address fylrs already dial, so
+// the token protocol moves onto `listen` and cannot be switched off there.
+function compileLegacy(input: z.output<typeof execserverConfigSchema>, source: string): LegacyConfig | undefined {
+  const { legacy } = input;
+  if (legacy.tokenTtl <= 0) throw new ConfigError(`${source}: legacy.tokenTtl: must be more than 0`);
+  if (input.brokerService) {
+    if (!legacy.enabled) return undefined;
+    checkLegacyListen(legacy.listen, input, source);
+    return { listen: legacy.listen, tokenTtlMs: legacy.tokenTtl };
+  }
+  if (legacy.listen !== "admin") {
+    throw new ConfigError(`${source}: legacy.listen: with brokerService: false the token protocol is served on "listen"; remove legacy.listen`);
+  }
+  return { listen: "listen", tokenTtlMs: legacy.tokenTtl };
+}
+
+function checkLegacyListen(listen: string, input: z.output<typeof execserverConfigSchema>, source: string): void {
+  const address = listen === "admin" ? input.adminListen : listen;
+  const { host, port } = splitHostPort(address)!;
+  if (listen !== "admin" && port !== 0 && (address === input.listen || address === input.adminListen)) {
+    throw new ConfigError(`${source}: legacy.listen: ${address} is already taken by ${address === input.listen ? "listen" : "adminListen"}; use "admin" to share the admin port`);
+  }
+  if (!input.token && !isLoopbackHost(host)) {
+    const key = listen === "admin" ? `legacy.listen: admin (adminListen ${address})` : `legacy.listen (${address})`;
+    throw new ConfigError(`${source}: token: required when ${key} is not a loopback address (or set SLOTBROKER_TOKEN)`);
+  }
 }
 
 /** Reads, validates and compiles a YAML config file, applying environment overrides. */

@@ -88,6 +88,7 @@ export class BrokerIo implements BrokerEffects {
 
   /** @inheritdoc */
   start(record: JobRecord, job: CheckedJob): void {
+    this.metrics!.slotTaken(record.group.name);
     const service = record.service;
     if (service.kind === "builtin") {
       // Built-ins finish at once and cannot be cancelled: no controller, no promise chain.
@@ -142,10 +143,11 @@ export class BrokerIo implements BrokerEffects {
 }
 
 /** In-process services: complete at once with a receipt, spawn nothing. */
-const builtins: Record<BuiltinService, () => Receipt> = {
+export const builtins: Record<BuiltinService, () => Receipt> = {
   noop: () => create(ReceiptSchema, { exitCode: 0, duration: durationFromMs(0) }),
 };
 
-function failedReceipt(error: ErrorKind, message: string): Receipt {
+/** A receipt for a job the runner could not run at all. */
+export function failedReceipt(error: ErrorKind, message: string): Receipt {
   return create(ReceiptSchema, { error, errorMessage: message, duration: durationFromMs(0) });
 }

@@ -1,5 +1,8 @@
+import { performance } from "node:perf_hooks";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { Broker, OfferOutcome } from "./broker.js";
+import type { Broker, OfferOutcome, Waitgroup } from "./broker.js";
+import { IdleGaps } from "./idle-gaps.js";
+import type { LegacyTokens } from "./legacy/tokens.js";
 
 // Latency samples buffered between scrapes before they are folded in early.
 const maxPending = 4096;
@@ -23,8 +26,13 @@ export class ExecserverMetrics {
   private pendingCount = 0;
   private readonly pendingOutcomes = new Map<OfferOutcome, number>();
   private readonly pendingDone = new Map<string, number>();
+  private readonly gaps = new Map<string, IdleGaps>();
+  private readonly gapSeries = new Map<string, Histogram.Internal<"waitgroup">>();
+  private readonly frames = new Map<string, number>();
+  private readonly framesCounter: Counter<"kind">;
+  private readonly legacyRequests: Counter<"endpoint" | "code">;
 
-  constructor(broker: Broker, instanceId: string) {
+  constructor(broker: Broker, instanceId: string, legacy?: LegacyTokens) {
     this.registry.setDefaultLabels({ instance_id: instanceId });
     const registers = [this.registry];
     const wgs = [...broker.waitgroups.values()];
@@ -43,9 +51,14 @@ export class ExecserverMetrics {
       labelNames: ["waitgroup", "state"],
       registers,
       collect() {
+        // A partition: broker offers and jobs, legacy tokens and jobs; the states sum to the slots in use.
         for (const wg of wgs) {
-          this.set({ waitgroup: wg.name, state: "running" }, wg.ledger.running);
-          this.set({ waitgroup: wg.name, state: "offered" }, wg.ledger.offered);
+          const l = legacy?.countsOf(wg) ?? { tokens: 0, running: 0 };
+          this.set({ waitgroup: wg.name, state: "running" }, wg.ledger.running - l.running);
+          this.set({ waitgroup: wg.name, state: "offered" }, wg.ledger.offered - l.tokens);
+          if (!legacy) continue;
+          this.set({ waitgroup: wg.name, state: "legacy_running" }, l.running);
+          this.set({ waitgroup: wg.name, state: "legacy_token" }, l.tokens);
         }
       },
     });
@@ -75,7 +88,7 @@ export class ExecserverMetrics {
       registers,
     });
     const outcome = new Counter({ name: "slotbroker_offer_outcomes_total", help: "How offers ended.", labelNames: ["outcome"], registers });
-    this.jobsDone = new Counter({ name: "slotbroker_jobs_done_total", help: "Jobs finished.", labelNames: ["waitgroup"], registers });
+    this.jobsDone = new Counter({ name: "slotbroker_jobs_done_total", help: "Jobs run through the broker, finished (legacy jobs: slotbroker_legacy_jobs_done_total).", labelNames: ["waitgroup"], registers });
     for (const wg of wgs) this.latency.set(wg.name, latency.labels({ waitgroup: wg.name }));
     for (const o of outcomes) this.outcomeCounters.set(o, outcome.labels({ outcome: o }));
     // Every known series exists from the first scrape (at zero), so rate() and alerts on
@@ -85,6 +98,69 @@ export class ExecserverMetrics {
       this.jobsDone.inc({ waitgroup: wg.name }, 0);
     }
     for (const o of outcomes) outcome.inc({ outcome: o }, 0);
+    const gap = new Histogram({
+      name: "slotbroker_slot_idle_gap_seconds",
+      help: "From a slot freeing to the next job running in its waitgroup (while work waits; gaps over 10 s are not observed).",
+      labelNames: ["waitgroup"],
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.5, 2, 5, 10],
+      registers,
+    });
+    for (const wg of wgs) {
+      this.gaps.set(wg.name, new IdleGaps(wg.ledger.processes));
+      this.gapSeries.set(wg.name, gap.labels({ waitgroup: wg.name }));
+      gap.zero({ waitgroup: wg.name });
+    }
+    this.framesCounter = new Counter({
+      name: "slotbroker_frames_received_total",
+      help: "Broker frames received from fylrs, by kind.",
+      labelNames: ["kind"],
+      registers,
+    });
+    for (const kind of ["want", "unwant", "job", "decline", "ping", "query"]) this.framesCounter.inc({ kind }, 0);
+    this.legacyRequests = new Counter({
+      name: "slotbroker_legacy_requests_total",
+      help: "Requests to the legacy token protocol, by endpoint and HTTP status.",
+      labelNames: ["endpoint", "code"],
+      registers,
+    });
+    if (legacy) this.legacyGauges(legacy, wgs, registers);
+  }
+
+  private legacyGauges(legacy: LegacyTokens, wgs: readonly Waitgroup[], registers: Registry[]): void {
+    new Counter({
+      name: "slotbroker_legacy_tokens_total",
+      help: "Legacy tokens by what became of them.",
+      labelNames: ["outcome"],
+      registers,
+      collect() {
+        const t = legacy.totals;
+        this.reset();
+        for (const [outcome, n] of [["issued", t.issued], ["redeemed", t.redeemed], ["expired", t.expired], ["released", t.released]] as const) {
+          this.inc({ outcome }, n);
+        }
+      },
+    });
+    new Counter({
+      name: "slotbroker_legacy_refused_total",
+      help: "Legacy requests refused, by reason (token-not-found: a PUT /job whose token this instance does not hold).",
+      labelNames: ["reason"],
+      registers,
+      collect() {
+        this.reset();
+        for (const [reason, n] of Object.entries(legacy.totals.refused)) this.inc({ reason }, n);
+        this.inc({ reason: "token-not-found" }, legacy.totals.notFound);
+      },
+    });
+    new Counter({
+      name: "slotbroker_legacy_jobs_done_total",
+      help: "Jobs run through the legacy token protocol, finished.",
+      labelNames: ["waitgroup"],
+      registers,
+      collect() {
+        this.reset();
+        for (const wg of wgs) this.inc({ waitgroup: wg.name }, legacy.countsOf(wg).done);
+      },
+    });
   }
 
   /** Records the WANT→OFFER time of one grant. */
@@ -100,9 +176,31 @@ export class ExecserverMetrics {
     this.pendingOutcomes.set(outcome, (this.pendingOutcomes.get(outcome) ?? 0) + 1);
   }
 
-  /** Counts a finished job. */
+  /** Counts a finished broker job; its slot is free. */
   jobDone(waitgroup: string): void {
     this.pendingDone.set(waitgroup, (this.pendingDone.get(waitgroup) ?? 0) + 1);
+    this.slotFreed(waitgroup);
+  }
+
+  /** A slot of the waitgroup was freed by a finished job (broker or legacy). */
+  slotFreed(waitgroup: string): void {
+    this.gaps.get(waitgroup)?.freed(performance.now());
+  }
+
+  /** A job (broker or legacy) started running in the waitgroup: observes the slot's idle gap. */
+  slotTaken(waitgroup: string): void {
+    const gap = this.gaps.get(waitgroup)?.taken(performance.now());
+    if (gap !== undefined) this.gapSeries.get(waitgroup)?.observe(gap / 1000);
+  }
+
+  /** Counts one frame received from a fylr. */
+  frameReceived(kind: string): void {
+    this.frames.set(kind, (this.frames.get(kind) ?? 0) + 1);
+  }
+
+  /** Counts one request to the legacy token protocol. */
+  legacyRequest(endpoint: string, code: number): void {
+    this.legacyRequests.inc({ endpoint, code: String(code) });
   }
 
   /** Renders the registry in the Prometheus text format. */
@@ -119,6 +217,8 @@ export class ExecserverMetrics {
     this.pendingOutcomes.clear();
     for (const [waitgroup, n] of this.pendingDone) this.jobsDone.inc({ waitgroup }, n);
     this.pendingDone.clear();
+    for (const [kind, n] of this.frames) this.framesCounter.inc({ kind }, n);
+    this.frames.clear();
   }
 
 }

@@ -24,6 +24,7 @@ import { Broker } from "./broker.js";
 import type { ExecserverConfig } from "./config.js";
 import { BrokerIo } from "./effects.js";
 import { limits } from "./limits.js";
+import { LegacyTokens, LegacyTransport } from "./legacy/index.js";
 import { ExecserverMetrics } from "./metrics.js";
 import type { RunJob } from "./runner/index.js";
 import { Session, type SessionHost } from "./session.js";
@@ -64,6 +65,8 @@ export class Execserver implements SessionHost {
   readonly broker: Broker;
   readonly metrics: ExecserverMetrics;
   readonly admin: AdminServer;
+  /** The token protocol for pre-broker clients; undefined when config.legacy is off. */
+  readonly legacy: LegacyTransport | undefined;
   readonly startedAt = new Date();
   private stateValue: ExecserverState = "created";
   private readonly io: BrokerIo;
@@ -81,8 +84,13 @@ export class Execserver implements SessionHost {
   private idleWaiters: (() => void)[] = [];
   private closing: Promise<void> | undefined;
   private forcing: Promise<void> | undefined;
+  // The token protocol's own listener, when it is not on the admin port.
+  private readonly legacyServer: AdminServer | undefined;
+  /** Bound gRPC port; 0 in legacy-only mode. */
   grpcPort = 0;
   adminPort = 0;
+  /** Port serving the token protocol (the admin port when it shares it); 0 when off. */
+  legacyPort = 0;
 
   constructor(
     readonly config: ExecserverConfig,
@@ -101,7 +109,8 @@ export class Execserver implements SessionHost {
       jobFinished: () => this.jobFinished(),
     });
     this.broker = new Broker({ ...config, now: () => this.now() }, this.io);
-    this.metrics = new ExecserverMetrics(this.broker, config.instanceId);
+    const tokens = config.legacy && new LegacyTokens(this.broker, { ttlMs: config.legacy.tokenTtlMs, now: () => this.now() });
+    this.metrics = new ExecserverMetrics(this.broker, config.instanceId, tokens);
     this.io.attach(this.broker, this.metrics);
     this.auth = new BearerAuth(config.token);
     this.grpcServer = new grpc.Server({
@@ -119,6 +128,22 @@ export class Execserver implements SessionHost {
     addReflection(this.grpcServer, [file_slotbroker_v1_broker]);
     this.health = addHealth(this.grpcServer, Object.fromEntries(healthServices.map((s) => [s, "SERVING" as const])));
     this.admin = new AdminServer(this.logger);
+    if (config.legacy && tokens) {
+      this.legacy = new LegacyTransport({
+        tokens,
+        instanceId: config.instanceId,
+        ttlMs: config.legacy.tokenTtlMs,
+        auth: this.auth,
+        metrics: this.metrics,
+        logger: this.logger.child({ component: "legacy" }),
+        runJob: options.runJob,
+        jobFinished: () => this.jobFinished(),
+      });
+      const target = config.legacy.listen === "admin" ? this.admin : (this.legacyServer = new AdminServer(this.logger));
+      const handler = (req: Parameters<LegacyTransport["handle"]>[0], res: Parameters<LegacyTransport["handle"]>[1]): Promise<void> | void =>
+        this.legacy!.handle(req, res);
+      target.route("/job", handler).routePrefix("/token/", handler);
+    }
   }
 
   /** Where the lifecycle stands. */
@@ -139,11 +164,15 @@ export class Execserver implements SessionHost {
       throw new ConfigError(`token: required when listen (${this.config.listen}) is not a loopback address`);
     }
     try {
-      this.grpcPort = await bindServer(this.grpcServer, this.config.listen, this.credentials());
+      if (this.config.brokerService) this.grpcPort = await bindServer(this.grpcServer, this.config.listen, this.credentials());
       this.adminPort = await this.admin.listen(this.config.adminListen);
+      const legacyListen = this.config.legacy?.listen;
+      if (legacyListen === "admin") this.legacyPort = this.adminPort;
+      else if (legacyListen) this.legacyPort = await this.legacyServer!.listen(legacyListen === "listen" ? this.config.listen : legacyListen);
     } catch (err) {
       this.grpcServer.forceShutdown();
       await this.admin.close();
+      await this.legacyServer?.close();
       this.setState("stopped");
       throw err instanceof SlotbrokerError ? err : SlotbrokerError.from(err);
     }
@@ -174,13 +203,18 @@ export class Execserver implements SessionHost {
   }
 
   /** @inheritdoc */
+  frameReceived(kind: string): void {
+    this.metrics.frameReceived(kind);
+  }
+
+  /** @inheritdoc */
   closed(session: Session): void {
     if (this.sessions.delete(session)) this.helloChanged();
   }
 
   /** The GetStatus snapshot. */
   status(): GetStatusResponse {
-    return buildStatus(this.broker, this.config.instanceId, this.services, this.startedAt);
+    return buildStatus(this.broker, this.config.instanceId, this.services, this.startedAt, this.legacy?.tokens);
   }
 
   /**
@@ -210,6 +244,7 @@ export class Execserver implements SessionHost {
     if (!(await this.waitForIdle(this.config.drainTimeoutMs))) {
       this.logger.warn({ running: this.broker.running }, "drain timeout: aborting running jobs");
       for (const record of this.broker.runningRecords) this.io.abortForShutdown(record);
+      this.legacy?.abortAll("execserver shut down before the job finished");
       if (!(await this.waitForIdle(this.options.abortWaitMs ?? 10_000))) {
         this.logger.error({ running: this.broker.running }, "aborted jobs did not report; stopping anyway");
       }
@@ -228,6 +263,7 @@ export class Execserver implements SessionHost {
       });
     });
     await this.admin.close();
+    await this.legacyServer?.close();
     this.finalStop();
   }
 
@@ -235,14 +271,17 @@ export class Execserver implements SessionHost {
     if (this.stateValue === "stopped") return;
     this.broker.drain();
     for (const record of this.broker.runningRecords) this.io.abortForShutdown(record);
+    this.legacy?.abortAll("execserver force-closed");
     this.shutdown.abort(new AbortReason("shutdown", "execserver force-closed"));
     this.grpcServer.forceShutdown();
     await this.admin.close();
+    await this.legacyServer?.close();
     this.finalStop();
   }
 
   private finalStop(): void {
     this.io.stop();
+    this.legacy?.stop();
     clearTimeout(this.helloTimer);
     this.helloTimer = undefined;
     for (const resolve of this.idleWaiters.splice(0)) resolve();

@@ -27,6 +27,8 @@ export interface SessionHost {
   now(): number;
   /** Called once when the stream is gone. */
   closed(session: Session): void;
+  /** Counts a frame received (for the requests-per-job figures). */
+  frameReceived(kind: string): void;
 }
 
 type Lifecycle = "open" | "closed";
@@ -132,6 +134,7 @@ export class Session implements FrameSink {
   private handle(request: ConnectRequest): void {
     const broker = this.host.broker;
     const frame = request.frame;
+    this.host.frameReceived(frame.case ?? "unknown");
     switch (frame.case) {
       case "want": {
         const w = frame.value;

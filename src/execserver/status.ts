@@ -2,6 +2,8 @@ import { create } from "@bufbuild/protobuf";
 import {
   ConnectionStatusSchema,
   GetStatusResponseSchema,
+  LegacyStatusSchema,
+  type LegacyStatus,
   PriorityDepthSchema,
   WaitgroupStateSchema,
   WaitgroupStatusSchema,
@@ -10,16 +12,25 @@ import {
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { durationFromMs, timestampFromDate } from "../shared/proto-time.js";
 import type { Broker } from "./broker.js";
+import type { LegacyTokens } from "./legacy/index.js";
 
 /** The GetStatus snapshot of a broker. O(connections + classes), never the whole book. */
-export function buildStatus(broker: Broker, instanceId: string, services: Record<string, string>, startedAt: Date): GetStatusResponse {
+export function buildStatus(
+  broker: Broker,
+  instanceId: string,
+  services: Record<string, string>,
+  startedAt: Date,
+  legacy?: LegacyTokens,
+): GetStatusResponse {
   return create(GetStatusResponseSchema, {
     instanceId,
     services,
     draining: broker.draining,
     startedAt: timestampFromDate(startedAt),
+    legacy: legacy && legacyStatus(broker, legacy),
     waitgroups: [...broker.waitgroups.values()].map((wg) => {
       const mean = wg.ledger.meanRuntimeMs;
+      const counts = legacy?.countsOf(wg);
       return create(WaitgroupStatusSchema, {
         name: wg.name,
         processes: wg.ledger.processes,
@@ -30,6 +41,8 @@ export function buildStatus(broker: Broker, instanceId: string, services: Record
         book: wg.book.depth().map((d) => create(PriorityDepthSchema, { priority: d.priority, wants: BigInt(d.wants) })),
         completed: BigInt(wg.ledger.completed),
         meanRuntime: mean === undefined ? undefined : durationFromMs(mean),
+        legacyTokens: counts?.tokens ?? 0,
+        legacyRunning: counts?.running ?? 0,
       });
     }),
     connections: [...broker.connections.values()].map((c) =>
@@ -56,4 +69,24 @@ export function helloWaitgroups(broker: Broker): WaitgroupState[] {
   return [...broker.waitgroups.values()].map((wg) =>
     create(WaitgroupStateSchema, { name: wg.name, processes: wg.ledger.processes, running: wg.ledger.running, waiting: wg.book.size }),
   );
+}
+
+function legacyStatus(broker: Broker, legacy: LegacyTokens): LegacyStatus {
+  const t = legacy.totals;
+  let jobsDone = 0;
+  for (const wg of broker.waitgroups.values()) jobsDone += legacy.countsOf(wg).done;
+  return create(LegacyStatusSchema, {
+    tokensOutstanding: legacy.outstanding,
+    tokensIssued: BigInt(t.issued),
+    tokensRedeemed: BigInt(t.redeemed),
+    tokensExpired: BigInt(t.expired),
+    tokensReleased: BigInt(t.released),
+    refusedWantsParked: BigInt(t.refused["wants-parked"]),
+    refusedNoSlot: BigInt(t.refused["no-slot"]),
+    refusedUnknownService: BigInt(t.refused["unknown-service"]),
+    refusedDraining: BigInt(t.refused.draining),
+    tokensNotFound: BigInt(t.notFound),
+    jobsRunning: broker.legacyRunning,
+    jobsDone: BigInt(jobsDone),
+  });
 }

@@ -32,7 +32,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file slotbroker/v1/broker.proto.
  */
 export const file_slotbroker_v1_broker: GenFile = /*@__PURE__*/
-  fileDesc("ChpzbG90YnJva2VyL3YxL2Jyb2tlci5wcm90bxINc2xvdGJyb2tlci52MSKBAgoOQ29ubmVjdFJlcXVlc3QSIwoEd2FudBgBIAEoCzITLnNsb3Ricm9rZXIudjEuV2FudEgAEicKBnVud2FudBgCIAEoCzIVLnNsb3Ricm9rZXIudjEuVW53YW50SAASIQoDam9iGAMgASgLMhIuc2xvdGJyb2tlci52MS5Kb2JIABIpCgdkZWNsaW5lGAQgASgLMhYuc2xvdGJyb2tlci52MS5EZWNsaW5lSAASIwoEcGluZxgFIAEoCzITLnNsb3Ricm9rZXIudjEuUGluZ0gAEiUKBXF1ZXJ5GAYgASgLMhQuc2xvdGJyb2tlci52MS5RdWVyeUgAQgcKBWZyYW1lIogCCg9Db25uZWN0UmVzcG9uc2USJQoFaGVsbG8YASABKAsyFC5zbG90YnJva2VyLnYxLkhlbGxvSAASJQoFb2ZmZXIYAiABKAsyFC5zbG90YnJva2VyLnYxLk9mZmVySAASIwoEZG9uZRgDIAEoCzITLnNsb3Ricm9rZXIudjEuRG9uZUgAEiMKBHBvbmcYBCABKAsyEy5zbG90YnJva2VyLnYxLlBvbmdIABIrCghwb3NpdGlvbhgFIAEoCzIXLnNsb3Ricm9rZXIudjEuUG9zaXRpb25IABInCgZyZWplY3QYBiABKAsyFS5zbG90YnJva2VyLnYxLlJlamVjdEgAQgcKBWZyYW1lIjkKBFdhbnQSDgoGam9iX2lkGAEgASgJEg8KB3NlcnZpY2UYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUiGAoGVW53YW50Eg4KBmpvYl9pZBgBIAEoCSJQCgNKb2ISDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJEiQKBHNwZWMYAyABKAsyFi5zbG90YnJva2VyLnYxLkpvYlNwZWMiLgoHRGVjbGluZRIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkiFQoEUGluZxINCgVub25jZRgBIAEoBCIXCgVRdWVyeRIOCgZqb2JfaWQYASABKAkihQIKBUhlbGxvEhMKC2luc3RhbmNlX2lkGAEgASgJEjQKCHNlcnZpY2VzGAIgAygLMiIuc2xvdGJyb2tlci52MS5IZWxsby5TZXJ2aWNlc0VudHJ5EjEKCndhaXRncm91cHMYAyADKAsyHS5zbG90YnJva2VyLnYxLldhaXRncm91cFN0YXRlEg8KB2NsaWVudHMYBCABKA0SFAoMY2FwYWJpbGl0aWVzGAUgAygJEhQKDHBlZXJfYWRkcmVzcxgGIAEoCRIQCghkcmFpbmluZxgHIAEoCBovCg1TZXJ2aWNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUwoOV2FpdGdyb3VwU3RhdGUSDAoEbmFtZRgBIAEoCRIRCglwcm9jZXNzZXMYAiABKA0SDwoHcnVubmluZxgDIAEoDRIPCgd3YWl0aW5nGAQgASgNIm4KBU9mZmVyEg4KBmpvYl9pZBgBIAEoCRITCgtvZmZlcl90b2tlbhgCIAEoCRItCgpleHBpcmVzX2luGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCXdhaXRncm91cBgEIAEoCSI/CgREb25lEg4KBmpvYl9pZBgBIAEoCRInCgdyZWNlaXB0GAIgASgLMhYuc2xvdGJyb2tlci52MS5SZWNlaXB0IhUKBFBvbmcSDQoFbm9uY2UYASABKAQitAEKCFBvc2l0aW9uEg4KBmpvYl9pZBgBIAEoCRIPCgdydW5uaW5nGAIgASgNEg0KBWFoZWFkGAMgASgNEhAKCGNhcGFjaXR5GAQgASgNEiYKA2V0YRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCgVzdGF0ZRgGIAEoDjIcLnNsb3Ricm9rZXIudjEuUG9zaXRpb25TdGF0ZRIRCgl3YWl0Z3JvdXAYByABKAkiUgoGUmVqZWN0Eg4KBmpvYl9pZBgBIAEoCRInCgRjb2RlGAIgASgOMhkuc2xvdGJyb2tlci52MS5SZWplY3RDb2RlEg8KB21lc3NhZ2UYAyABKAkipwIKB0pvYlNwZWMSDAoEYXJncxgBIAMoCRIsCgNlbnYYAiADKAsyHy5zbG90YnJva2VyLnYxLkpvYlNwZWMuRW52RW50cnkSKgoHdGltZW91dBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglzdGRpbl91cmwYBCABKAkSEgoKc3Rkb3V0X3VybBgFIAEoCRIyCgZsYWJlbHMYBiADKAsyIi5zbG90YnJva2VyLnYxLkpvYlNwZWMuTGFiZWxzRW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpwCCgdSZWNlaXB0EhYKCWV4aXRfY29kZRgBIAEoBUgAiAEBEg4KBnNpZ25hbBgCIAEoCRIrCghkdXJhdGlvbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhITCgtzdGRlcnJfbGluZRgEIAEoCRIVCg1zdGRvdXRfcHJlZml4GAUgASgMEhQKDHN0ZG91dF9ieXRlcxgGIAEoBBIXCg9zdGRvdXRfc3RyZWFtZWQYByABKAgSJwoFZXJyb3IYCCABKA4yGC5zbG90YnJva2VyLnYxLkVycm9yS2luZBIVCg1lcnJvcl9tZXNzYWdlGAkgASgJEhMKC2luc3RhbmNlX2lkGAogASgJQgwKCl9leGl0X2NvZGUiEgoQR2V0U3RhdHVzUmVxdWVzdCLHAgoRR2V0U3RhdHVzUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkSMgoKd2FpdGdyb3VwcxgCIAMoCzIeLnNsb3Ricm9rZXIudjEuV2FpdGdyb3VwU3RhdHVzEjQKC2Nvbm5lY3Rpb25zGAMgAygLMh8uc2xvdGJyb2tlci52MS5Db25uZWN0aW9uU3RhdHVzEkAKCHNlcnZpY2VzGAQgAygLMi4uc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXNwb25zZS5TZXJ2aWNlc0VudHJ5EhAKCGRyYWluaW5nGAUgASgIEi4KCnN0YXJ0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi8KDVNlcnZpY2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLjAQoPV2FpdGdyb3VwU3RhdHVzEgwKBG5hbWUYASABKAkSEQoJcHJvY2Vzc2VzGAIgASgNEg8KB3J1bm5pbmcYAyABKA0SDwoHb2ZmZXJlZBgEIAEoDRIMCgRmcmVlGAUgASgNEg8KB3dhaXRpbmcYBiABKAQSKgoEYm9vaxgHIAMoCzIcLnNsb3Ricm9rZXIudjEuUHJpb3JpdHlEZXB0aBIRCgljb21wbGV0ZWQYCCABKAQSLwoMbWVhbl9ydW50aW1lGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjAKDVByaW9yaXR5RGVwdGgSEAoIcHJpb3JpdHkYASABKAUSDQoFd2FudHMYAiABKAQijwIKEENvbm5lY3Rpb25TdGF0dXMSFQoNY29ubmVjdGlvbl9pZBgBIAEoCRIUCgxwZWVyX2FkZHJlc3MYAiABKAkSEwoLY2xpZW50X25hbWUYAyABKAkSMAoMY29ubmVjdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgx3YW50c19wYXJrZWQYBSABKAQSDgoGb2ZmZXJzGAYgASgEEg4KBmdyYW50cxgHIAEoBBIQCghkZWNsaW5lcxgIIAEoBBIPCgdleHBpcmVkGAkgASgEEg8KB3JlamVjdHMYCiABKAQSDwoHcnVubmluZxgLIAEoDRIMCgRkb25lGAwgASgEKoIBCg1Qb3NpdGlvblN0YXRlEh4KGlBPU0lUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASGQoVUE9TSVRJT05fU1RBVEVfUEFSS0VEEAESGgoWUE9TSVRJT05fU1RBVEVfT0ZGRVJFRBACEhoKFlBPU0lUSU9OX1NUQVRFX1JVTk5JTkcQAyrmAQoKUmVqZWN0Q29kZRIbChdSRUpFQ1RfQ09ERV9VTlNQRUNJRklFRBAAEh8KG1JFSkVDVF9DT0RFX1VOS05PV05fU0VSVklDRRABEhsKF1JFSkVDVF9DT0RFX1NUQUxFX09GRkVSEAISHQoZUkVKRUNUX0NPREVfRFVQTElDQVRFX0pPQhADEiAKHFJFSkVDVF9DT0RFX0lOVkFMSURfQVJHVU1FTlQQBBIYChRSRUpFQ1RfQ09ERV9EUkFJTklORxAFEiIKHlJFSkVDVF9DT0RFX1JFU09VUkNFX0VYSEFVU1RFRBAGKqkBCglFcnJvcktpbmQSGgoWRVJST1JfS0lORF9VTlNQRUNJRklFRBAAEhYKEkVSUk9SX0tJTkRfVElNRU9VVBABEhUKEUVSUk9SX0tJTkRfS0lMTEVEEAISGwoXRVJST1JfS0lORF9TUEFXTl9GQUlMRUQQAxIaChZFUlJPUl9LSU5EX1BJUEVfRkFJTEVEEAQSGAoURVJST1JfS0lORF9DQU5DRUxMRUQQBTKtAQoNQnJva2VyU2VydmljZRJMCgdDb25uZWN0Eh0uc2xvdGJyb2tlci52MS5Db25uZWN0UmVxdWVzdBoeLnNsb3Ricm9rZXIudjEuQ29ubmVjdFJlc3BvbnNlKAEwARJOCglHZXRTdGF0dXMSHy5zbG90YnJva2VyLnYxLkdldFN0YXR1c1JlcXVlc3QaIC5zbG90YnJva2VyLnYxLkdldFN0YXR1c1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChpzbG90YnJva2VyL3YxL2Jyb2tlci5wcm90bxINc2xvdGJyb2tlci52MSKBAgoOQ29ubmVjdFJlcXVlc3QSIwoEd2FudBgBIAEoCzITLnNsb3Ricm9rZXIudjEuV2FudEgAEicKBnVud2FudBgCIAEoCzIVLnNsb3Ricm9rZXIudjEuVW53YW50SAASIQoDam9iGAMgASgLMhIuc2xvdGJyb2tlci52MS5Kb2JIABIpCgdkZWNsaW5lGAQgASgLMhYuc2xvdGJyb2tlci52MS5EZWNsaW5lSAASIwoEcGluZxgFIAEoCzITLnNsb3Ricm9rZXIudjEuUGluZ0gAEiUKBXF1ZXJ5GAYgASgLMhQuc2xvdGJyb2tlci52MS5RdWVyeUgAQgcKBWZyYW1lIogCCg9Db25uZWN0UmVzcG9uc2USJQoFaGVsbG8YASABKAsyFC5zbG90YnJva2VyLnYxLkhlbGxvSAASJQoFb2ZmZXIYAiABKAsyFC5zbG90YnJva2VyLnYxLk9mZmVySAASIwoEZG9uZRgDIAEoCzITLnNsb3Ricm9rZXIudjEuRG9uZUgAEiMKBHBvbmcYBCABKAsyEy5zbG90YnJva2VyLnYxLlBvbmdIABIrCghwb3NpdGlvbhgFIAEoCzIXLnNsb3Ricm9rZXIudjEuUG9zaXRpb25IABInCgZyZWplY3QYBiABKAsyFS5zbG90YnJva2VyLnYxLlJlamVjdEgAQgcKBWZyYW1lIjkKBFdhbnQSDgoGam9iX2lkGAEgASgJEg8KB3NlcnZpY2UYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUiGAoGVW53YW50Eg4KBmpvYl9pZBgBIAEoCSJQCgNKb2ISDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJEiQKBHNwZWMYAyABKAsyFi5zbG90YnJva2VyLnYxLkpvYlNwZWMiLgoHRGVjbGluZRIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkiFQoEUGluZxINCgVub25jZRgBIAEoBCIXCgVRdWVyeRIOCgZqb2JfaWQYASABKAkihQIKBUhlbGxvEhMKC2luc3RhbmNlX2lkGAEgASgJEjQKCHNlcnZpY2VzGAIgAygLMiIuc2xvdGJyb2tlci52MS5IZWxsby5TZXJ2aWNlc0VudHJ5EjEKCndhaXRncm91cHMYAyADKAsyHS5zbG90YnJva2VyLnYxLldhaXRncm91cFN0YXRlEg8KB2NsaWVudHMYBCABKA0SFAoMY2FwYWJpbGl0aWVzGAUgAygJEhQKDHBlZXJfYWRkcmVzcxgGIAEoCRIQCghkcmFpbmluZxgHIAEoCBovCg1TZXJ2aWNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUwoOV2FpdGdyb3VwU3RhdGUSDAoEbmFtZRgBIAEoCRIRCglwcm9jZXNzZXMYAiABKA0SDwoHcnVubmluZxgDIAEoDRIPCgd3YWl0aW5nGAQgASgNIm4KBU9mZmVyEg4KBmpvYl9pZBgBIAEoCRITCgtvZmZlcl90b2tlbhgCIAEoCRItCgpleHBpcmVzX2luGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCXdhaXRncm91cBgEIAEoCSI/CgREb25lEg4KBmpvYl9pZBgBIAEoCRInCgdyZWNlaXB0GAIgASgLMhYuc2xvdGJyb2tlci52MS5SZWNlaXB0IhUKBFBvbmcSDQoFbm9uY2UYASABKAQitAEKCFBvc2l0aW9uEg4KBmpvYl9pZBgBIAEoCRIPCgdydW5uaW5nGAIgASgNEg0KBWFoZWFkGAMgASgNEhAKCGNhcGFjaXR5GAQgASgNEiYKA2V0YRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCgVzdGF0ZRgGIAEoDjIcLnNsb3Ricm9rZXIudjEuUG9zaXRpb25TdGF0ZRIRCgl3YWl0Z3JvdXAYByABKAkiUgoGUmVqZWN0Eg4KBmpvYl9pZBgBIAEoCRInCgRjb2RlGAIgASgOMhkuc2xvdGJyb2tlci52MS5SZWplY3RDb2RlEg8KB21lc3NhZ2UYAyABKAkipwIKB0pvYlNwZWMSDAoEYXJncxgBIAMoCRIsCgNlbnYYAiADKAsyHy5zbG90YnJva2VyLnYxLkpvYlNwZWMuRW52RW50cnkSKgoHdGltZW91dBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglzdGRpbl91cmwYBCABKAkSEgoKc3Rkb3V0X3VybBgFIAEoCRIyCgZsYWJlbHMYBiADKAsyIi5zbG90YnJva2VyLnYxLkpvYlNwZWMuTGFiZWxzRW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpwCCgdSZWNlaXB0EhYKCWV4aXRfY29kZRgBIAEoBUgAiAEBEg4KBnNpZ25hbBgCIAEoCRIrCghkdXJhdGlvbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhITCgtzdGRlcnJfbGluZRgEIAEoCRIVCg1zdGRvdXRfcHJlZml4GAUgASgMEhQKDHN0ZG91dF9ieXRlcxgGIAEoBBIXCg9zdGRvdXRfc3RyZWFtZWQYByABKAgSJwoFZXJyb3IYCCABKA4yGC5zbG90YnJva2VyLnYxLkVycm9yS2luZBIVCg1lcnJvcl9tZXNzYWdlGAkgASgJEhMKC2luc3RhbmNlX2lkGAogASgJQgwKCl9leGl0X2NvZGUiEgoQR2V0U3RhdHVzUmVxdWVzdCL0AgoRR2V0U3RhdHVzUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkSMgoKd2FpdGdyb3VwcxgCIAMoCzIeLnNsb3Ricm9rZXIudjEuV2FpdGdyb3VwU3RhdHVzEjQKC2Nvbm5lY3Rpb25zGAMgAygLMh8uc2xvdGJyb2tlci52MS5Db25uZWN0aW9uU3RhdHVzEkAKCHNlcnZpY2VzGAQgAygLMi4uc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXNwb25zZS5TZXJ2aWNlc0VudHJ5EhAKCGRyYWluaW5nGAUgASgIEi4KCnN0YXJ0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKBmxlZ2FjeRgHIAEoCzIbLnNsb3Ricm9rZXIudjEuTGVnYWN5U3RhdHVzGi8KDVNlcnZpY2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLAAgoMTGVnYWN5U3RhdHVzEhoKEnRva2Vuc19vdXRzdGFuZGluZxgBIAEoDRIVCg10b2tlbnNfaXNzdWVkGAIgASgEEhcKD3Rva2Vuc19yZWRlZW1lZBgDIAEoBBIWCg50b2tlbnNfZXhwaXJlZBgEIAEoBBIXCg90b2tlbnNfcmVsZWFzZWQYBSABKAQSHAoUcmVmdXNlZF93YW50c19wYXJrZWQYBiABKAQSFwoPcmVmdXNlZF9ub19zbG90GAcgASgEEh8KF3JlZnVzZWRfdW5rbm93bl9zZXJ2aWNlGAggASgEEhgKEHJlZnVzZWRfZHJhaW5pbmcYCSABKAQSGAoQdG9rZW5zX25vdF9mb3VuZBgKIAEoBBIUCgxqb2JzX3J1bm5pbmcYCyABKA0SEQoJam9ic19kb25lGAwgASgEIpICCg9XYWl0Z3JvdXBTdGF0dXMSDAoEbmFtZRgBIAEoCRIRCglwcm9jZXNzZXMYAiABKA0SDwoHcnVubmluZxgDIAEoDRIPCgdvZmZlcmVkGAQgASgNEgwKBGZyZWUYBSABKA0SDwoHd2FpdGluZxgGIAEoBBIqCgRib29rGAcgAygLMhwuc2xvdGJyb2tlci52MS5Qcmlvcml0eURlcHRoEhEKCWNvbXBsZXRlZBgIIAEoBBIvCgxtZWFuX3J1bnRpbWUYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoNbGVnYWN5X3Rva2VucxgKIAEoDRIWCg5sZWdhY3lfcnVubmluZxgLIAEoDSIwCg1Qcmlvcml0eURlcHRoEhAKCHByaW9yaXR5GAEgASgFEg0KBXdhbnRzGAIgASgEIo8CChBDb25uZWN0aW9uU3RhdHVzEhUKDWNvbm5lY3Rpb25faWQYASABKAkSFAoMcGVlcl9hZGRyZXNzGAIgASgJEhMKC2NsaWVudF9uYW1lGAMgASgJEjAKDGNvbm5lY3RlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMd2FudHNfcGFya2VkGAUgASgEEg4KBm9mZmVycxgGIAEoBBIOCgZncmFudHMYByABKAQSEAoIZGVjbGluZXMYCCABKAQSDwoHZXhwaXJlZBgJIAEoBBIPCgdyZWplY3RzGAogASgEEg8KB3J1bm5pbmcYCyABKA0SDAoEZG9uZRgMIAEoBCqCAQoNUG9zaXRpb25TdGF0ZRIeChpQT1NJVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEhkKFVBPU0lUSU9OX1NUQVRFX1BBUktFRBABEhoKFlBPU0lUSU9OX1NUQVRFX09GRkVSRUQQAhIaChZQT1NJVElPTl9TVEFURV9SVU5OSU5HEAMq5gEKClJlamVjdENvZGUSGwoXUkVKRUNUX0NPREVfVU5TUEVDSUZJRUQQABIfChtSRUpFQ1RfQ09ERV9VTktOT1dOX1NFUlZJQ0UQARIbChdSRUpFQ1RfQ09ERV9TVEFMRV9PRkZFUhACEh0KGVJFSkVDVF9DT0RFX0RVUExJQ0FURV9KT0IQAxIgChxSRUpFQ1RfQ09ERV9JTlZBTElEX0FSR1VNRU5UEAQSGAoUUkVKRUNUX0NPREVfRFJBSU5JTkcQBRIiCh5SRUpFQ1RfQ09ERV9SRVNPVVJDRV9FWEhBVVNURUQQBiqpAQoJRXJyb3JLaW5kEhoKFkVSUk9SX0tJTkRfVU5TUEVDSUZJRUQQABIWChJFUlJPUl9LSU5EX1RJTUVPVVQQARIVChFFUlJPUl9LSU5EX0tJTExFRBACEhsKF0VSUk9SX0tJTkRfU1BBV05fRkFJTEVEEAMSGgoWRVJST1JfS0lORF9QSVBFX0ZBSUxFRBAEEhgKFEVSUk9SX0tJTkRfQ0FOQ0VMTEVEEAUyrQEKDUJyb2tlclNlcnZpY2USTAoHQ29ubmVjdBIdLnNsb3Ricm9rZXIudjEuQ29ubmVjdFJlcXVlc3QaHi5zbG90YnJva2VyLnYxLkNvbm5lY3RSZXNwb25zZSgBMAESTgoJR2V0U3RhdHVzEh8uc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXF1ZXN0GiAuc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ConnectRequest is one frame from the fylr to the execserver.
@@ -844,6 +844,14 @@ export type GetStatusResponse = Message<"slotbroker.v1.GetStatusResponse"> & {
    * @generated from field: google.protobuf.Timestamp started_at = 6;
    */
   startedAt?: Timestamp | undefined;
+
+  /**
+   * The legacy token protocol (GET /token, PUT /job); unset when this execserver does not
+   * serve it.
+   *
+   * @generated from field: slotbroker.v1.LegacyStatus legacy = 7;
+   */
+  legacy?: LegacyStatus | undefined;
 };
 
 /**
@@ -852,6 +860,105 @@ export type GetStatusResponse = Message<"slotbroker.v1.GetStatusResponse"> & {
  */
 export const GetStatusResponseSchema: GenMessage<GetStatusResponse> = /*@__PURE__*/
   messageDesc(file_slotbroker_v1_broker, 18);
+
+/**
+ * LegacyStatus counts the pre-broker token protocol's traffic since start. Its slots are
+ * part of the waitgroups' figures (see WaitgroupStatus.legacy_tokens and legacy_running).
+ *
+ * @generated from message slotbroker.v1.LegacyStatus
+ */
+export type LegacyStatus = Message<"slotbroker.v1.LegacyStatus"> & {
+  /**
+   * Tokens issued and not yet redeemed, released or expired.
+   *
+   * @generated from field: uint32 tokens_outstanding = 1;
+   */
+  tokensOutstanding: number;
+
+  /**
+   * Tokens issued (GET /token answered 200).
+   *
+   * @generated from field: uint64 tokens_issued = 2;
+   */
+  tokensIssued: bigint;
+
+  /**
+   * Tokens redeemed by PUT /job.
+   *
+   * @generated from field: uint64 tokens_redeemed = 3;
+   */
+  tokensRedeemed: bigint;
+
+  /**
+   * Tokens whose TTL ran out unredeemed; each held a slot that long.
+   *
+   * @generated from field: uint64 tokens_expired = 4;
+   */
+  tokensExpired: bigint;
+
+  /**
+   * Tokens given back unused (DELETE /job).
+   *
+   * @generated from field: uint64 tokens_released = 5;
+   */
+  tokensReleased: bigint;
+
+  /**
+   * GET /token refused because wants of the waitgroup were parked in the book.
+   *
+   * @generated from field: uint64 refused_wants_parked = 6;
+   */
+  refusedWantsParked: bigint;
+
+  /**
+   * GET /token refused because no slot was free.
+   *
+   * @generated from field: uint64 refused_no_slot = 7;
+   */
+  refusedNoSlot: bigint;
+
+  /**
+   * GET /token for a service not served here.
+   *
+   * @generated from field: uint64 refused_unknown_service = 8;
+   */
+  refusedUnknownService: bigint;
+
+  /**
+   * GET /token refused while draining.
+   *
+   * @generated from field: uint64 refused_draining = 9;
+   */
+  refusedDraining: bigint;
+
+  /**
+   * PUT /job or DELETE /job with a token this instance does not hold ("token not found").
+   *
+   * @generated from field: uint64 tokens_not_found = 10;
+   */
+  tokensNotFound: bigint;
+
+  /**
+   * Legacy jobs running now.
+   *
+   * @generated from field: uint32 jobs_running = 11;
+   */
+  jobsRunning: number;
+
+  /**
+   * Legacy jobs finished since start.
+   *
+   * @generated from field: uint64 jobs_done = 12;
+   */
+  jobsDone: bigint;
+};
+
+/**
+ * Describes the message slotbroker.v1.LegacyStatus.
+ * Use `create(LegacyStatusSchema)` to create a new message.
+ */
+export const LegacyStatusSchema: GenMessage<LegacyStatus> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_broker, 19);
 
 /**
  * WaitgroupStatus describes one waitgroup's slots and book.
@@ -874,14 +981,14 @@ export type WaitgroupStatus = Message<"slotbroker.v1.WaitgroupStatus"> & {
   processes: number;
 
   /**
-   * Slots running a job.
+   * Slots running a job (legacy jobs included).
    *
    * @generated from field: uint32 running = 3;
    */
   running: number;
 
   /**
-   * Slots reserved by an outstanding offer.
+   * Slots reserved by an outstanding offer or legacy token.
    *
    * @generated from field: uint32 offered = 4;
    */
@@ -909,7 +1016,7 @@ export type WaitgroupStatus = Message<"slotbroker.v1.WaitgroupStatus"> & {
   book: PriorityDepth[];
 
   /**
-   * Jobs finished since start.
+   * Jobs finished since start (legacy jobs included).
    *
    * @generated from field: uint64 completed = 8;
    */
@@ -921,6 +1028,20 @@ export type WaitgroupStatus = Message<"slotbroker.v1.WaitgroupStatus"> & {
    * @generated from field: google.protobuf.Duration mean_runtime = 9;
    */
   meanRuntime?: Duration | undefined;
+
+  /**
+   * Of `offered`: slots held by an unredeemed legacy token.
+   *
+   * @generated from field: uint32 legacy_tokens = 10;
+   */
+  legacyTokens: number;
+
+  /**
+   * Of `running`: slots running a job of the legacy token protocol.
+   *
+   * @generated from field: uint32 legacy_running = 11;
+   */
+  legacyRunning: number;
 };
 
 /**
@@ -928,7 +1049,7 @@ export type WaitgroupStatus = Message<"slotbroker.v1.WaitgroupStatus"> & {
  * Use `create(WaitgroupStatusSchema)` to create a new message.
  */
 export const WaitgroupStatusSchema: GenMessage<WaitgroupStatus> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 19);
+  messageDesc(file_slotbroker_v1_broker, 20);
 
 /**
  * PriorityDepth is the number of wants parked at one priority.
@@ -956,7 +1077,7 @@ export type PriorityDepth = Message<"slotbroker.v1.PriorityDepth"> & {
  * Use `create(PriorityDepthSchema)` to create a new message.
  */
 export const PriorityDepthSchema: GenMessage<PriorityDepth> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 20);
+  messageDesc(file_slotbroker_v1_broker, 21);
 
 /**
  * ConnectionStatus describes one broker stream and what it has been granted.
@@ -1054,7 +1175,7 @@ export type ConnectionStatus = Message<"slotbroker.v1.ConnectionStatus"> & {
  * Use `create(ConnectionStatusSchema)` to create a new message.
  */
 export const ConnectionStatusSchema: GenMessage<ConnectionStatus> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 21);
+  messageDesc(file_slotbroker_v1_broker, 22);
 
 /**
  * PositionState tells where a job stands at the execserver.

@@ -10,7 +10,7 @@
 //   destroys it, so the receiver sees an aborted body.
 // - when the job is over, whatever is left in its process group is SIGKILLed.
 export { createRunJob, runJob, type RunnerOptions } from "./run-job.js";
-export type { RunJob, RunRequest } from "./types.js";
+export type { RunJob, RunRequest, StdoutSink } from "./types.js";
 export { childEnv, FALLBACK_PATH } from "./child-env.js";
 export { StdoutBuffer, STDOUT_BUFFER_LIMIT, type StdoutStep } from "./stdout-buffer.js";
 export { LastLineTracker, STDERR_LINE_LIMIT, capUtf8 } from "./stderr-line.js";

@@ -9,7 +9,8 @@ import { LastLineTracker } from "./stderr-line.js";
 import { pipeStdin, type StdinPipe } from "./stdin-pipe.js";
 import { StdoutBuffer } from "./stdout-buffer.js";
 import { StdoutUpload } from "./stdout-upload.js";
-import type { RunRequest } from "./types.js";
+import { pipeStdinStream, StreamSink } from "./stream-stdio.js";
+import type { RunRequest, StdoutSink } from "./types.js";
 
 /** Default delay between SIGTERM and SIGKILL. */
 export const DEFAULT_KILL_GRACE_MS = 2000;
@@ -26,7 +27,7 @@ export class RunningJob {
   readonly #group: ProcessGroup;
   readonly #stdout = new StdoutBuffer();
   readonly #stderr = new LastLineTracker();
-  readonly #upload: StdoutUpload | undefined;
+  readonly #upload: StdoutSink | undefined;
   #stdin: StdinPipe | undefined;
   #failure: JobFailure | undefined;
 
@@ -36,7 +37,8 @@ export class RunningJob {
     this.#log = log;
     this.#group = new ProcessGroup(child.pid!, request.killGraceMs ?? DEFAULT_KILL_GRACE_MS, () => this.#abandonPipes());
     const stdoutUrl = request.stdoutUrl ? parsePipeUrl(request.stdoutUrl) : undefined;
-    this.#upload = stdoutUrl && new StdoutUpload(stdoutUrl, (message) => this.fail(ErrorKind.PIPE_FAILED, message));
+    const onFail = (message: string): void => this.fail(ErrorKind.PIPE_FAILED, message);
+    this.#upload = stdoutUrl ? new StdoutUpload(stdoutUrl, onFail) : request.stdout && new StreamSink(request.stdout, onFail);
   }
 
   /** Records the job's failure (first one wins) and stops the process and its pipes. */
@@ -101,12 +103,17 @@ export class RunningJob {
     const stdin = this.#child.stdin;
     // Writes to a child that has exited fail with EPIPE; never let that crash the process.
     stdin.on("error", (err) => this.#log.debug({ err }, "child stdin error"));
+    const onFail = (message: string): void => this.fail(ErrorKind.PIPE_FAILED, message);
+    if (this.#request.stdin) {
+      this.#stdin = pipeStdinStream(this.#request.stdin, stdin, onFail, this.#log);
+      return;
+    }
     const url = this.#request.stdinUrl ? parsePipeUrl(this.#request.stdinUrl) : undefined;
     if (!url) {
       stdin.end();
       return;
     }
-    this.#stdin = pipeStdin(url, stdin, (message) => this.fail(ErrorKind.PIPE_FAILED, message), this.#log);
+    this.#stdin = pipeStdin(url, stdin, onFail, this.#log);
   }
 
   /**

@@ -1,3 +1,4 @@
+import type { Readable, Writable } from "node:stream";
 import type { Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 
 /** Everything the runner needs to run one job; built by the session from config + JobSpec. */
@@ -16,6 +17,13 @@ export interface RunRequest {
   readonly stdinUrl?: string;
   /** HTTP(S) URL to PUT stdout to (chunked) once it passes the 4000-byte buffer. */
   readonly stdoutUrl?: string;
+  /** stdin from a stream instead of a URL (the legacy transport's request body); read to its end. */
+  readonly stdin?: Readable;
+  /**
+   * stdout into a stream instead of a URL (the legacy transport's response): written once
+   * the output passes the 4000-byte buffer, destroyed on failure, never ended by the runner.
+   */
+  readonly stdout?: Writable;
   /** Directory under which the per-job temp working dir is made (default os.tmpdir()). */
   readonly tempRoot?: string;
   /** Aborting cancels the job: the process group is killed, the receipt says CANCELLED. */
@@ -24,3 +32,17 @@ export interface RunRequest {
 
 /** Runs one job to completion; never rejects — every failure is described in the Receipt. */
 export type RunJob = (request: RunRequest) => Promise<Receipt>;
+
+/** Where stdout goes once it outgrows the receipt buffer: the pipe upload or a caller's stream. */
+export interface StdoutSink {
+  /** True once the first byte went out (the output passed the buffer). */
+  readonly started: boolean;
+  /** True when a started sink was aborted instead of completed. */
+  readonly aborted: boolean;
+  /** Sends `data`; resolves when more may be written (backpressure). Dropped after a failure. */
+  write(data: Buffer): Promise<void>;
+  /** Completes a started sink after a clean success; failures go to the sink's onFail. */
+  finish(): Promise<void>;
+  /** Breaks a started sink off so the receiver sees an aborted body; idempotent. */
+  abort(reason: string): void;
+}
