@@ -51,7 +51,7 @@ async function token(base: string, service: string, headers: http.OutgoingHttpHe
 
 function put(base: string, tok: string, job: object | undefined, body: Buffer | string = "", headers: http.OutgoingHttpHeaders = {}): Promise<RawResponse> {
   const query = new URLSearchParams({ token: tok, ...(job ? { job: JSON.stringify(job) } : {}) });
-  return request("PUT", `${base}/job?${query}`, body, headers);
+  return request("PUT", `${base}/job?${query.toString()}`, body, headers);
 }
 
 function receiptOf(res: RawResponse): ReturnType<typeof decodeReceiptHeader> {
@@ -218,7 +218,7 @@ describe("legacy token protocol (execserver)", () => {
       const pidFile = join(dir, "pid");
       const tok = await token(server.legacyUrl!, "sh");
       const query = new URLSearchParams({ token: tok, job: JSON.stringify({ args: [`echo $$ > ${pidFile}; exec sleep 30`] }) });
-      const req = http.request(`${server.legacyUrl}/job?${query}`, { method: "PUT", agent: false });
+      const req = http.request(`${server.legacyUrl}/job?${query.toString()}`, { method: "PUT", agent: false });
       req.on("error", () => undefined);
       req.end();
       await eventually(() => expect(existsSync(pidFile) && readFileSync(pidFile, "utf8").trim()).to.match(/^\d+$/));
