@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import type * as grpc from "@grpc/grpc-js";
 import { JobSpecSchema } from "../gen/slotbroker/v1/broker_pb.js";
-import { Broker, compileBrokerConfig } from "../src/fylr/broker/index.js";
+import { Broker, brokerSlot, compileBrokerConfig } from "../src/fylr/broker/index.js";
 import { echoServerScript, openEchoStream, startChild } from "./lib/raw-grpc.js";
 import { emit } from "./lib/figure.js";
 
@@ -75,7 +75,7 @@ async function cycles(brokers: Broker[], ms: number): Promise<number> {
   await Promise.all(
     brokers.map(async (broker) => {
       while (Date.now() < deadline) {
-        const slot = await broker.acquire({ service: "noop" });
+        const slot = brokerSlot(await broker.acquire({ service: "noop" }));
         const receipt = await slot.start(spec);
         if (receipt.exitCode !== 0) throw new Error(`noop failed: ${receipt.errorMessage}`);
         count++;

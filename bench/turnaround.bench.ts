@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import { JobSpecSchema } from "../gen/slotbroker/v1/broker_pb.js";
-import { Broker, compileBrokerConfig, type BrokerConnection } from "../src/fylr/broker/index.js";
+import { Broker, brokerSlot, compileBrokerConfig, type BrokerConnection } from "../src/fylr/broker/index.js";
 import { echoServerScript, openEchoStream, startChild } from "./lib/raw-grpc.js";
 import { emit, nowUs, percentile } from "./lib/figure.js";
 
@@ -81,7 +81,7 @@ class Turnaround {
     const spec = create(JobSpecSchema, {});
     const conn = broker.pools()[0]!.connections()[0]!;
     while (this.wanted > 0) {
-      const slot = await broker.acquire({ service: "noop" });
+      const slot = brokerSlot(await broker.acquire({ service: "noop" }));
       if (this.wanted <= 0) {
         slot.decline();
         break;

@@ -86,6 +86,30 @@ export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker
     },
   });
   new Gauge({
+    name: "slotbroker_fylr_pool_transport",
+    help: "How each configured execserver address is reached: 1 for its transport (broker streams, or polling the old token protocol).",
+    labelNames: ["address", "transport"],
+    registers,
+    collect() {
+      this.reset();
+      for (const pool of broker.pools()) {
+        this.set({ address: pool.address, transport: "broker" }, pool.transport === "broker" ? 1 : 0);
+        this.set({ address: pool.address, transport: "polling" }, pool.transport === "polling" ? 1 : 0);
+      }
+    },
+  });
+  new Counter({
+    name: "slotbroker_fylr_polling_total",
+    help: "The polling fallback: GET /token requests sent and slots won by a token.",
+    labelNames: ["kind"],
+    registers,
+    collect() {
+      this.reset();
+      this.inc({ kind: "token_requests" }, broker.stats.tokenRequests);
+      this.inc({ kind: "slots" }, broker.stats.polled);
+    },
+  });
+  new Gauge({
     name: "slotbroker_fylr_instances",
     help: "Distinct execserver instances connected.",
     registers,

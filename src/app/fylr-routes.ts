@@ -32,7 +32,16 @@ export interface FylrStatusJson {
   /** The configured execserver addresses and the instances reached through them. */
   readonly execservers: {
     readonly addresses: readonly string[];
-    readonly instances: readonly { instanceId: string; address: string; capacity: number; clients: number; draining: boolean }[];
+    /** How each address is reached: "broker" streams, or "polling" its token protocol. */
+    readonly transports: Readonly<Record<string, string>>;
+    readonly instances: readonly {
+      instanceId: string;
+      address: string;
+      capacity: number;
+      clients: number;
+      draining: boolean;
+      transport: string;
+    }[];
   };
 }
 
@@ -56,12 +65,14 @@ export function statusRoute(dispatcher: Dispatcher, broker: Broker): RawRoute {
           })),
           execservers: {
             addresses: broker.config.addresses,
+            transports: Object.fromEntries(broker.pools().map((p) => [p.address, p.transport])),
             instances: broker.instances().map((i) => ({
               instanceId: i.instanceId,
               address: i.address,
               capacity: i.processes,
               clients: i.clients,
               draining: i.draining,
+              transport: i.transport,
             })),
           },
         };

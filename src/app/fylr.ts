@@ -195,9 +195,10 @@ function assemble(p: Parts): FylrHandle {
   };
 }
 
-// Undefined while no execserver is connected: then a submit cannot be checked.
+// Undefined while no execserver is connected, or one is polled (an address on the token
+// protocol announces no services): then a submit cannot be checked.
 function offeredServices(broker: Broker): ReadonlySet<string> | undefined {
   const instances = broker.instances();
-  if (instances.length === 0) return undefined;
+  if (instances.length === 0 || instances.some((i) => i.transport === "polling")) return undefined;
   return new Set(instances.flatMap((i) => Object.keys(i.services)));
 }

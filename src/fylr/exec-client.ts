@@ -6,7 +6,7 @@ import { Code, SlotbrokerError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { durationFromMs } from "../shared/proto-time.js";
 import { receiptSucceeded } from "../shared/receipt.js";
-import type { Broker, Slot } from "./broker/index.js";
+import type { Broker, PolledSlot, Slot } from "./broker/index.js";
 import { BufferCollector, ForwardingSink } from "./exec-client-sinks.js";
 import { pipeUrls } from "./http/pipe-urls.js";
 import type { PipeHandle, PipeRegistry } from "./pipes/index.js";
@@ -63,8 +63,12 @@ export interface RunOptions {
 export interface StartedJob {
   readonly jobId: string;
   readonly instanceId: string;
+  /** The in-pipe's URL; undefined without stdin, or when the job went by the token protocol. */
   readonly stdinUrl: string | undefined;
+  /** The out-pipe's URL; for the token protocol, the PUT /job URL's origin and path. */
   readonly stdoutUrl: string;
+  /** How the slot was won: a broker OFFER, or polling the address's token protocol. */
+  readonly transport: "broker" | "polling";
 }
 
 /** What a finished exec call produced. */
@@ -106,13 +110,21 @@ export class ExecClient {
   async run(options: RunOptions): Promise<RunResult> {
     const controller = linkedAbortController(options.signal);
     const signal = controller.signal;
-    const slot = await this.options.broker.acquire({
+    const acquired = await this.options.broker.acquire({
       service: options.service,
       priority: options.priority,
       signal,
       connectTimeoutMs: options.connectTimeoutMs,
       onPosition: options.onPosition,
     });
+    if (acquired.transport === "polling") {
+      try {
+        return await this.runPolled(acquired, options, signal);
+      } finally {
+        controller.abort();
+      }
+    }
+    const slot: Slot = acquired;
     const collector = options.stdout ? undefined : new BufferCollector(options.maxStdoutBytes);
     const target = options.stdout ?? collector!;
     let inPipe: PipeHandle | undefined;
@@ -131,7 +143,7 @@ export class ExecClient {
         stdoutUrl: urls.out!,
         labels: { ...options.labels },
       });
-      const started: StartedJob = { jobId: slot.jobId, instanceId: slot.instanceId, stdinUrl: urls.in, stdoutUrl: urls.out! };
+      const started: StartedJob = { jobId: slot.jobId, instanceId: slot.instanceId, stdinUrl: urls.in, stdoutUrl: urls.out!, transport: "broker" };
       const receiptPromise = slot.start(spec, signal);
       options.onStart?.(started);
       const receipt = await receiptPromise;
@@ -145,6 +157,32 @@ export class ExecClient {
       throw err;
     } finally {
       controller.abort();
+    }
+  }
+
+  // The token protocol: stdin is the PUT's body, stdout its response; the execserver holds
+  // back output up to 4000 bytes and breaks a failed stream off, so there is nothing to
+  // settle here. A broken-off response or "token not found" rejects (a failed attempt).
+  private async runPolled(slot: PolledSlot, options: RunOptions, signal: AbortSignal): Promise<RunResult> {
+    const collector = options.stdout ? undefined : new BufferCollector(options.maxStdoutBytes);
+    const target = options.stdout ?? collector!;
+    const started: StartedJob = {
+      jobId: slot.jobId,
+      instanceId: slot.instanceId,
+      stdinUrl: undefined,
+      stdoutUrl: new URL("job", slot.endpoint.url).href,
+      transport: "polling",
+    };
+    try {
+      const job = { args: options.args, env: options.env, timeoutMs: options.timeoutMs, labels: options.labels };
+      const receiptPromise = slot.run(job, options.stdin, target, signal);
+      options.onStart?.(started);
+      const receipt = await receiptPromise;
+      return { ...started, receipt, stdout: collector?.toBuffer(), stdoutError: undefined };
+    } catch (err) {
+      if (slot.state === "granted") slot.decline();
+      this.logger.info({ jobId: slot.jobId, address: slot.address, err: (err as Error).message }, "job by the token protocol failed");
+      throw err;
     }
   }
 

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { JobSpecSchema } from "../../gen/slotbroker/v1/broker_pb.js";
 import { compileExecserverConfig } from "../../src/execserver/index.js";
 import { startExecserver, type ExecserverHandle } from "../../src/app/execserver.js";
-import { BrokerConnection, NoSlotError, type ConnectionState } from "../../src/fylr/broker/index.js";
+import { BrokerConnection, NoSlotError, brokerSlot, type ConnectionState } from "../../src/fylr/broker/index.js";
 import { freePort } from "../../src/shared/embedded-postgres.js";
 import { Code, SlotbrokerError } from "../../src/shared/errors.js";
 import { spawnExecserver, waitFor } from "../support/execserver-process.js";
@@ -119,7 +119,7 @@ describe("fylr broker connection", function () {
     const broker = startBroker({ addresses: [server.grpcAddress] });
     try {
       await waitFor("ready", () => broker.instances()[0]?.capacity === 2);
-      const slot = await broker.acquire({ service: "sleep" });
+      const slot = brokerSlot(await broker.acquire({ service: "sleep" }));
       const running = slot.start(create(JobSpecSchema, { args: ["2"] }));
       await waitFor("the job to run", async () => (await server.status()).waitgroups[0]!.running === 1);
       server.child.kill("SIGTERM");
@@ -152,7 +152,7 @@ describe("fylr broker connection", function () {
     try {
       await waitFor("ready", () => broker.instances().length === 1);
       const conn = broker.pools()[0]!.connections()[0]!;
-      const busy = await broker.acquire({ service: "sleep" });
+      const busy = brokerSlot(await broker.acquire({ service: "sleep" }));
       const running = busy.start(create(JobSpecSchema, { args: ["30"] })).then(
         () => undefined,
         (e: unknown) => e,

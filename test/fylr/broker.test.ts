@@ -11,6 +11,7 @@ import {
 import type { ExecserverConfigInput } from "../../src/execserver/index.js";
 import {
   ConnectionLostError,
+  brokerSlot,
   NoSlotError,
   UnknownServiceError,
   channelzLocalAddress,
@@ -94,7 +95,7 @@ describe("fylr broker client against two execserver processes", function () {
     const broker = open({ addresses: [a.grpcAddress, b.grpcAddress], clientName: "race", unwantGrace: "300ms" });
     await ready(broker, 2);
     // Both execservers are idle, so both offer the one want at once: one wins.
-    const slot = await broker.acquire({ service: "noop" });
+    const slot = brokerSlot(await broker.acquire({ service: "noop" }));
     const receipt = await slot.start(jobSpec([]));
     expect(receipt.exitCode).to.equal(0);
     await waitFor("the loser's decline to show in GetStatus", async () => (await sum([a, b], "race", "declines")) === 1);
@@ -181,7 +182,7 @@ describe("fylr broker client against two execserver processes", function () {
     const broker = open({ addresses: [`127.0.0.1:${port}`, `localhost:${port}`], clientName: "twice" });
     await waitFor("both connections ready", () => broker.pools().every((p) => p.connections()[0]?.state === "ready"));
     expect(broker.instances().map((i) => i.instanceId)).to.deep.equal(["exec-a"]);
-    const slot = await broker.acquire({ service: "noop" });
+    const slot = brokerSlot(await broker.acquire({ service: "noop" }));
     await slot.start(jobSpec([]));
     expect(await sum([a], "twice", "offers")).to.equal(1);
     expect(broker.stats.declined).to.equal(0);
@@ -226,7 +227,7 @@ describe("fylr broker client against two execserver processes", function () {
         const err = await running;
         expect(err).to.be.instanceOf(ConnectionLostError);
         expect((err as Error).message).to.match(/connection to execserver exec-r \(127\.0\.0\.1:\d+\) was lost while job \S+ was running/);
-        const slot: Slot = await parked;
+        const slot: Slot = brokerSlot(await parked);
         expect(slot.instanceId).to.equal("exec-r");
         expect((await slot.start(jobSpec([]))).exitCode).to.equal(0);
         expect(replica.broker.pools()[0]!.connections()[0]!.streams).to.be.at.least(2);

@@ -2,12 +2,15 @@ import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { readFileSync } from "node:fs";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import type { BrokerConfig } from "./config.js";
 import type { BrokerConnection } from "./connection.js";
 import { NoSlotError, UnknownServiceError, JobRejectedError } from "./errors.js";
-import { AddressPool, type BrokerInstance } from "./pool.js";
+import { PolledSlot } from "./polled-slot.js";
+import { TokenPolls } from "./token-polls.js";
+import { AddressPool, type BrokerInstance, type PoolPolling } from "./pool.js";
 import { RunningJobs } from "./running-jobs.js";
 import { Slot, emptyReceipt } from "./slot.js";
 import { RaceBook, WantRace } from "./want-race.js";
@@ -33,6 +36,10 @@ export interface BrokerStats {
   declined: number;
   /** Wants that gave up without an offer. */
   noSlot: number;
+  /** Slots won by polling an address's token protocol. */
+  polled: number;
+  /** GET /token requests sent while polling. */
+  tokenRequests: number;
 }
 
 /** The events a Broker emits. */
@@ -41,16 +48,23 @@ export interface BrokerEvents {
   instances: [];
 }
 
-// One acquisition: the pure race bookkeeping plus the promise and timers around it.
-class Acquisition extends WantRace<BrokerConnection> {
+/** A slot won either way: a broker OFFER, or a token from an address that is polled. */
+export type AcquiredSlot = Slot | PolledSlot;
+
+/** One acquisition: the pure race bookkeeping plus the promise and timers around it. */
+export class Acquisition extends WantRace<BrokerConnection> {
   timer: NodeJS.Timeout | undefined;
   positionTimer: NodeJS.Timeout | undefined;
+  /** The next round of GET /token while some address is polled. */
+  pollTimer: NodeJS.Timeout | undefined;
+  /** True while a polling round is scheduled or running. */
+  polling = false;
   detach: (() => void) | undefined;
   constructor(
     jobId: string,
     service: string,
     priority: number,
-    readonly resolve: (slot: Slot) => void,
+    readonly resolve: (slot: AcquiredSlot) => void,
     readonly reject: (err: Error) => void,
     readonly onPosition: AcquireOptions["onPosition"],
   ) {
@@ -59,6 +73,7 @@ class Acquisition extends WantRace<BrokerConnection> {
   clearTimers(): void {
     clearTimeout(this.timer);
     clearInterval(this.positionTimer);
+    clearTimeout(this.pollTimer);
     this.detach?.();
   }
 }
@@ -73,12 +88,13 @@ type BrokerState = "idle" | "running" | "closed";
  */
 export class Broker extends EventEmitter<BrokerEvents> {
   readonly config: BrokerConfig;
-  readonly stats: BrokerStats = { accepted: 0, declined: 0, noSlot: 0 };
+  readonly stats: BrokerStats = { accepted: 0, declined: 0, noSlot: 0, polled: 0, tokenRequests: 0 };
   private state: BrokerState = "idle";
   private readonly logger: Logger;
   private readonly addressPools: AddressPool[];
   private readonly book = new RaceBook<BrokerConnection, Acquisition>();
   private readonly jobs = new RunningJobs();
+  private readonly polls: TokenPolls | undefined;
   // The connection each distinct instance is parked on; other connections to the same
   // instance (through another configured address) stay idle.
   private readonly primaries = new Map<string, BrokerConnection>();
@@ -97,12 +113,32 @@ export class Broker extends EventEmitter<BrokerEvents> {
     this.config = config;
     this.logger = (options.logger ?? silentLogger).child({ component: "broker" });
     const connection = { token: config.token, clientName: config.clientName, tls: config.tls, timings: config.timings };
+    const polling = (address: string): PoolPolling | undefined => {
+      const p = config.polling;
+      if (!p) return undefined;
+      const ca = config.tls?.caFile === undefined ? undefined : readFileSync(config.tls.caFile);
+      return { endpoint: { url: p.urls[address]!, token: config.token, ca }, parallel: p.parallel, reprobeMs: p.reprobeMs };
+    };
     this.addressPools = config.addresses.map(
-      (address) => new AddressPool({ address, connection, growth: config.growth, logger: options.logger }),
+      (address) => new AddressPool({ address, connection, growth: config.growth, polling: polling(address), logger: options.logger }),
     );
+    if (config.polling) {
+      this.polls = new TokenPolls({
+        pools: this.addressPools,
+        intervalMs: config.polling.intervalMs,
+        stats: this.stats,
+        won: (acq, pool, grant) => this.wonByToken(acq, pool, grant),
+        unknown: (acq) => this.unknownEverywhere(acq),
+        logger: this.logger,
+      });
+    }
     for (const pool of this.addressPools) {
       pool.on("connection", (conn) => this.wire(conn));
       pool.on("instances", () => this.instancesChanged());
+      pool.on("transport", (transport) => {
+        this.instancesChanged();
+        if (transport === "polling") for (const acq of this.book.all()) this.polls?.start(acq);
+      });
     }
   }
 
@@ -156,14 +192,14 @@ export class Broker extends EventEmitter<BrokerEvents> {
    * UnknownServiceError at once when connected execservers exist but none offers the
    * service, NoSlotError when no offer came within connectTimeout, or the signal's reason.
    */
-  acquire(options: AcquireOptions): Promise<Slot> {
+  acquire(options: AcquireOptions): Promise<AcquiredSlot> {
     if (this.state !== "running") return Promise.reject(new SlotbrokerError(Code.FailedPrecondition, `broker is ${this.state}`));
     // The common case skips the start-up wait without an extra turn of the event loop.
     if (this.isSettled()) return this.enqueue(options);
     return this.settled(options.signal).then(() => this.enqueue(options));
   }
 
-  private enqueue(options: AcquireOptions): Promise<Slot> {
+  private enqueue(options: AcquireOptions): Promise<AcquiredSlot> {
     if (options.signal?.aborted) return Promise.reject(options.signal.reason as Error);
     if (this.state !== "running") return Promise.reject(new SlotbrokerError(Code.Unavailable, "the broker client was closed"));
     const service = options.service;
@@ -175,11 +211,12 @@ export class Broker extends EventEmitter<BrokerEvents> {
       return Promise.reject(new UnknownServiceError(service, offered.sort(), ready.length));
     }
     const timeoutMs = options.connectTimeoutMs ?? this.config.connectTimeoutMs;
-    return new Promise<Slot>((resolve, reject) => {
+    return new Promise<AcquiredSlot>((resolve, reject) => {
       const jobId = `${this.jobPrefix}.${(++this.jobSerial).toString(36)}`;
       const acq = new Acquisition(jobId, service, options.priority ?? 0, resolve, reject, options.onPosition);
       this.book.add(acq);
       for (const conn of this.primaries.values()) if (conn.serves(service)) this.park(acq, conn);
+      this.polls?.start(acq);
       acq.timer = setTimeout(() => {
         const instances = acq.parkedOn.size;
         if (this.giveUp(acq)) {
@@ -216,9 +253,10 @@ export class Broker extends EventEmitter<BrokerEvents> {
     return Promise.resolve();
   }
 
-  // True unless instances are connected and none lists `service` (no allocation: this
-  // runs on every acquire).
+  // True unless instances are connected and none lists `service`, and no polled address
+  // may serve it (no allocation: this runs on every acquire).
   private listedAnywhere(service: string): boolean {
+    for (const pool of this.addressPools) if (pool.transport === "polling" && pool.mayServe(service)) return true;
     let connected = false;
     for (const conn of this.primaries.values()) {
       if (conn.state !== "ready") continue;
@@ -226,6 +264,24 @@ export class Broker extends EventEmitter<BrokerEvents> {
       if (conn.hello && service in conn.hello.services) return true;
     }
     return !connected;
+  }
+
+  // A polling round won a token while the acquisition was still parked.
+  private wonByToken(acq: Acquisition, pool: AddressPool, grant: PolledSlot["grant"]): void {
+    this.stats.polled++;
+    this.unwantLater(acq.end(), acq.jobId);
+    acq.clearTimers();
+    this.book.delete(acq);
+    acq.resolve(new PolledSlot(acq.jobId, acq.service, pool.address, pool.endpoint!, grant));
+  }
+
+  // Every polled address answered 404 for the service and no broker instance lists it.
+  private unknownEverywhere(acq: Acquisition): void {
+    if (this.listedAnywhere(acq.service) || !this.giveUp(acq)) return;
+    const ready = [...this.primaries.values()].filter((c) => c.state === "ready");
+    const offered = [...new Set(ready.flatMap((c) => Object.keys(c.hello?.services ?? {})))];
+    const polled = this.addressPools.filter((p) => p.transport === "polling").length;
+    acq.reject(new UnknownServiceError(acq.service, offered.sort(), ready.length + polled));
   }
 
   private park(acq: Acquisition, conn: BrokerConnection): void {
@@ -373,9 +429,7 @@ export class Broker extends EventEmitter<BrokerEvents> {
   // passed), "no connected execserver offers X" cannot be told from "not connected yet".
   private isSettled(): boolean {
     if (this.state !== "running" || Date.now() - this.startedAt >= this.config.startupGraceMs) return true;
-    return this.addressPools.every((pool) =>
-      pool.connections().some((c) => c.state === "ready" || c.lastError !== undefined),
-    );
+    return this.addressPools.every((pool) => pool.settled);
   }
 
   private async settled(signal: AbortSignal | undefined): Promise<void> {

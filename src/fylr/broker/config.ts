@@ -5,6 +5,18 @@ import { ConfigError } from "../../shared/errors.js";
 import type { BrokerTlsOptions, ConnectionTimings } from "./connection.js";
 import type { GrowthPolicy } from "./pool-policy.js";
 
+/** How the fylr treats an address that does not serve BrokerService. */
+export interface PollingPolicy {
+  /** Each waiting job asks each polling address for a token this often. */
+  readonly intervalMs: number;
+  /** How often a polling address is tried for BrokerService again. */
+  readonly reprobeMs: number;
+  /** Capacity assumed for a polling address (items this fylr works on through it at once). */
+  readonly parallel: number;
+  /** Base URL of each address's token protocol. */
+  readonly urls: Readonly<Record<string, URL>>;
+}
+
 /**
  * The `execserver` section of a fylr config: where the execservers are and how the broker
  * client behaves. Every duration has a unit; every key has a default but `addresses`.
@@ -46,6 +58,20 @@ export const brokerConfigSchema = z.strictObject({
   positionInterval: durationMs.prefault("2s"),
   /** Host put into pipe URLs instead of the connection's local address (NAT). */
   pipeHost: z.string().min(1).optional(),
+  /** An address that does not serve BrokerService is polled over the old token protocol. */
+  polling: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      /** Each waiting job asks each polling address for a token this often. */
+      interval: durationMs.prefault("1s"),
+      /** How often a polling address is tried for BrokerService again. */
+      reprobe: durationMs.prefault("10s"),
+      /** Items this fylr works on at once through one polling address (it announces no capacity). */
+      parallel: z.number().int().min(1).max(10_000).default(4),
+      /** Address → base URL of its token protocol; default http://ADDRESS (https:// with tls). */
+      urls: z.record(z.string(), z.url({ protocol: /^https?$/ })).default({}),
+    })
+    .prefault({}),
 });
 
 /** The raw `execserver` section as written in YAML. */
@@ -64,6 +90,8 @@ export interface BrokerConfig {
   readonly positionIntervalMs: number;
   readonly unwantGraceMs: number;
   readonly pipeHost: string | undefined;
+  /** Polling fallback for addresses without BrokerService; undefined when disabled. */
+  readonly polling: PollingPolicy | undefined;
 }
 
 /** Validates and compiles an `execserver` section; throws ConfigError naming the key. */
@@ -77,6 +105,7 @@ export function compileBrokerConfig(raw: unknown, source = "execserver"): Broker
     throw new ConfigError(`${source}: reconnectMax: must not be less than reconnectInitial`);
   }
   if (new Set(c.addresses).size !== c.addresses.length) throw new ConfigError(`${source}: addresses: listed twice`);
+  const polling = compilePolling(c, source);
   return {
     addresses: c.addresses,
     token: c.token,
@@ -101,5 +130,20 @@ export function compileBrokerConfig(raw: unknown, source = "execserver"): Broker
     positionIntervalMs: c.positionInterval,
     unwantGraceMs: c.unwantGrace,
     pipeHost: c.pipeHost,
+    polling,
   };
+}
+
+function compilePolling(c: z.output<typeof brokerConfigSchema>, source: string): PollingPolicy | undefined {
+  const p = c.polling;
+  for (const [key, ms] of Object.entries({ interval: p.interval, reprobe: p.reprobe })) {
+    if (ms <= 0) throw new ConfigError(`${source}: polling.${key}: must be more than 0`);
+  }
+  for (const address of Object.keys(p.urls)) {
+    if (!c.addresses.includes(address)) throw new ConfigError(`${source}: polling.urls: "${address}" is not one of addresses`);
+  }
+  if (!p.enabled) return undefined;
+  const scheme = c.tls ? "https" : "http";
+  const urls = Object.fromEntries(c.addresses.map((a) => [a, new URL(p.urls[a] ?? `${scheme}://${a}/`)]));
+  return { intervalMs: p.interval, reprobeMs: p.reprobe, parallel: p.parallel, urls };
 }

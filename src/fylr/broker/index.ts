@@ -1,7 +1,7 @@
 // The fylr's broker client: connections, pools per address, slot acquisition.
 export { backoffDelay, type BackoffPolicy } from "./backoff.js";
-export { Broker, type AcquireOptions, type BrokerStats, type BrokerEvents } from "./broker.js";
-export { brokerConfigSchema, compileBrokerConfig, type BrokerConfig, type BrokerConfigInput } from "./config.js";
+export { Broker, type AcquireOptions, type AcquiredSlot, type BrokerStats, type BrokerEvents } from "./broker.js";
+export { brokerConfigSchema, compileBrokerConfig, type BrokerConfig, type BrokerConfigInput, type PollingPolicy } from "./config.js";
 export {
   BrokerConnection,
   defaultConnectionTimings,
@@ -20,7 +20,17 @@ export {
   udpLocalAddress,
   type LocalAddress,
 } from "./local-address.js";
-export { AddressPool, describeInstance, type AddressPoolOptions, type BrokerInstance, type PoolStats } from "./pool.js";
+export {
+  AddressPool,
+  describeInstance,
+  type AddressPoolOptions,
+  type BrokerInstance,
+  type PoolPolling,
+  type PoolStats,
+  type PoolTransport,
+} from "./pool.js";
 export { decideGrowth, isCovered, type GrowthDecision, type GrowthInput, type GrowthPolicy } from "./pool-policy.js";
-export { Slot, type SlotState } from "./slot.js";
+export { Slot, brokerSlot, type SlotState } from "./slot.js";
+export { PolledSlot, type PolledSlotState } from "./polled-slot.js";
+export { answersHttp1 } from "./http-probe.js";
 export { RaceBook, WantRace, type OfferVerdict, type RaceState } from "./want-race.js";

@@ -28,7 +28,7 @@ export interface GrowthInput {
 /** Why the pool did not grow, or that it should. */
 export type GrowthDecision =
   | { readonly grow: true }
-  | { readonly grow: false; readonly reason: "no-backpressure" | "covered" | "at-cap" | "rate-limited" | "pending" };
+  | { readonly grow: false; readonly reason: "no-backpressure" | "covered" | "at-cap" | "rate-limited" | "pending" | "polling" };
 
 /** True while a covered mark is still in force. */
 export function isCovered(input: Pick<GrowthInput, "now" | "coveredAt">, policy: Pick<GrowthPolicy, "reprobeMs">): boolean {

@@ -1,8 +1,31 @@
 import { EventEmitter } from "node:events";
 import type { Hello } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
+import type { TokenEndpoint } from "../legacy/token-http.js";
 import { BrokerConnection, type BrokerConnectionOptions } from "./connection.js";
+import { answersHttp1 } from "./http-probe.js";
 import { decideGrowth, isCovered, type GrowthDecision, type GrowthPolicy } from "./pool-policy.js";
+
+/**
+ * How a pool reaches its address: "broker" streams, or "polling" the old token protocol
+ * because the address does not serve BrokerService (UNIMPLEMENTED, an HTTP 404, or a plain
+ * HTTP/1 server). A polling pool re-probes for BrokerService and moves back when it answers.
+ */
+export type PoolTransport = "broker" | "polling";
+
+/** How a pool falls back to the token protocol. */
+export interface PoolPolling {
+  /** The address's token protocol. */
+  readonly endpoint: TokenEndpoint;
+  /** Capacity announced for the address while polling. */
+  readonly parallel: number;
+  /** How often a polling pool tries BrokerService again. */
+  readonly reprobeMs: number;
+}
+
+// A service an address answered 404 for is not polled there again for this long.
+const UNKNOWN_SERVICE_MS = 30_000;
 
 /** One execserver instance reached through the broker, as its latest HELLO describes it. */
 export interface BrokerInstance {
@@ -19,8 +42,10 @@ export interface BrokerInstance {
   /** HELLO.services: service → waitgroup. */
   readonly services: Readonly<Record<string, string>>;
   readonly draining: boolean;
-  /** Name of the connection that reaches it. */
+  /** Name of the connection that reaches it ("polling" for a polled address). */
   readonly connection: string;
+  /** How it is reached: broker streams, or polling its token protocol. */
+  readonly transport: PoolTransport;
 }
 
 /** Settings of one address pool. */
@@ -29,6 +54,8 @@ export interface AddressPoolOptions {
   /** Options for every connection of the pool (address, name and logger are set here). */
   readonly connection: Omit<BrokerConnectionOptions, "address" | "name" | "logger">;
   readonly growth: GrowthPolicy;
+  /** Fall back to polling when the address does not serve BrokerService; never when unset. */
+  readonly polling?: PoolPolling;
   readonly logger?: Logger;
 }
 
@@ -40,6 +67,10 @@ export interface PoolStats {
   grown: number;
   /** Connections closed because they reached an instance the pool already had. */
   duplicatesClosed: number;
+  /** Switches to polling (the address did not serve BrokerService). */
+  fallbacks: number;
+  /** Switches back to broker streams after a re-probe. */
+  recoveries: number;
 }
 
 /** The events an address pool emits. */
@@ -52,6 +83,8 @@ export interface AddressPoolEvents {
   instances: [];
   /** A connection reached an instance the pool already had and was closed. */
   duplicate: [instanceId: string];
+  /** The pool switched transport. */
+  transport: [transport: PoolTransport];
 }
 
 /**
@@ -62,7 +95,7 @@ export interface AddressPoolEvents {
  */
 export class AddressPool extends EventEmitter<AddressPoolEvents> {
   readonly address: string;
-  readonly stats: PoolStats = { opened: 0, grown: 0, duplicatesClosed: 0 };
+  readonly stats: PoolStats = { opened: 0, grown: 0, duplicatesClosed: 0, fallbacks: 0, recoveries: 0 };
   private readonly options: AddressPoolOptions;
   private readonly logger: Logger;
   private readonly members = new Set<BrokerConnection>();
@@ -71,6 +104,11 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
   private lastGrowthAt: number | undefined;
   private coveredAt: number | undefined;
   private serial = 0;
+  private transportValue: PoolTransport = "broker";
+  // An HTTP probe is deciding whether a failed connect means "old execserver".
+  private checking = false;
+  private reprobeTimer: NodeJS.Timeout | undefined;
+  private readonly unknownServices = new Map<string, number>();
   /** The latest growth decision, for status and tests. */
   lastDecision: GrowthDecision | undefined;
 
@@ -97,13 +135,52 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
     return [...this.members];
   }
 
+  /** Broker streams or polling. */
+  get transport(): PoolTransport {
+    return this.transportValue;
+  }
+
+  /** The token protocol endpoint, while polling. */
+  get endpoint(): TokenEndpoint | undefined {
+    return this.transportValue === "polling" ? this.options.polling?.endpoint : undefined;
+  }
+
+  /**
+   * True once the pool knows how it reaches its address: polling, a ready connection, or
+   * a failed one that is not being checked for an old execserver right now.
+   */
+  get settled(): boolean {
+    if (this.transportValue === "polling") return true;
+    return [...this.members].some((c) => c.state === "ready" || (c.lastError !== undefined && !this.checking));
+  }
+
+  /** True unless this polling address answered 404 for the service recently. */
+  mayServe(service: string, now = Date.now()): boolean {
+    const until = this.unknownServices.get(service);
+    if (until === undefined) return true;
+    if (until > now) return false;
+    this.unknownServices.delete(service);
+    return true;
+  }
+
+  /** The polling address answered 404 for the service: stop asking it for a while. */
+  markUnknown(service: string, now = Date.now()): void {
+    this.unknownServices.set(service, now + UNKNOWN_SERVICE_MS);
+  }
+
   /** True while the covered mark stops growth. */
   get covered(): boolean {
     return isCovered({ now: Date.now(), coveredAt: this.coveredAt }, this.options.growth);
   }
 
-  /** The distinct instances the pool's ready connections reach. */
+  /** The distinct instances the pool's ready connections reach (one stand-in while polling). */
   instances(): BrokerInstance[] {
+    const polling = this.options.polling;
+    if (this.transportValue === "polling" && polling) {
+      const p = polling.parallel;
+      const id = `polling:${this.address}`;
+      return [{ instanceId: id, address: this.address, capacity: p, processes: p, clients: 1, services: {}, draining: false, connection: "polling", transport: "polling" }];
+    }
     const out = new Map<string, BrokerInstance>();
     for (const conn of this.members) {
       const id = conn.instanceId;
@@ -118,11 +195,13 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
     if (this.abort.signal.aborted) return;
     this.abort.abort();
     clearInterval(this.tickTimer);
+    clearTimeout(this.reprobeTimer);
     for (const conn of [...this.members]) conn.close("broker pool closed");
   }
 
-  /** One growth decision now (also called by the tick). */
+  /** One growth decision now (also called by the tick); a polling pool does not grow. */
   tick(now = Date.now()): GrowthDecision {
+    if (this.transportValue === "polling") return (this.lastDecision = { grow: false, reason: "polling" });
     let oldest: number | undefined;
     let pending = 0;
     for (const conn of this.members) {
@@ -159,6 +238,9 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
     this.stats.opened++;
     conn.on("hello", (hello, first) => this.onHello(conn, hello, first));
     conn.on("state", (state, previous) => {
+      // Before the instances event, so listeners see the pool's new transport.
+      if (state === "ready" && this.transportValue === "polling") this.backToBroker(conn);
+      if (state === "backoff" && previous === "connecting") this.connectFailed(conn);
       if (state === "closed") {
         this.members.delete(conn);
         this.emit("removed", conn);
@@ -168,6 +250,56 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
     this.emit("connection", conn);
     conn.start();
     return conn;
+  }
+
+  // A stream failed before its HELLO. In broker mode that may be an old execserver:
+  // UNIMPLEMENTED (a gRPC server without BrokerService, or an HTTP 404) says so at once;
+  // UNAVAILABLE is checked with one plain HTTP request. While polling, the re-probe failed.
+  private connectFailed(conn: BrokerConnection): void {
+    const polling = this.options.polling;
+    if (!polling || this.abort.signal.aborted) return;
+    if (this.transportValue === "polling") {
+      conn.close("re-probe: the address still does not serve BrokerService");
+      this.scheduleReprobe();
+      return;
+    }
+    const code = conn.lastError instanceof SlotbrokerError ? conn.lastError.code : undefined;
+    if (code === Code.Unimplemented) return this.fallBack(conn.lastError!.message);
+    if (code !== Code.Unavailable || this.checking) return;
+    this.checking = true;
+    void answersHttp1(polling.endpoint.url, 2000, polling.endpoint.ca).then((http1) => {
+      this.checking = false;
+      const reached = [...this.members].some((c) => c.state === "ready");
+      if (http1 && !reached && this.transportValue === "broker" && !this.abort.signal.aborted) {
+        this.fallBack(`a plain HTTP server answers at ${polling.endpoint.url.origin}`);
+      } else this.emit("instances");
+    });
+  }
+
+  private fallBack(reason: string): void {
+    this.transportValue = "polling";
+    this.stats.fallbacks++;
+    this.logger.warn({ reason, url: this.options.polling!.endpoint.url.origin }, "address does not serve BrokerService; polling its token protocol");
+    for (const conn of [...this.members]) conn.close("the address does not serve BrokerService; polling instead");
+    this.scheduleReprobe();
+    this.emit("transport", "polling");
+    this.emit("instances");
+  }
+
+  private scheduleReprobe(): void {
+    clearTimeout(this.reprobeTimer);
+    this.reprobeTimer = setTimeout(() => {
+      this.reprobeTimer = undefined;
+      if (this.transportValue === "polling" && !this.abort.signal.aborted && this.members.size === 0) this.open();
+    }, this.options.polling!.reprobeMs);
+    this.reprobeTimer.unref();
+  }
+
+  private backToBroker(conn: BrokerConnection): void {
+    this.transportValue = "broker";
+    this.stats.recoveries++;
+    this.logger.info({ conn: conn.name }, "the address serves BrokerService again; polling stops");
+    this.emit("transport", "broker");
   }
 
   private onHello(conn: BrokerConnection, hello: Hello, first: boolean): void {
@@ -200,5 +332,6 @@ export function describeInstance(hello: Hello, address: string, connection: stri
     services: hello.services,
     draining: hello.draining,
     connection,
+    transport: "broker",
   };
 }

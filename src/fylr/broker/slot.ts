@@ -15,6 +15,8 @@ export type SlotState = "offered" | "started" | "declined";
  * job with `start` (before the offer expires) or give it back with `decline`.
  */
 export class Slot {
+  /** Tells this slot from a PolledSlot (the token protocol). */
+  readonly transport = "broker" as const;
   readonly jobId: string;
   readonly service: string;
   readonly connection: BrokerConnection;
@@ -99,4 +101,10 @@ export class Slot {
 /** An empty receipt, for a DONE that carried none. */
 export function emptyReceipt(): Receipt {
   return create(ReceiptSchema, {});
+}
+
+/** The slot as a broker Slot; throws for a slot won by polling (for callers that only dial brokers). */
+export function brokerSlot(slot: Slot | { readonly transport: "polling"; readonly jobId: string; readonly address: string }): Slot {
+  if (slot.transport === "broker") return slot;
+  throw new SlotbrokerError(Code.FailedPrecondition, `job ${slot.jobId}: the slot came from polling ${slot.address}, not from a broker offer`);
 }

@@ -1,0 +1,21 @@
+import http from "node:http";
+import https from "node:https";
+
+/**
+ * True when a plain HTTP/1.x server answers at `url` (any status): positive evidence that
+ * an address which failed a gRPC call is an old execserver rather than a dead one. A gRPC
+ * server (HTTP/2 only), a refused connection or silence within `timeoutMs` give false.
+ */
+export function answersHttp1(url: URL, timeoutMs = 2000, ca?: Buffer): Promise<boolean> {
+  return new Promise((resolve) => {
+    const send = url.protocol === "https:" ? https.request : http.request;
+    const req = send(url, { method: "GET", agent: false, timeout: timeoutMs, ...(ca ? { ca } : {}) }, (res) => {
+      res.resume();
+      req.destroy();
+      resolve(true);
+    });
+    req.on("timeout", () => req.destroy());
+    req.on("error", () => resolve(false));
+    req.end();
+  });
+}
