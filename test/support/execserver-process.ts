@@ -21,6 +21,8 @@ export interface ExecserverProcess {
   /** "127.0.0.1:PORT" of the gRPC listener; stays the same across restart(). */
   readonly grpcAddress: string;
   readonly adminAddress: string;
+  /** "127.0.0.1:PORT" of the legacy token protocol, when the config turns it on (as of the last start). */
+  readonly legacyAddress: string | undefined;
   readonly configPath: string;
   readonly child: ChildProcess;
   /** Everything the process wrote to stderr (logs), for failure messages. */
@@ -29,13 +31,16 @@ export interface ExecserverProcess {
   status(): Promise<GetStatusResponse>;
   /** Kills the process (SIGKILL by default: a crash) and waits for it to exit. */
   kill(signal?: NodeJS.Signals): Promise<void>;
-  /** Kills and starts it again on the same ports with the same config. */
-  restart(signal?: NodeJS.Signals): Promise<void>;
+  /** Kills and starts it again on the same ports with the same config (or `config`, same ports). */
+  restart(signal?: NodeJS.Signals, config?: SpawnExecserverConfig): Promise<void>;
 }
+
+/** The config of a spawned execserver; listen addresses default to free loopback ports. */
+export type SpawnExecserverConfig = Omit<ExecserverConfigInput, "listen" | "adminListen"> & { listen?: string; adminListen?: string };
 
 /** Starts an execserver child process; `config` is written to a YAML file in a temp dir. */
 export async function spawnExecserver(
-  config: Omit<ExecserverConfigInput, "listen" | "adminListen"> & { listen?: string; adminListen?: string },
+  config: SpawnExecserverConfig,
   options: { name?: string; startTimeoutMs?: number } = {},
 ): Promise<ExecserverProcess> {
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-exec-"));
@@ -47,6 +52,7 @@ export async function spawnExecserver(
   let child: ChildProcess;
   let log = "";
   let instanceId = "";
+  let legacyAddress: string | undefined;
 
   const start = async (): Promise<void> => {
     child = spawn(process.execPath, ["--import", "tsx", join(root, "src", "cli.ts"), "execserver", "--config", configPath], {
@@ -57,7 +63,9 @@ export async function spawnExecserver(
     child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
       log = (log + chunk).slice(-20_000);
     });
-    instanceId = (await waitForOutput(child, /^execserver (\S+) listening grpc=(\S+) admin=(\S+)$/m, { timeoutMs: options.startTimeoutMs ?? 30_000, context: () => log }))[1]!;
+    const banner = await waitForOutput(child, /^execserver (\S+) listening (.+)$/m, { timeoutMs: options.startTimeoutMs ?? 30_000, context: () => log });
+    instanceId = banner[1]!;
+    legacyAddress = /\blegacy=(\S+)/.exec(banner[2]!)?.[1];
   };
   await start();
 
@@ -75,6 +83,9 @@ export async function spawnExecserver(
     },
     grpcAddress: listen,
     adminAddress: adminListen,
+    get legacyAddress() {
+      return legacyAddress;
+    },
     configPath,
     get child() {
       return child;
@@ -82,8 +93,9 @@ export async function spawnExecserver(
     stderr: () => log,
     status: () => getStatus(listen, config.token),
     kill,
-    restart: async (signal) => {
+    restart: async (signal, next) => {
       await kill(signal);
+      if (next) writeFileSync(configPath, stringify({ ...next, listen, adminListen }));
       await start();
     },
   };

@@ -8,12 +8,16 @@ import { silentLogger, type Logger } from "../../shared/log.js";
 import type { BrokerConfig } from "./config.js";
 import type { BrokerConnection } from "./connection.js";
 import { NoSlotError, UnknownServiceError, JobRejectedError } from "./errors.js";
+import { Acquisition, type AcquiredSlot } from "./acquisition.js";
 import { PolledSlot } from "./polled-slot.js";
 import { TokenPolls } from "./token-polls.js";
 import { AddressPool, type BrokerInstance, type PoolPolling } from "./pool.js";
 import { RunningJobs } from "./running-jobs.js";
 import { Slot, emptyReceipt } from "./slot.js";
-import { RaceBook, WantRace } from "./want-race.js";
+
+export type { AcquiredSlot } from "./acquisition.js";
+import { UnwantQueue } from "./unwant-queue.js";
+import { RaceBook } from "./want-race.js";
 
 /** One request for a slot. */
 export interface AcquireOptions {
@@ -48,36 +52,6 @@ export interface BrokerEvents {
   instances: [];
 }
 
-/** A slot won either way: a broker OFFER, or a token from an address that is polled. */
-export type AcquiredSlot = Slot | PolledSlot;
-
-/** One acquisition: the pure race bookkeeping plus the promise and timers around it. */
-export class Acquisition extends WantRace<BrokerConnection> {
-  timer: NodeJS.Timeout | undefined;
-  positionTimer: NodeJS.Timeout | undefined;
-  /** The next round of GET /token while some address is polled. */
-  pollTimer: NodeJS.Timeout | undefined;
-  /** True while a polling round is scheduled or running. */
-  polling = false;
-  detach: (() => void) | undefined;
-  constructor(
-    jobId: string,
-    service: string,
-    priority: number,
-    readonly resolve: (slot: AcquiredSlot) => void,
-    readonly reject: (err: Error) => void,
-    readonly onPosition: AcquireOptions["onPosition"],
-  ) {
-    super(jobId, service, priority, Date.now());
-  }
-  clearTimers(): void {
-    clearTimeout(this.timer);
-    clearInterval(this.positionTimer);
-    clearTimeout(this.pollTimer);
-    this.detach?.();
-  }
-}
-
 type BrokerState = "idle" | "running" | "closed";
 
 /**
@@ -99,8 +73,7 @@ export class Broker extends EventEmitter<BrokerEvents> {
   // instance (through another configured address) stay idle.
   private readonly primaries = new Map<string, BrokerConnection>();
   private readonly settleWaiters = new Set<() => void>();
-  private readonly unwants: { conn: BrokerConnection; jobId: string; at: number }[] = [];
-  private unwantTimer: NodeJS.Timeout | undefined;
+  private readonly unwants: UnwantQueue;
   private snapshot: readonly BrokerInstance[] | undefined;
   private startedAt = 0;
   // Job ids: a random per-client prefix plus a counter. Unique among this client's jobs
@@ -112,6 +85,7 @@ export class Broker extends EventEmitter<BrokerEvents> {
     super();
     this.config = config;
     this.logger = (options.logger ?? silentLogger).child({ component: "broker" });
+    this.unwants = new UnwantQueue(config.unwantGraceMs);
     const connection = { token: config.token, clientName: config.clientName, tls: config.tls, timings: config.timings };
     const polling = (address: string): PoolPolling | undefined => {
       const p = config.polling;
@@ -246,8 +220,7 @@ export class Broker extends EventEmitter<BrokerEvents> {
     this.state = "closed";
     const err = new SlotbrokerError(Code.Unavailable, "the broker client was closed");
     for (const acq of [...this.book.all()]) if (this.giveUp(acq)) acq.reject(err);
-    clearTimeout(this.unwantTimer);
-    for (const { conn, jobId } of this.unwants.splice(0)) conn.unwant(jobId);
+    this.unwants.flushAll();
     for (const pool of this.addressPools) pool.close();
     for (const wake of this.settleWaiters) wake();
     return Promise.resolve();
@@ -256,8 +229,12 @@ export class Broker extends EventEmitter<BrokerEvents> {
   // True unless instances are connected and none lists `service`, and no polled address
   // may serve it (no allocation: this runs on every acquire).
   private listedAnywhere(service: string): boolean {
-    for (const pool of this.addressPools) if (pool.transport === "polling" && pool.mayServe(service)) return true;
     let connected = false;
+    for (const pool of this.addressPools) {
+      if (pool.transport !== "polling") continue;
+      if (pool.mayServe(service)) return true;
+      connected = true;
+    }
     for (const conn of this.primaries.values()) {
       if (conn.state !== "ready") continue;
       connected = true;
@@ -269,7 +246,7 @@ export class Broker extends EventEmitter<BrokerEvents> {
   // A polling round won a token while the acquisition was still parked.
   private wonByToken(acq: Acquisition, pool: AddressPool, grant: PolledSlot["grant"]): void {
     this.stats.polled++;
-    this.unwantLater(acq.end(), acq.jobId);
+    this.unwants.later(acq.end(), acq.jobId);
     acq.clearTimers();
     this.book.delete(acq);
     acq.resolve(new PolledSlot(acq.jobId, acq.service, pool.address, pool.endpoint!, grant));
@@ -295,34 +272,6 @@ export class Broker extends EventEmitter<BrokerEvents> {
     acq.clearTimers();
     this.book.delete(acq);
     return true;
-  }
-
-  // The losers' wants are withdrawn after a short grace (see unwantGrace in the config):
-  // one queue and one timer for all of them, flushed in order.
-  private unwantLater(conns: readonly BrokerConnection[], jobId: string): void {
-    if (conns.length === 0) return;
-    const grace = this.config.unwantGraceMs;
-    if (grace <= 0) {
-      for (const conn of conns) conn.unwant(jobId);
-      return;
-    }
-    const at = Date.now() + grace;
-    for (const conn of conns) this.unwants.push({ conn, jobId, at });
-    this.unwantTimer ??= setTimeout(() => this.flushUnwants(), grace);
-  }
-
-  private flushUnwants(): void {
-    this.unwantTimer = undefined;
-    const now = Date.now();
-    let due = 0;
-    while (due < this.unwants.length && this.unwants[due]!.at <= now) {
-      const { conn, jobId } = this.unwants[due++]!;
-      // A surplus offer that arrived meanwhile already took the want off this connection.
-      conn.unwant(jobId);
-    }
-    this.unwants.splice(0, due);
-    const next = this.unwants[0];
-    if (next) this.unwantTimer = setTimeout(() => this.flushUnwants(), Math.max(1, next.at - now));
   }
 
   private wire(conn: BrokerConnection): void {
@@ -358,7 +307,7 @@ export class Broker extends EventEmitter<BrokerEvents> {
       return;
     }
     this.stats.accepted++;
-    this.unwantLater(verdict.unwant, offer.jobId);
+    this.unwants.later(verdict.unwant, offer.jobId);
     acq.clearTimers();
     this.book.delete(acq);
     acq.resolve(new Slot(acq.service, conn, offer, this.jobs));

@@ -1,7 +1,8 @@
 import type { TokenGrant } from "../../shared/legacy-protocol.js";
 import type { Logger } from "../../shared/log.js";
 import { releaseToken, requestToken } from "../legacy/token-http.js";
-import type { Acquisition, BrokerStats } from "./broker.js";
+import type { Acquisition } from "./acquisition.js";
+import type { BrokerStats } from "./broker.js";
 import type { AddressPool } from "./pool.js";
 
 /** What the polling rounds need from the broker client. */
