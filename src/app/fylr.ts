@@ -6,7 +6,7 @@
 import type pg from "pg";
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
 import { Dispatcher, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
-import { Broker, ExecClient, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
+import { BrokerClient, ExecClient, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { brokerCapacity, execBackend } from "./exec-adapters.js";
 import { ExecserverLoad } from "./execserver-status.js";
@@ -40,7 +40,7 @@ export interface FylrHandle {
   /** "host:port" as bound. */
   readonly address: string;
   readonly dispatcher: Dispatcher;
-  readonly broker: Broker;
+  readonly broker: BrokerClient;
   readonly http: FylrHttpServer;
   readonly state: FylrState;
   /**
@@ -63,7 +63,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
   const cleanup: (() => unknown)[] = [() => pool.end()];
   try {
     await migrate(pool, { logger });
-    const broker = new Broker(config.broker, { logger });
+    const broker = new BrokerClient(config.broker, { logger });
     cleanup.unshift(() => broker.close());
     const pipes = new PipeRegistry({ logger });
     cleanup.unshift(() => pipes.close());
@@ -130,7 +130,7 @@ interface Parts {
   readonly config: FylrConfig;
   readonly log: Logger;
   readonly pool: pg.Pool;
-  readonly broker: Broker;
+  readonly broker: BrokerClient;
   readonly pipes: PipeRegistry;
   readonly load: ExecserverLoad;
   readonly shutdown: AbortController;
@@ -196,7 +196,7 @@ function assemble(p: Parts): FylrHandle {
 }
 
 // Undefined while no execserver is connected: then a submit cannot be checked.
-function offeredServices(broker: Broker): ReadonlySet<string> | undefined {
+function offeredServices(broker: BrokerClient): ReadonlySet<string> | undefined {
   const instances = broker.instances();
   if (instances.length === 0) return undefined;
   return new Set(instances.flatMap((i) => Object.keys(i.services)));

@@ -20,7 +20,7 @@ import { addHealth, addReflection, bindServer, toGrpcError } from "../shared/grp
 import type { Logger } from "../shared/log.js";
 import { AdminServer } from "./admin-server.js";
 import { BearerAuth } from "./auth.js";
-import { Broker } from "./broker.js";
+import { BrokerCore } from "./broker-core.js";
 import type { ExecserverConfig } from "./config.js";
 import { BrokerIo } from "./effects.js";
 import { limits } from "./limits.js";
@@ -61,7 +61,7 @@ const capabilities = ["query", "position-eta"];
  * listener and the broker core, with a checked lifecycle and graceful/forceful shutdown.
  */
 export class Execserver implements SessionHost {
-  readonly broker: Broker;
+  readonly broker: BrokerCore;
   readonly metrics: ExecserverMetrics;
   readonly admin: AdminServer;
   readonly startedAt = new Date();
@@ -100,7 +100,7 @@ export class Execserver implements SessionHost {
       now: () => this.now(),
       jobFinished: () => this.jobFinished(),
     });
-    this.broker = new Broker({ ...config, now: () => this.now() }, this.io);
+    this.broker = new BrokerCore({ ...config, now: () => this.now() }, this.io);
     this.metrics = new ExecserverMetrics(this.broker, config.instanceId);
     this.io.attach(this.broker, this.metrics);
     this.auth = new BearerAuth(config.token);

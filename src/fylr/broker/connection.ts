@@ -35,14 +35,14 @@ import {
 export { defaultConnectionTimings, type BrokerConnectionEvents, type BrokerConnectionOptions, type ConnectionTimings };
 export type { BrokerTlsOptions } from "./channel-setup.js";
 
-interface ParkedWant {
+interface WantEntry {
   readonly service: string;
   readonly priority: number;
   /** When the want was parked on this connection (Date.now()). */
   readonly parkedAt: number;
 }
 
-const BrokerClient = brokerClientConstructor();
+const BrokerStub = brokerClientConstructor();
 
 type ConnectCall = grpc.ClientDuplexStream<OutgoingFrame, ConnectResponse>;
 
@@ -63,7 +63,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
   private readonly options: BrokerConnectionOptions;
   private readonly timings: ConnectionTimings;
   private readonly logger: Logger;
-  private readonly parked = new Map<string, ParkedWant>();
+  private readonly parked = new Map<string, WantEntry>();
   private readonly running = new Set<string>();
   private readonly pings = new Pings();
   private client: grpc.Client | undefined;
@@ -219,7 +219,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     this.localAddressPromise = undefined;
     const { keepaliveTimeMs, keepaliveTimeoutMs } = this.timings;
     const tls = this.options.tls;
-    const client = new BrokerClient(this.address, channelCredentials(tls), channelOptions(keepaliveTimeMs, keepaliveTimeoutMs, tls));
+    const client = new BrokerStub(this.address, channelCredentials(tls), channelOptions(keepaliveTimeMs, keepaliveTimeoutMs, tls));
     this.client = client;
     const metadata = callMetadata(this.options.token, this.options.clientName);
     const call = (client as unknown as { connect(md: grpc.Metadata): ConnectCall }).connect(metadata);
