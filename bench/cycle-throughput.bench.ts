@@ -3,7 +3,7 @@
 // clients, one connection each) against one execserver (the real CLI, its own process) with
 // 50 slots of the builtin noop service. A cycle is two round trips, so the baseline is raw
 // grpc-js bidi round trips per second over 50 connections to an echo server in another
-// process, ÷ 2, measured in the same run in alternating blocks. Goal (BENCHMARKS.md): ≥ 0.5.
+// process, ÷ 2, measured in the same run in alternating blocks. Goal (bench/README.md): ≥ 0.5.
 //   npm run bench -- cycle-throughput
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

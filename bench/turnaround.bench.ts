@@ -6,7 +6,7 @@
 //   job_to_offer_p99_us    JOB of job n sent → OFFER of the next want (includes a full
 //                          round trip and the noop run: the slot's whole idle gap)
 // Baseline: a raw grpc-js bidi ping-pong round trip between two processes, measured in
-// the same run in alternating blocks. Goal (BENCHMARKS.md): p99 ≤ 2× raw.
+// the same run in alternating blocks. Goal (bench/README.md): p99 ≤ 2× raw.
 //   npm run bench -- turnaround
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

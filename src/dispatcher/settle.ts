@@ -78,7 +78,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
         const ok = await retrying(deps, log, "release", () => store.release(fence, config.noSlotDelayMs));
         if (!ok) return refused(deps, log, "no-slot requeue");
         counters.requeued += 1;
-        // Expected under load: the paper calls this "silent"; info, not a warning.
+        // Expected under load and not a fault: info, not a warning.
         log.info({ delayMs: config.noSlotDelayMs, reason: outcome.error.message }, "no slot in time; requeued with the attempt given back");
         return;
       }
