@@ -7,6 +7,7 @@ import type pg from "pg";
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
 import { Dispatcher, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
 import { BrokerClient, ExecClient, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
+import { Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { brokerCapacity, execBackend } from "./exec-adapters.js";
 import { ExecserverLoad } from "./execserver-status.js";
@@ -19,7 +20,7 @@ import { createPgPool } from "../shared/postgres.js";
 /** A fylr's lifecycle. */
 export type FylrState = "running" | "stopping" | "stopped";
 
-const transitions: Record<FylrState, readonly FylrState[]> = { running: ["stopping"], stopping: ["stopped"], stopped: [] };
+const transitions = new Transitions<FylrState>("fylr", { running: ["stopping"], stopping: ["stopped"], stopped: [] });
 
 /** Options of startFylr. */
 export interface StartFylrOptions {
@@ -143,8 +144,7 @@ interface Parts {
 function assemble(p: Parts): FylrHandle {
   let state: FylrState = "running";
   const setState = (next: FylrState): void => {
-    if (!transitions[state].includes(next)) throw new Error(`fylr: illegal transition ${state} → ${next}`);
-    state = next;
+    state = transitions.check(state, next);
   };
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {

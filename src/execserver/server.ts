@@ -17,6 +17,7 @@ import { AbortReason } from "../shared/abort.js";
 import { isLoopbackHost, splitHostPort } from "../shared/config.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { addHealth, addReflection, bindServer, toGrpcError } from "../shared/grpc.js";
+import { Transitions } from "../shared/lifecycle.js";
 import type { Logger } from "../shared/log.js";
 import { AdminServer } from "./admin-server.js";
 import { BearerAuth } from "./auth.js";
@@ -33,12 +34,12 @@ import { serverServiceDefinition } from "./wire.js";
 /** Lifecycle of an execserver. */
 export type ExecserverState = "created" | "serving" | "draining" | "stopped";
 
-const transitions: Record<ExecserverState, readonly ExecserverState[]> = {
+const transitions = new Transitions<ExecserverState>("execserver", {
   created: ["serving", "stopped"],
   serving: ["draining", "stopped"],
   draining: ["stopped"],
   stopped: [],
-};
+});
 
 /** The health service names that flip to NOT_SERVING while draining. */
 export const healthServices = ["", BrokerService.typeName] as const;
@@ -250,10 +251,7 @@ export class Execserver implements SessionHost {
   }
 
   private setState(next: ExecserverState): void {
-    if (!transitions[this.stateValue].includes(next)) {
-      throw new SlotbrokerError(Code.Internal, `execserver: illegal transition ${this.stateValue} → ${next}`);
-    }
-    this.stateValue = next;
+    this.stateValue = transitions.check(this.stateValue, next);
   }
 
   private onConnect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {

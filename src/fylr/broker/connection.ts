@@ -11,7 +11,7 @@ import {
 } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
-import { backoffDelay } from "./backoff.js";
+import { retryDelayMs } from "../../shared/retry.js";
 import { callMetadata, channelCredentials, channelOptions, translateStreamError } from "./channel-setup.js";
 import {
   defaultConnectionTimings,
@@ -336,7 +336,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     if (this.current === "closed" || this.current === "backoff") return;
     const stable = this.current === "ready" && Date.now() - this.readySince >= STABLE_MS;
     this.failures = stable ? 0 : this.failures + 1;
-    const delay = backoffDelay(Math.max(0, this.failures - 1), this.timings.backoff);
+    const delay = retryDelayMs(this.timings.backoff, this.failures - 1);
     const level = this.failures > 3 ? "warn" : "info";
     this.logger[level]({ err: error.message, delayMs: delay, failures: this.failures }, "broker stream down; reconnecting");
     this.teardown(error);
