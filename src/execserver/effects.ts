@@ -8,13 +8,13 @@ import {
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
 import type { Logger } from "../shared/log.js";
-import { durationFromMs } from "../shared/proto-time.js";
 import type { BrokerCore, CoreEffects, JobRecord, OfferOutcome } from "./broker-core.js";
 import type { BuiltinService } from "./config.js";
 import type { CheckedJob } from "./limits.js";
 import type { ExecserverMetrics } from "./metrics.js";
 import { runJob as defaultRunJob, type RunJob } from "./runner/index.js";
 import { OfferEncoder } from "./wire.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** Options of the I/O side of the broker. */
 export interface EffectsOptions {
