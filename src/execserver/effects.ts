@@ -8,13 +8,13 @@ import {
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
 import type { Logger } from "../shared/log.js";
-import { durationFromMs } from "../shared/proto-time.js";
-import type { Broker, BrokerEffects, JobRecord, OfferOutcome } from "./broker.js";
+import type { BrokerCore, CoreEffects, JobRecord, OfferOutcome } from "./broker-core.js";
 import type { BuiltinService } from "./config.js";
 import type { CheckedJob } from "./limits.js";
 import type { ExecserverMetrics } from "./metrics.js";
 import { runJob as defaultRunJob, type RunJob } from "./runner/index.js";
 import { OfferEncoder } from "./wire.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** Options of the I/O side of the broker. */
 export interface EffectsOptions {
@@ -30,12 +30,12 @@ export interface EffectsOptions {
 }
 
 /**
- * The Broker's hands: sends OFFER/DONE frames, keeps the one timer that drives offer
+ * The BrokerCore's hands: sends OFFER/DONE frames, keeps the one timer that drives offer
  * expiry, starts jobs (runner or built-in) and turns their receipts into finish() + DONE.
  * The OFFER is written before any bookkeeping, so metrics never sit on the grant path.
  */
-export class BrokerIo implements BrokerEffects {
-  private broker: Broker | undefined;
+export class BrokerIo implements CoreEffects {
+  private broker: BrokerCore | undefined;
   private metrics: ExecserverMetrics | undefined;
   private readonly offers: OfferEncoder;
   private expiryTimer: NodeJS.Timeout | undefined;
@@ -46,7 +46,7 @@ export class BrokerIo implements BrokerEffects {
   }
 
   /** Connects the broker these effects serve and its metrics (both are made after this). */
-  attach(broker: Broker, metrics: ExecserverMetrics): void {
+  attach(broker: BrokerCore, metrics: ExecserverMetrics): void {
     this.broker = broker;
     this.metrics = metrics;
   }

@@ -4,7 +4,7 @@
 
 export { AdminServer, type AdminHandler } from "./admin-server.js";
 export type { RunJob } from "./runner/index.js";
-export { Broker, BrokerConnection, JobRecord, Waitgroup, type BrokerEffects, type JobState, type OfferOutcome } from "./broker.js";
+export { BrokerCore, ClientConnection, JobRecord, Waitgroup, type CoreEffects, type JobState, type OfferOutcome } from "./broker-core.js";
 export {
   builtinServices,
   compileExecserverConfig,

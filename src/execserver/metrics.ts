@@ -1,6 +1,6 @@
 import { performance } from "node:perf_hooks";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { Broker, OfferOutcome, Waitgroup } from "./broker.js";
+import type { BrokerCore, OfferOutcome, Waitgroup } from "./broker-core.js";
 import { IdleGaps } from "./idle-gaps.js";
 import type { LegacyTokens } from "./legacy/tokens.js";
 
@@ -32,7 +32,7 @@ export class ExecserverMetrics {
   private readonly framesCounter: Counter<"kind">;
   private readonly legacyRequests: Counter<"endpoint" | "code">;
 
-  constructor(broker: Broker, instanceId: string, legacy?: LegacyTokens) {
+  constructor(broker: BrokerCore, instanceId: string, legacy?: LegacyTokens) {
     this.registry.setDefaultLabels({ instance_id: instanceId });
     const registers = [this.registry];
     const wgs = [...broker.waitgroups.values()];

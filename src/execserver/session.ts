@@ -11,14 +11,14 @@ import {
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { toGrpcError } from "../shared/grpc.js";
 import type { Logger } from "../shared/log.js";
-import { durationFromMs } from "../shared/proto-time.js";
-import { BrokerConnection, type Broker, type FrameSink, type RejectInfo } from "./broker.js";
+import { ClientConnection, type BrokerCore, type FrameSink, type RejectInfo } from "./broker-core.js";
 import { limits } from "./limits.js";
 import { helloFrame } from "./wire.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** What a session needs from the server around it. */
 export interface SessionHost {
-  readonly broker: Broker;
+  readonly broker: BrokerCore;
   /** The current Hello content version; bumped when clients/services/draining change. */
   readonly helloVersion: number;
   /** The current Hello without peer_address, encoded (see wire.ts helloFrame). */
@@ -34,13 +34,13 @@ export interface SessionHost {
 type Lifecycle = "open" | "closed";
 
 /**
- * One broker stream: decodes frames into Broker calls and writes the answers. It holds no
+ * One broker stream: decodes frames into BrokerCore calls and writes the answers. It holds no
  * scheduling state of its own; a handler failure is logged and the frame dropped, so no
  * frame can take the stream, let alone the server, down.
  */
 export class Session implements FrameSink {
   /** The core's view of this stream. */
-  readonly connection: BrokerConnection;
+  readonly connection: ClientConnection;
   /** The Hello version this peer saw last. */
   helloVersion = -1;
   private state: Lifecycle = "open";
@@ -55,7 +55,7 @@ export class Session implements FrameSink {
     private readonly signal: AbortSignal,
   ) {
     const clientName = call.metadata.get("slotbroker-client")[0];
-    this.connection = new BrokerConnection(
+    this.connection = new ClientConnection(
       id,
       peerAddress(call.getPeer()),
       typeof clientName === "string" ? clientName.slice(0, 128) : "",
@@ -176,7 +176,7 @@ export class Session implements FrameSink {
       running: p.running,
       ahead: p.ahead,
       capacity: p.capacity,
-      eta: p.etaMs === undefined ? undefined : durationFromMs(p.etaMs),
+      eta: p.etaMs === undefined ? undefined : durationFromMs(Math.round(p.etaMs)),
     });
     this.send(create(ConnectResponseSchema, { frame: { case: "position", value } }));
   }

@@ -10,13 +10,13 @@ import {
   type GetStatusResponse,
   type WaitgroupState,
 } from "../../gen/slotbroker/v1/broker_pb.js";
-import { durationFromMs, timestampFromDate } from "../shared/proto-time.js";
-import type { Broker } from "./broker.js";
+import type { BrokerCore } from "./broker-core.js";
+import { durationFromMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { LegacyTokens } from "./legacy/index.js";
 
 /** The GetStatus snapshot of a broker. O(connections + classes), never the whole book. */
 export function buildStatus(
-  broker: Broker,
+  broker: BrokerCore,
   instanceId: string,
   services: Record<string, string>,
   startedAt: Date,
@@ -40,7 +40,7 @@ export function buildStatus(
         waiting: BigInt(wg.book.size),
         book: wg.book.depth().map((d) => create(PriorityDepthSchema, { priority: d.priority, wants: BigInt(d.wants) })),
         completed: BigInt(wg.ledger.completed),
-        meanRuntime: mean === undefined ? undefined : durationFromMs(mean),
+        meanRuntime: mean === undefined ? undefined : durationFromMs(Math.round(mean)),
         legacyTokens: counts?.tokens ?? 0,
         legacyRunning: counts?.running ?? 0,
       });
@@ -65,13 +65,13 @@ export function buildStatus(
 }
 
 /** The waitgroups part of a Hello. */
-export function helloWaitgroups(broker: Broker): WaitgroupState[] {
+export function helloWaitgroups(broker: BrokerCore): WaitgroupState[] {
   return [...broker.waitgroups.values()].map((wg) =>
     create(WaitgroupStateSchema, { name: wg.name, processes: wg.ledger.processes, running: wg.ledger.running, waiting: wg.book.size }),
   );
 }
 
-function legacyStatus(broker: Broker, legacy: LegacyTokens): LegacyStatus {
+function legacyStatus(broker: BrokerCore, legacy: LegacyTokens): LegacyStatus {
   const t = legacy.totals;
   let jobsDone = 0;
   for (const wg of broker.waitgroups.values()) jobsDone += legacy.countsOf(wg).done;

@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import type { ConnectResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import { Broker, BrokerConnection, type BrokerEffects, type JobRecord } from "../../src/execserver/broker.js";
+import { BrokerCore, ClientConnection, type CoreEffects, type JobRecord } from "../../src/execserver/broker-core.js";
 import { compileExecserverConfig } from "../../src/execserver/config.js";
 import { IdleGaps } from "../../src/execserver/idle-gaps.js";
 import { LegacyToken, LegacyTokens } from "../../src/execserver/legacy/index.js";
@@ -8,11 +8,11 @@ import { LegacyToken, LegacyTokens } from "../../src/execserver/legacy/index.js"
 // The token table on top of the broker core, with a hand-cranked clock: legacy tokens and
 // broker offers share one ledger, and a token never jumps a parked want.
 function setup(processes = 1): {
-  broker: Broker;
+  broker: BrokerCore;
   tokens: LegacyTokens;
   clock: { now: number };
   offers: string[];
-  conn: (id: string) => BrokerConnection;
+  conn: (id: string) => ClientConnection;
 } {
   const config = compileExecserverConfig(
     { waitgroups: { g: { processes }, h: { processes: 1 } }, services: { s: { waitgroup: "g", builtin: "noop" }, t: { waitgroup: "h", builtin: "noop" } } },
@@ -20,17 +20,17 @@ function setup(processes = 1): {
   );
   const clock = { now: 0 };
   const offers: string[] = [];
-  const fx: BrokerEffects = {
+  const fx: CoreEffects = {
     offered: (record: JobRecord) => offers.push(record.jobId),
     offerEnded: () => undefined,
     start: () => undefined,
     cancel: () => undefined,
   };
-  const broker = new Broker({ ...config, offerTimeoutMs: 1000, now: () => clock.now }, fx);
+  const broker = new BrokerCore({ ...config, offerTimeoutMs: 1000, now: () => clock.now }, fx);
   const tokens = new LegacyTokens(broker, { ttlMs: 10_000, now: () => clock.now });
   const sink = { send: (_frame: ConnectResponse | Uint8Array) => undefined };
-  const conn = (id: string): BrokerConnection => {
-    const c = new BrokerConnection(id, "127.0.0.1:1", "", new Date(), sink);
+  const conn = (id: string): ClientConnection => {
+    const c = new ClientConnection(id, "127.0.0.1:1", "", new Date(), sink);
     broker.connect(c);
     return c;
   };

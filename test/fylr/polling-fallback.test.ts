@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import * as grpc from "@grpc/grpc-js";
 import type { ExecserverConfigInput } from "../../src/execserver/index.js";
-import { PolledSlot, UnknownServiceError, type Broker, type BrokerConfigInput } from "../../src/fylr/index.js";
+import { PolledSlot, UnknownServiceError, type BrokerClient, type BrokerConfigInput } from "../../src/fylr/index.js";
 import { ConfigError } from "../../src/shared/errors.js";
 import { compileBrokerConfig } from "../../src/fylr/broker/config.js";
 import { release, track } from "../support/resources.js";
@@ -30,7 +30,7 @@ async function metric(server: ExecserverProcess, pattern: RegExp): Promise<numbe
   return total;
 }
 
-function transports(broker: Broker): string[] {
+function transports(broker: BrokerClient): string[] {
   return broker.pools().map((p) => p.transport);
 }
 

@@ -5,7 +5,7 @@ import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { freePort } from "../../src/shared/embedded-postgres.js";
-import { timestampFromDate } from "../../src/shared/proto-time.js";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";

@@ -1,4 +1,4 @@
-import type { Broker, Waitgroup } from "../broker.js";
+import type { BrokerCore, Waitgroup } from "../broker-core.js";
 import type { ServiceConfig } from "../config.js";
 import { exceedsBytes, limits } from "../limits.js";
 import { TokenSource } from "../slot-ledger.js";
@@ -89,7 +89,7 @@ export class LegacyTokens {
   private tail: LegacyToken | undefined = undefined;
 
   constructor(
-    private readonly broker: Broker,
+    private readonly broker: BrokerCore,
     private readonly options: LegacyTokensOptions,
   ) {
     for (const group of broker.waitgroups.values()) this.counts.set(group, { tokens: 0, running: 0, done: 0 });

@@ -1,11 +1,13 @@
 import type { Readable, Writable } from "node:stream";
 import type { Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { Transitions } from "../../shared/lifecycle.js";
 import type { TokenGrant } from "../../shared/legacy-protocol.js";
 import { releaseToken, runWithToken, type LegacyJob, type TokenEndpoint } from "../legacy/token-http.js";
 
 /** A polled slot's lifecycle: granted until the job is sent or the token given back. */
 export type PolledSlotState = "granted" | "started" | "released";
+
+const transitions = new Transitions<PolledSlotState>("polled slot", { granted: ["started", "released"], started: [], released: [] });
 
 /**
  * A slot won by polling an address that does not serve BrokerService: a token from its
@@ -63,9 +65,6 @@ export class PolledSlot {
   }
 
   private setState(next: PolledSlotState): void {
-    if (this.current !== "granted") {
-      throw new SlotbrokerError(Code.FailedPrecondition, `polled slot for job ${this.jobId} is already ${this.current}`);
-    }
-    this.current = next;
+    this.current = transitions.check(this.current, next);
   }
 }

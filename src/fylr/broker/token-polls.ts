@@ -2,7 +2,7 @@ import type { TokenGrant } from "../../shared/legacy-protocol.js";
 import type { Logger } from "../../shared/log.js";
 import { releaseToken, requestToken } from "../legacy/token-http.js";
 import type { Acquisition } from "./acquisition.js";
-import type { BrokerStats } from "./broker.js";
+import type { BrokerClientStats } from "./broker-client.js";
 import type { AddressPool } from "./pool.js";
 
 /** What the polling rounds need from the broker client. */
@@ -11,7 +11,7 @@ export interface TokenPollsOptions {
   readonly pools: readonly AddressPool[];
   /** One round per waiting acquisition this often. */
   readonly intervalMs: number;
-  readonly stats: BrokerStats;
+  readonly stats: BrokerClientStats;
   /** A token came while the acquisition was still parked. */
   readonly won: (acq: Acquisition, pool: AddressPool, grant: TokenGrant) => void;
   /** A polled address answered 404 for the acquisition's service. */

@@ -13,7 +13,7 @@ import {
   type LegacyErrorBody,
   type TokenGrant,
 } from "../../shared/legacy-protocol.js";
-import { durationFromMs } from "../../shared/proto-time.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 // The client half of the pre-broker token protocol: one GET /token, one PUT /job, one
 // DELETE /job. Every request opens its own connection (no keep-alive), as the old fylrs
@@ -130,7 +130,7 @@ export function jobJson(job: LegacyJob): string {
     args: [...(job.args ?? [])],
     env: { ...job.env },
     labels: { ...job.labels },
-    timeout: job.timeoutMs === undefined ? undefined : durationFromMs(job.timeoutMs),
+    timeout: job.timeoutMs === undefined ? undefined : durationFromMs(Math.round(job.timeoutMs)),
   });
   return toJsonString(JobSpecSchema, spec);
 }

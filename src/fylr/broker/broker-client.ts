@@ -33,7 +33,7 @@ export interface AcquireOptions {
 }
 
 /** Counters of the broker client, for status pages and tests. */
-export interface BrokerStats {
+export interface BrokerClientStats {
   /** Offers taken (first offer of a want). */
   accepted: number;
   /** Surplus offers declined at once (a want already won elsewhere, or withdrawn). */
@@ -46,8 +46,8 @@ export interface BrokerStats {
   tokenRequests: number;
 }
 
-/** The events a Broker emits. */
-export interface BrokerEvents {
+/** The events a BrokerClient emits. */
+export interface BrokerClientEvents {
   /** The reachable instances or one of their HELLOs changed. */
   instances: [];
 }
@@ -60,9 +60,9 @@ type BrokerState = "idle" | "running" | "closed";
  * one connection per distinct instance, the first OFFER wins, later ones are DECLINEd, the
  * rest UNWANTed.
  */
-export class Broker extends EventEmitter<BrokerEvents> {
+export class BrokerClient extends EventEmitter<BrokerClientEvents> {
   readonly config: BrokerConfig;
-  readonly stats: BrokerStats = { accepted: 0, declined: 0, noSlot: 0, polled: 0, tokenRequests: 0 };
+  readonly stats: BrokerClientStats = { accepted: 0, declined: 0, noSlot: 0, polled: 0, tokenRequests: 0 };
   private state: BrokerState = "idle";
   private readonly logger: Logger;
   private readonly addressPools: AddressPool[];
