@@ -1,6 +1,7 @@
-import { performance } from "node:perf_hooks";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { Events } from "../shared/events.js";
 import type { BrokerCore, OfferOutcome, Waitgroup } from "./broker-core.js";
+import type { ExecserverEvents } from "./events.js";
 import { IdleGaps } from "./idle-gaps.js";
 import type { LegacyTokens } from "./legacy/tokens.js";
 
@@ -11,9 +12,10 @@ const outcomes: readonly OfferOutcome[] = ["accepted", "declined", "expired", "w
 
 /**
  * Prometheus metrics of one execserver, in a registry of its own (several servers can
- * live in one process). Gauges read the broker at scrape time. Events on the grant path
- * are only appended to a buffer and folded into prom-client at scrape time (or when the
- * buffer fills), so an idle-slot grant pays a few array writes, not label hashing.
+ * live in one process). Gauges read the broker at scrape time; counters and the latency
+ * histogram follow the execserver's events. Events on the grant path are only appended to
+ * a buffer and folded into prom-client at scrape time (or when the buffer fills), so an
+ * idle-slot grant pays a few array writes, not label hashing.
  */
 export class ExecserverMetrics {
   /** The registry `/metrics` renders. */
@@ -32,7 +34,7 @@ export class ExecserverMetrics {
   private readonly framesCounter: Counter<"kind">;
   private readonly legacyRequests: Counter<"endpoint" | "code">;
 
-  constructor(broker: BrokerCore, instanceId: string, legacy?: LegacyTokens) {
+  constructor(broker: BrokerCore, instanceId: string, events: Events<ExecserverEvents>, now: () => number, legacy?: LegacyTokens) {
     this.registry.setDefaultLabels({ instance_id: instanceId });
     const registers = [this.registry];
     const wgs = [...broker.waitgroups.values()];
@@ -124,6 +126,16 @@ export class ExecserverMetrics {
       registers,
     });
     if (legacy) this.legacyGauges(legacy, wgs, registers);
+    events.on("offered", (record) => this.granted(record.group.name, (now() - record.wantedAt) / 1000));
+    events.on("offer:ended", (_record, o) => this.offerEnded(o));
+    events.on("job:started", (record) => this.slotTaken(record.group.name, now()));
+    events.on("job:done", (record) => {
+      this.jobDone(record.group.name);
+      this.slotFreed(record.group.name, now());
+    });
+    events.on("legacy:started", (token) => this.slotTaken(token.group.name, now()));
+    events.on("legacy:done", (token) => this.slotFreed(token.group.name, now()));
+    events.on("legacy:request", (endpoint, code) => this.legacyRequests.inc({ endpoint, code: String(code) }));
   }
 
   private legacyGauges(legacy: LegacyTokens, wgs: readonly Waitgroup[], registers: Registry[]): void {
@@ -176,20 +188,19 @@ export class ExecserverMetrics {
     this.pendingOutcomes.set(outcome, (this.pendingOutcomes.get(outcome) ?? 0) + 1);
   }
 
-  /** Counts a finished broker job; its slot is free. */
+  /** Counts a finished broker job. */
   jobDone(waitgroup: string): void {
     this.pendingDone.set(waitgroup, (this.pendingDone.get(waitgroup) ?? 0) + 1);
-    this.slotFreed(waitgroup);
   }
 
-  /** A slot of the waitgroup was freed by a finished job (broker or legacy). */
-  slotFreed(waitgroup: string): void {
-    this.gaps.get(waitgroup)?.freed(performance.now());
+  /** A slot of the waitgroup was freed at `now` by a finished job (broker or legacy). */
+  slotFreed(waitgroup: string, now: number): void {
+    this.gaps.get(waitgroup)?.freed(now);
   }
 
-  /** A job (broker or legacy) started running in the waitgroup: observes the slot's idle gap. */
-  slotTaken(waitgroup: string): void {
-    const gap = this.gaps.get(waitgroup)?.taken(performance.now());
+  /** A job (broker or legacy) started running in the waitgroup at `now`: observes the slot's idle gap. */
+  slotTaken(waitgroup: string, now: number): void {
+    const gap = this.gaps.get(waitgroup)?.taken(now);
     if (gap !== undefined) this.gapSeries.get(waitgroup)?.observe(gap / 1000);
   }
 
@@ -198,10 +209,6 @@ export class ExecserverMetrics {
     this.frames.set(kind, (this.frames.get(kind) ?? 0) + 1);
   }
 
-  /** Counts one request to the legacy token protocol. */
-  legacyRequest(endpoint: string, code: number): void {
-    this.legacyRequests.inc({ endpoint, code: String(code) });
-  }
 
   /** Renders the registry in the Prometheus text format. */
   async render(): Promise<string> {

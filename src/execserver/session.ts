@@ -26,7 +26,7 @@ export interface SessionHost {
   /** The clock for grant latency and runtimes (ms, monotonic). */
   now(): number;
   /** Called once when the stream is gone. */
-  closed(session: Session): void;
+  closed(session: Session, reason: string): void;
   /** Counts a frame received (for the requests-per-job figures). */
   frameReceived(kind: string): void;
 }
@@ -111,7 +111,7 @@ export class Session implements FrameSink {
     try {
       this.host.broker.disconnect(this.connection);
     } finally {
-      this.host.closed(this);
+      this.host.closed(this, reason);
       try {
         this.call.end();
       } catch {

@@ -1,10 +1,13 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { performance } from "node:perf_hooks";
+import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../../shared/abort.js";
 import { INSTANCE_HEADER, TOKEN_PARAM, type LegacyErrorBody, type TokenGrant } from "../../shared/legacy-protocol.js";
 import type { Logger } from "../../shared/log.js";
 import type { BearerAuth } from "../auth.js";
-import type { ExecserverMetrics } from "../metrics.js";
+import type { Events } from "../../shared/events.js";
+import type { ExecserverEvents } from "../events.js";
+import { failedReceipt } from "../effects.js";
 import { runJob as defaultRunJob, type RunJob } from "../runner/index.js";
 import { parseLegacyJob, runLegacyJob } from "./job.js";
 import type { LegacyToken, LegacyTokens, TokenRefusalCode } from "./tokens.js";
@@ -15,7 +18,8 @@ export interface LegacyTransportOptions {
   readonly instanceId: string;
   readonly ttlMs: number;
   readonly auth: BearerAuth;
-  readonly metrics: ExecserverMetrics;
+  /** Where requests and legacy jobs are told (metrics listen). */
+  readonly events: Events<ExecserverEvents>;
   readonly logger: Logger;
   /** Runs command services; default: the process runner. */
   readonly runJob: RunJob | undefined;
@@ -53,9 +57,9 @@ export class LegacyTransport {
   handle(request: IncomingMessage, response: ServerResponse): Promise<void> | void {
     const url = new URL(request.url ?? "/", "http://legacy");
     const endpoint = url.pathname.startsWith("/token/") ? "token" : url.pathname === "/job" ? "job" : "other";
-    response.once("finish", () => this.options.metrics.legacyRequest(endpoint, response.statusCode));
+    response.once("finish", () => this.options.events.emit("legacy:request", endpoint, response.statusCode));
     response.once("close", () => {
-      if (!response.writableFinished) this.options.metrics.legacyRequest(endpoint, 499);
+      if (!response.writableFinished) this.options.events.emit("legacy:request", endpoint, 499);
     });
     if (!this.options.auth.checkHeader(request.headers.authorization)) {
       response.setHeader("www-authenticate", "Bearer");
@@ -132,10 +136,11 @@ export class LegacyTransport {
     const signal = AbortSignal.any([controller.signal, this.shutdown.signal]);
     this.running.add(controller);
     this.tokens.start(token);
-    this.options.metrics.slotTaken(token.group.name);
+    this.options.events.emit("legacy:started", token);
     const startedAt = performance.now();
+    let receipt: Receipt | undefined;
     try {
-      const receipt = await runLegacyJob({
+      receipt = await runLegacyJob({
         token,
         job,
         request,
@@ -151,7 +156,7 @@ export class LegacyTransport {
     } finally {
       this.running.delete(controller);
       this.tokens.finish(token, performance.now() - startedAt);
-      this.options.metrics.slotFreed(token.group.name);
+      this.options.events.emit("legacy:done", token, receipt ?? failedReceipt(ErrorKind.UNSPECIFIED, "the legacy job failed inside the execserver"));
       this.options.jobFinished();
     }
   }

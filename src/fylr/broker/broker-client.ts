@@ -1,9 +1,9 @@
 import { randomBytes } from "node:crypto";
-import { EventEmitter } from "node:events";
 import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { readFileSync } from "node:fs";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { Events } from "../../shared/events.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import type { BrokerConfig } from "./config.js";
 import type { BrokerConnection } from "./connection.js";
@@ -14,10 +14,11 @@ import { TokenPolls } from "./token-polls.js";
 import { AddressPool, type BrokerInstance, type PoolPolling } from "./pool.js";
 import { RunningJobs } from "./running-jobs.js";
 import { Slot, emptyReceipt } from "./slot.js";
-
-export type { AcquiredSlot } from "./acquisition.js";
+import type { BrokerClientEvents, BrokerClientStats } from "./events.js";
 import { UnwantQueue } from "./unwant-queue.js";
 import { RaceBook } from "./want-race.js";
+
+export type { AcquiredSlot } from "./acquisition.js";
 
 /** One request for a slot. */
 export interface AcquireOptions {
@@ -32,26 +33,6 @@ export interface AcquireOptions {
   readonly onPosition?: (position: Position, instanceId: string) => void;
 }
 
-/** Counters of the broker client, for status pages and tests. */
-export interface BrokerClientStats {
-  /** Offers taken (first offer of a want). */
-  accepted: number;
-  /** Surplus offers declined at once (a want already won elsewhere, or withdrawn). */
-  declined: number;
-  /** Wants that gave up without an offer. */
-  noSlot: number;
-  /** Slots won by polling an address's token protocol. */
-  polled: number;
-  /** GET /token requests sent while polling. */
-  tokenRequests: number;
-}
-
-/** The events a BrokerClient emits. */
-export interface BrokerClientEvents {
-  /** The reachable instances or one of their HELLOs changed. */
-  instances: [];
-}
-
 type BrokerState = "idle" | "running" | "closed";
 
 /**
@@ -60,8 +41,10 @@ type BrokerState = "idle" | "running" | "closed";
  * one connection per distinct instance, the first OFFER wins, later ones are DECLINEd, the
  * rest UNWANTed.
  */
-export class BrokerClient extends EventEmitter<BrokerClientEvents> {
+export class BrokerClient {
   readonly config: BrokerConfig;
+  /** Lifecycle events: connections up/down, wants parked, offers taken or declined, jobs done. */
+  readonly events: Events<BrokerClientEvents>;
   readonly stats: BrokerClientStats = { accepted: 0, declined: 0, noSlot: 0, polled: 0, tokenRequests: 0 };
   private state: BrokerState = "idle";
   private readonly logger: Logger;
@@ -82,9 +65,9 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
   private jobSerial = 0;
 
   constructor(config: BrokerConfig, options: { logger?: Logger } = {}) {
-    super();
     this.config = config;
     this.logger = (options.logger ?? silentLogger).child({ component: "broker" });
+    this.events = new Events((err, event) => this.logger.error({ err, event }, "a broker client event listener threw"));
     this.unwants = new UnwantQueue(config.unwantGraceMs);
     const connection = { token: config.token, clientName: config.clientName, tls: config.tls, timings: config.timings };
     const polling = (address: string): PoolPolling | undefined => {
@@ -110,6 +93,7 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
       pool.on("connection", (conn) => this.wire(conn));
       pool.on("instances", () => this.instancesChanged());
       pool.on("transport", (transport) => {
+        this.events.emit("pool:transport", pool.address, transport);
         this.instancesChanged();
         if (transport === "polling") for (const acq of this.book.all()) this.polls?.start(acq);
       });
@@ -146,8 +130,7 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
 
   /** Calls `listener` after the instance snapshot changed; returns the unsubscribe function. */
   subscribe(listener: () => void): () => void {
-    this.on("instances", listener);
-    return () => this.off("instances", listener);
+    return this.events.on("instances", listener);
   }
 
   /** Wants parked right now. */
@@ -195,6 +178,7 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
         const instances = acq.parkedOn.size;
         if (this.giveUp(acq)) {
           this.stats.noSlot++;
+          this.events.emit("want:no-slot", jobId, service);
           reject(new NoSlotError(service, timeoutMs, instances));
         }
       }, timeoutMs);
@@ -246,10 +230,12 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
   // A polling round won a token while the acquisition was still parked.
   private wonByToken(acq: Acquisition, pool: AddressPool, grant: PolledSlot["grant"]): void {
     this.stats.polled++;
-    this.unwants.later(acq.end(), acq.jobId);
+    this.unwants.add(acq.end(), acq.jobId);
     acq.clearTimers();
     this.book.delete(acq);
-    acq.resolve(new PolledSlot(acq.jobId, acq.service, pool.address, pool.endpoint!, grant));
+    const slot = new PolledSlot(acq.jobId, acq.service, pool.address, pool.endpoint!, grant);
+    this.events.emit("token:won", slot);
+    acq.resolve(slot);
   }
 
   // Every polled address answered 404 for the service and no broker instance lists it.
@@ -262,7 +248,9 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
   }
 
   private park(acq: Acquisition, conn: BrokerConnection): void {
-    if (acq.park(conn)) conn.want(acq.jobId, acq.service, acq.priority);
+    if (!acq.park(conn)) return;
+    conn.want(acq.jobId, acq.service, acq.priority);
+    this.events.emit("want:parked", acq.jobId, acq.service, conn);
   }
 
   // Ends a parked acquisition: UNWANT everywhere. False when it was already over.
@@ -276,8 +264,14 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
 
   private wire(conn: BrokerConnection): void {
     conn.on("offer", (offer) => this.onOffer(conn, offer));
-    conn.on("done", (done) => this.jobs.done(conn, done.jobId, done.receipt, emptyReceipt));
-    conn.on("lost", (jobIds, err) => this.jobs.lost(conn, jobIds, err));
+    conn.on("done", (done) => {
+      const receipt = this.jobs.done(conn, done.jobId, done.receipt, emptyReceipt);
+      if (receipt) this.events.emit("job:done", done.jobId, receipt);
+    });
+    conn.on("lost", (jobIds, err) => {
+      this.jobs.lost(conn, jobIds, err);
+      this.events.emit("job:lost", jobIds, err);
+    });
     conn.on("reject", (reject) => this.onReject(conn, reject));
     conn.on("unparked", (jobIds) => {
       for (const jobId of jobIds) this.book.get(jobId)?.unpark(conn);
@@ -291,8 +285,13 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
       if (!first && this.primaries.get(conn.instanceId ?? "") === conn) this.placeAll(conn);
     });
     conn.on("state", (state, previous) => {
-      if (state === "ready") this.promote(conn);
-      else if (previous === "ready") this.demote(conn);
+      if (state === "ready") {
+        this.promote(conn);
+        this.events.emit("connection:up", conn, conn.instanceId!);
+      } else if (previous === "ready") {
+        this.demote(conn);
+        this.events.emit("connection:down", conn, conn.lastError);
+      }
       if (state !== "connecting") for (const wake of this.settleWaiters) wake();
     });
   }
@@ -304,13 +303,16 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
       // A surplus offer: the want already won elsewhere or was withdrawn. Free the slot now.
       this.stats.declined++;
       conn.decline(offer);
+      this.events.emit("offer:declined", offer.jobId, conn);
       return;
     }
     this.stats.accepted++;
-    this.unwants.later(verdict.unwant, offer.jobId);
+    this.unwants.add(verdict.unwant, offer.jobId);
     acq.clearTimers();
     this.book.delete(acq);
-    acq.resolve(new Slot(acq.service, conn, offer, this.jobs));
+    const slot = new Slot(acq.service, conn, offer, this.jobs);
+    this.events.emit("offer:accepted", slot);
+    acq.resolve(slot);
   }
 
   private onReject(conn: BrokerConnection, reject: Reject): void {
@@ -371,7 +373,7 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
 
   private instancesChanged(): void {
     this.snapshot = undefined;
-    this.emit("instances");
+    this.events.emit("instances");
   }
 
   // Start-up grace: until every pool reached an instance or failed once (or the grace

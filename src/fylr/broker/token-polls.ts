@@ -2,7 +2,7 @@ import type { TokenGrant } from "../../shared/legacy-protocol.js";
 import type { Logger } from "../../shared/log.js";
 import { releaseToken, requestToken } from "../legacy/token-http.js";
 import type { Acquisition } from "./acquisition.js";
-import type { BrokerClientStats } from "./broker-client.js";
+import type { BrokerClientStats } from "./events.js";
 import type { AddressPool } from "./pool.js";
 
 /** What the polling rounds need from the broker client. */
