@@ -86,3 +86,69 @@ function accepts(port: number): Promise<boolean> {
     socket.once("error", () => resolve(false));
   });
 }
+
+/** HAProxy with several TCP frontends, each round-robin over its own backends. */
+export interface HaproxyFrontends {
+  /** Frontend name → "127.0.0.1:PORT" to dial. */
+  readonly addresses: Readonly<Record<string, string>>;
+  readonly child: ChildProcess;
+  output(): string;
+}
+
+/**
+ * One HAProxy process (`mode tcp`, `balance roundrobin`, like startHaproxy) with a frontend
+ * per entry of `frontends` (name → backends), e.g. the gRPC ports and the legacy HTTP ports
+ * of the same execservers behind the same balancer.
+ */
+export async function startHaproxyFrontends(frontends: Readonly<Record<string, readonly string[]>>): Promise<HaproxyFrontends> {
+  const dir = mkdtempSync(join(tmpdir(), "slotbroker-haproxy-"));
+  const ports: Record<string, number> = {};
+  for (const name of Object.keys(frontends)) ports[name] = await freePort();
+  const config = [
+    "global",
+    "  maxconn 4096",
+    "defaults",
+    "  mode tcp",
+    "  timeout connect 2s",
+    "  timeout client 1h",
+    "  timeout server 1h",
+    "  option redispatch",
+    "  retries 2",
+    "  default-server check inter 200ms fall 2 rise 1",
+    ...Object.entries(frontends).flatMap(([name, backends]) => [
+      `frontend ${name}`,
+      `  bind 127.0.0.1:${ports[name]}`,
+      `  default_backend ${name}_backends`,
+      `backend ${name}_backends`,
+      "  balance roundrobin",
+      ...backends.map((backend, i) => `  server ${name}${i + 1} ${backend}`),
+    ]),
+    "",
+  ].join("\n");
+  const configPath = join(dir, "haproxy.cfg");
+  writeFileSync(configPath, config);
+  const child = spawn(requireTool("haproxy"), ["-db", "-f", configPath], { stdio: ["ignore", "pipe", "pipe"] });
+  let output = "";
+  const collect = (chunk: Buffer): void => {
+    output = (output + chunk.toString()).slice(-10_000);
+  };
+  child.stdout.on("data", collect);
+  child.stderr.on("data", collect);
+  const addresses = Object.fromEntries(Object.entries(ports).map(([name, port]) => [name, `127.0.0.1:${port}`]));
+  const handle: HaproxyFrontends = { addresses, child, output: () => output };
+  track(handle, `haproxy ${Object.values(addresses).join(", ")}`, async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise<void>((done) => child.once("exit", () => done()));
+      child.kill("SIGKILL");
+      await exited;
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+  for (const port of Object.values(ports)) {
+    await waitFor(`haproxy to listen on ${port}\n${output}`, () => {
+      if (child.exitCode !== null) throw new Error(`haproxy exited with ${child.exitCode}: ${output}`);
+      return accepts(port);
+    });
+  }
+  return handle;
+}

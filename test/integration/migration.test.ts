@@ -1,0 +1,185 @@
+// Migration from the token protocol, with real processes: `slotbroker execserver` children
+// (broker mode with the legacy port on, or legacy-only), `slotbroker fylr` children on a
+// real Postgres, the old polling client, and HAProxy in front of two replicas.
+import { expect } from "chai";
+import type pg from "pg";
+import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
+import type { FylrStatusJson } from "../../src/app/fylr-routes.js";
+import { LegacyClient, TokenNotFoundError, requestToken, runWithToken, type TokenAnswer } from "../../src/fylr/index.js";
+import { BufferCollector } from "../../src/fylr/exec-client-sinks.js";
+import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../support/execserver-process.js";
+import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
+import { startHaproxyFrontends } from "../support/haproxy.js";
+import { createTestDatabase } from "../support/postgres.js";
+import { release } from "../support/resources.js";
+import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
+
+async function metric(server: ExecserverProcess, pattern: RegExp): Promise<number> {
+  const text = await (await fetch(`http://${server.adminAddress}/metrics`)).text();
+  let total = 0;
+  for (const line of text.split("\n")) if (pattern.test(line)) total += Number(line.slice(line.lastIndexOf(" ") + 1));
+  return total;
+}
+
+async function fylrStatus(fylr: FylrProcess): Promise<FylrStatusJson> {
+  return (await (await fetch(`${fylr.url}/status.json`)).json()) as FylrStatusJson;
+}
+
+async function itemsDone(pool: pg.Pool): Promise<{ succeeded: number; other: number }> {
+  const r = await pool.query<{ state: string; n: number }>("SELECT state, count(*)::int AS n FROM queue_items GROUP BY state");
+  let succeeded = 0;
+  let other = 0;
+  for (const row of r.rows) row.state === "succeeded" ? (succeeded += row.n) : (other += row.n);
+  return { succeeded, other };
+}
+
+const services: SpawnExecserverConfig["services"] = {
+  sleep: { waitgroup: "w", command: ["sleep"] },
+  cat: { waitgroup: "w", command: ["cat"] },
+};
+
+describe("migration from the token protocol (real processes)", function () {
+  this.timeout(120_000);
+  let databaseUrl: string;
+  let pool: pg.Pool;
+  let execs: ExecserverProcess[] = [];
+  let fylrs: FylrProcess[] = [];
+  let replicas: FylrReplica[] = [];
+
+  before(async () => {
+    databaseUrl = await createTestDatabase("migration");
+  });
+  beforeEach(async () => {
+    pool = openPool(databaseUrl);
+    await pool.query("DROP TABLE IF EXISTS queue_items, fylrs, slotbroker_migrations CASCADE");
+  });
+  afterEach(async () => {
+    for (const replica of replicas) await stopReplica(replica);
+    await closeAll(...fylrs, ...execs, pool);
+    fylrs = [];
+    execs = [];
+    replicas = [];
+  });
+
+  it("an old polling client gets 503 while a new fylr has wants parked, and is served once the book is empty", async () => {
+    const exec = await spawnExecserver({ instanceId: "exec-both", waitgroups: { w: { processes: 2 } }, services, legacy: { enabled: true } });
+    execs.push(exec);
+    // Headroom enough to claim every item at once: 2 run, the other 6 park their wants.
+    const fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec.grpcAddress], { dispatcher: { headroom: 10 } }), "new-fylr");
+    fylrs.push(fylr);
+    await waitFor("the fylr connected", async () => (await exec.status()).connections.length === 1);
+    for (let i = 0; i < 8; i++) await fylr.client.submit({ calls: [{ service: "sleep", args: ["0.4"] }] });
+    await waitFor("wants parked", async () => Number((await exec.status()).waitgroups[0]!.waiting) > 0);
+
+    const endpoint = { url: new URL(`http://${exec.legacyAddress}`) };
+    const answers: { answer: TokenAnswer; waitingAfter: number }[] = [];
+    let grant: Extract<TokenAnswer, { kind: "token" }>["grant"] | undefined;
+    while (!grant) {
+      const answer = await requestToken(endpoint, "sleep");
+      const waitingAfter = Number((await exec.status()).waitgroups[0]!.waiting);
+      answers.push({ answer, waitingAfter });
+      if (answer.kind === "token") grant = answer.grant;
+      else await new Promise((r) => setTimeout(r, 100));
+    }
+    // The book only shrinks here (every item was claimed at once), so a GET followed by a
+    // non-empty book met a non-empty book: it must have been refused because of it.
+    const whileParked = answers.filter((a) => a.waitingAfter > 0);
+    expect(whileParked.length, JSON.stringify(answers.map((a) => a.answer))).to.be.at.least(3);
+    for (const { answer } of whileParked) expect(answer).to.deep.include({ kind: "busy", reason: "wants-parked" });
+    expect(answers.at(-1)!.waitingAfter).to.equal(0);
+    // Served: the token runs a job like the old transport did.
+    const receipt = await runWithToken(endpoint, grant.token, { args: ["0.1"] }, undefined, new BufferCollector());
+    expect(receipt).to.include({ exitCode: 0, instanceId: "exec-both" });
+    await waitFor("the fylr's items to finish", async () => (await itemsDone(pool)).succeeded === 8, 30_000, 200);
+    expect(await metric(exec, /^slotbroker_legacy_refused_total\{reason="wants-parked"/)).to.be.at.least(3);
+  });
+
+  it("a new fylr runs jobs by polling a legacy-only execserver and returns to the broker when it restarts in broker mode", async () => {
+    const config = (brokerService: boolean): SpawnExecserverConfig => ({ instanceId: brokerService ? "exec-new" : "exec-old", waitgroups: { w: { processes: 2 } }, services, brokerService });
+    const exec = await spawnExecserver(config(false));
+    execs.push(exec);
+    expect(exec.legacyAddress).to.equal(exec.grpcAddress);
+    const fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec.grpcAddress], { execserver: { addresses: [exec.grpcAddress], polling: { reprobe: "500ms" } } }), "migrating");
+    fylrs.push(fylr);
+    await waitFor("the fylr to poll the old execserver", async () => (await fylrStatus(fylr)).execservers.transports[exec.grpcAddress] === "polling");
+
+    const submit = async (n: number, tag: string): Promise<string[]> => {
+      const ids: string[] = [];
+      for (let i = 0; i < n; i++) {
+        const data = Buffer.from(`${tag} ${i}\n`);
+        ids.push((await fylr.client.submit({ calls: [{ service: "cat", stdin: { case: "stdinData", value: data } }] })).item!.id);
+      }
+      return ids;
+    };
+    const outputs = async (ids: string[]): Promise<string[]> => {
+      const out: string[] = [];
+      for (const id of ids) {
+        const { item } = await fylr.client.get({ id });
+        expect(item?.state, item?.error).to.equal(ItemState.SUCCEEDED);
+        out.push(Buffer.from(item!.output).toString());
+      }
+      return out;
+    };
+    const polled = await submit(5, "polled");
+    await waitFor("the polled items to finish", async () => (await itemsDone(pool)).succeeded === 5, 30_000, 200);
+    expect(await outputs(polled)).to.deep.equal([0, 1, 2, 3, 4].map((i) => `polled ${i}\n`));
+    expect(await metric(exec, /^slotbroker_legacy_jobs_done_total/)).to.equal(5);
+    expect(await metric(exec, /^slotbroker_legacy_requests_total\{endpoint="job",code="200"/)).to.equal(5);
+
+    await exec.restart("SIGTERM", config(true));
+    await waitFor("the fylr back on the broker", async () => (await fylrStatus(fylr)).execservers.transports[exec.grpcAddress] === "broker", 20_000, 100);
+    await waitFor("the fylr's stream", async () => (await exec.status()).connections.length === 1);
+    const brokered = await submit(5, "brokered");
+    await waitFor("the brokered items to finish", async () => (await itemsDone(pool)).succeeded === 10, 30_000, 200);
+    expect(await outputs(brokered)).to.deep.equal([0, 1, 2, 3, 4].map((i) => `brokered ${i}\n`));
+    const status = await exec.status();
+    expect(status.legacy).to.equal(undefined);
+    expect(Number(status.connections[0]!.grants)).to.equal(5);
+    expect(await metric(exec, /^slotbroker_frames_received_total\{kind="job"/)).to.equal(5);
+    const after = await fylrStatus(fylr);
+    expect(after.execservers.instances.map((i) => [i.instanceId, i.transport])).to.deep.equal([["exec-new", "broker"]]);
+  });
+
+  it("behind HAProxy a token redeemed at the wrong replica fails with 'token not found'; the broker path through the same HAProxy never does", async () => {
+    const replicaConfig = (id: string): SpawnExecserverConfig => ({
+      instanceId: id,
+      waitgroups: { w: { processes: 2 } },
+      services,
+      legacy: { enabled: true, listen: "127.0.0.1:0", tokenTtl: "1s" },
+    });
+    const [a, b] = [await spawnExecserver(replicaConfig("replica-a")), await spawnExecserver(replicaConfig("replica-b"))];
+    execs.push(a, b);
+    const lb = await startHaproxyFrontends({ grpc: [a.grpcAddress, b.grpcAddress], legacy: [a.legacyAddress!, b.legacyAddress!] });
+
+    // The old transport: GET /token and PUT /job each on a connection of their own, so the
+    // balancer may send the PUT to the replica that did not issue the token.
+    const legacy = new LegacyClient({ endpoints: [{ url: new URL(`http://${lb.addresses.legacy}`) }], pollIntervalMs: 100, connectTimeoutMs: 10_000 });
+    const outcomes: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      try {
+        const r = await legacy.run({ service: "cat", stdin: Buffer.from(`legacy ${i}\n`) });
+        outcomes.push(r.stdout!.toString() === `legacy ${i}\n` ? "ok" : "wrong output");
+      } catch (err) {
+        outcomes.push(err instanceof TokenNotFoundError ? "token not found" : `other: ${(err as Error).message}`);
+      }
+    }
+    expect(outcomes.filter((o) => o === "token not found").length, outcomes.join(", ")).to.be.at.least(1);
+    expect(outcomes.filter((o) => o.startsWith("other") || o === "wrong output"), outcomes.join(", ")).to.deep.equal([]);
+    const notFound = (await metric(a, /^slotbroker_legacy_refused_total\{reason="token-not-found"/)) + (await metric(b, /^slotbroker_legacy_refused_total\{reason="token-not-found"/));
+    expect(notFound).to.equal(outcomes.filter((o) => o === "token not found").length);
+    // Each orphaned token held a slot on the replica that issued it until its TTL ran out.
+    await waitFor("the orphaned tokens to expire", async () => (await metric(a, /^slotbroker_legacy_tokens_total\{outcome="expired"/)) + (await metric(b, /^slotbroker_legacy_tokens_total\{outcome="expired"/)) === notFound, 10_000, 100);
+
+    // The broker path through the same balancer: reservation, job and receipt ride one stream.
+    const replica = await startReplica({ addresses: [lb.addresses.grpc!], clientName: "via-lb", polling: { enabled: false } }, "via-lb");
+    replicas.push(replica);
+    const results = await Promise.all(Array.from({ length: 12 }, (_, i) => replica.exec.run({ service: "cat", stdin: Buffer.from(`broker ${i}\n`) })));
+    results.forEach((r, i) => {
+      expect(r.transport).to.equal("broker");
+      expect(r.stdout!.toString()).to.equal(`broker ${i}\n`);
+    });
+    const notFoundAfter = (await metric(a, /^slotbroker_legacy_refused_total\{reason="token-not-found"/)) + (await metric(b, /^slotbroker_legacy_refused_total\{reason="token-not-found"/));
+    expect(notFoundAfter).to.equal(notFound);
+    await release(lb);
+  });
+});
