@@ -2,8 +2,8 @@
  * The idle gap of one waitgroup's slots: from a slot freeing to the next job running in
  * the waitgroup. Slots are interchangeable, so frees and starts are matched oldest first:
  * the slot free longest is the one the next job fills. Pure; times come from the caller.
- * Meaningful while work waits; a gap longer than `maxGapMs` means nobody wanted the slot
- * and is not reported.
+ * Meaningful while work waits; a gap longer than `maxGapMs` (3 s: three polls of an old
+ * client) means nobody wanted the slot and is not reported.
  */
 export class IdleGaps {
   private readonly freedAt: Float64Array;
@@ -13,7 +13,7 @@ export class IdleGaps {
   constructor(
     /** The waitgroup's slots: more free slots than that cannot be waiting. */
     slots: number,
-    private readonly maxGapMs = 10_000,
+    private readonly maxGapMs = 3_000,
   ) {
     this.freedAt = new Float64Array(Math.max(1, slots));
   }

@@ -102,9 +102,9 @@ export class ExecserverMetrics {
     for (const o of outcomes) outcome.inc({ outcome: o }, 0);
     const gap = new Histogram({
       name: "slotbroker_slot_idle_gap_seconds",
-      help: "From a slot freeing to the next job running in its waitgroup (while work waits; gaps over 10 s are not observed).",
+      help: "From a slot freeing to the next job running in its waitgroup (while work waits; gaps over 3 s count as no demand and are not observed).",
       labelNames: ["waitgroup"],
-      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.5, 2, 5, 10],
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.25, 1.5, 2, 3],
       registers,
     });
     for (const wg of wgs) {

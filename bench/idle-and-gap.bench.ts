@@ -1,0 +1,341 @@
+// idle-and-gap: the broker against the pre-broker token-polling transport, on the same two
+// execservers (the real CLI, each its own process, broker mode with the legacy port on) and
+// the same work. The broker side is the fylr's broker client with its exec client and
+// pipes; the polling side is the old client (LegacyClient): GET /token on every execserver
+// once a second per waiting job, then PUT /job. Rounds alternate the two (B P P B B P); each
+// pair of rounds gets the same arrival offsets.
+//
+// Counted at the execservers from their /metrics (frames received; legacy requests):
+//   idle_requests_per_s  requests/s while nothing changes: every slot busy with a long job
+//                        and `waiting` more jobs waiting. Liveness Pings of the broker
+//                        streams are not requests for work; they are reported in params.
+//   requests_per_job     requests per job while a backlog of short jobs is worked off.
+//   gap_p50_ms/gap_p99_ms  slot idle gap while work waits (a slot freeing → the next job
+//                        running in it), from the execservers' slot_idle_gap histogram
+//                        (quantiles interpolated within buckets; the exact mean is in params).
+// value = broker, baseline = polling, ratio = broker ÷ polling; lower is better for all.
+//   npm run bench -- idle-and-gap
+import { spawn, type ChildProcess } from "node:child_process";
+import { setMaxListeners } from "node:events";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { stringify } from "yaml";
+import { BrokerClient, compileBrokerConfig, ExecClient, LegacyClient, PipeRegistry, startFylrHttpServer } from "../src/fylr/index.js";
+import { waitForOutput } from "../test/support/child-output.js";
+import { emit } from "./lib/figure.js";
+
+const slotsPerExec = 4;
+const longJobS = 5;
+const idleWindowMs = 3_000;
+const waitingInIdle = 4;
+// The backlog: every slot busy with a blocker job, and `backlogJobs` more arriving while
+// they run, each waiting for its own slot (polling at its own phase).
+const blockerS = 1.5;
+const backlogJobs = 32;
+const arrivalSpreadMs = 900;
+const shortJobS = 0.5;
+// Longer than the execserver's gap cut-off (3 s): slots freed by one phase are not matched
+// with the next phase's first jobs.
+const quietMs = 3_500;
+const rounds: Transport[] = ["broker", "polling", "polling", "broker", "broker", "polling"];
+
+type Transport = "broker" | "polling";
+
+interface Exec {
+  readonly child: ChildProcess;
+  readonly grpc: string;
+  readonly admin: string;
+}
+
+/** One scrape of the counters that matter, summed over both execservers. */
+interface Counts {
+  /** Broker frames received, Pings excluded. */
+  frames: number;
+  pings: number;
+  legacy: number;
+  /** slot idle gap histogram: cumulative count per `le`, and sum/count. */
+  gapBuckets: Map<number, number>;
+  gapSum: number;
+  gapCount: number;
+}
+
+async function startExec(dir: string, name: string): Promise<Exec> {
+  const config = join(dir, `${name}.yaml`);
+  writeFileSync(
+    config,
+    stringify({
+      instanceId: name,
+      listen: "127.0.0.1:0",
+      adminListen: "127.0.0.1:0",
+      legacy: { enabled: true },
+      waitgroups: { work: { processes: slotsPerExec } },
+      services: { sleep: { waitgroup: "work", command: ["sleep"] } },
+    }),
+  );
+  const cli = join(fileURLToPath(import.meta.url), "..", "..", "src", "cli.ts");
+  const child = spawn(process.execPath, ["--import", "tsx", cli, "execserver", "--config", config], { stdio: ["ignore", "pipe", "inherit"] });
+  const m = await waitForOutput(child, /listening grpc=(\S+) admin=(\S+)/, { timeoutMs: 60_000 });
+  return { child, grpc: m[1]!, admin: m[2]! };
+}
+
+async function scrape(execs: readonly Exec[]): Promise<Counts> {
+  const counts: Counts = { frames: 0, pings: 0, legacy: 0, gapBuckets: new Map(), gapSum: 0, gapCount: 0 };
+  for (const exec of execs) {
+    const text = await (await fetch(`http://${exec.admin}/metrics`)).text();
+    for (const line of text.split("\n")) {
+      const value = Number(line.slice(line.lastIndexOf(" ") + 1));
+      if (line.startsWith("slotbroker_frames_received_total{")) {
+        if (line.includes('kind="ping"')) counts.pings += value;
+        else counts.frames += value;
+      } else if (line.startsWith("slotbroker_legacy_requests_total{")) counts.legacy += value;
+      else if (line.startsWith("slotbroker_slot_idle_gap_seconds_bucket{")) {
+        const le = /le="([^"]+)"/.exec(line)![1]!;
+        const key = le === "+Inf" ? Infinity : Number(le);
+        counts.gapBuckets.set(key, (counts.gapBuckets.get(key) ?? 0) + value);
+      } else if (line.startsWith("slotbroker_slot_idle_gap_seconds_sum{")) counts.gapSum += value;
+      else if (line.startsWith("slotbroker_slot_idle_gap_seconds_count{")) counts.gapCount += value;
+    }
+  }
+  return counts;
+}
+
+function delta(after: Counts, before: Counts): Counts {
+  const gapBuckets = new Map<number, number>();
+  for (const [le, n] of after.gapBuckets) gapBuckets.set(le, n - (before.gapBuckets.get(le) ?? 0));
+  return {
+    frames: after.frames - before.frames,
+    pings: after.pings - before.pings,
+    legacy: after.legacy - before.legacy,
+    gapBuckets,
+    gapSum: after.gapSum - before.gapSum,
+    gapCount: after.gapCount - before.gapCount,
+  };
+}
+
+function add(a: Counts, b: Counts): Counts {
+  const gapBuckets = new Map(a.gapBuckets);
+  for (const [le, n] of b.gapBuckets) gapBuckets.set(le, (gapBuckets.get(le) ?? 0) + n);
+  return { frames: a.frames + b.frames, pings: a.pings + b.pings, legacy: a.legacy + b.legacy, gapBuckets, gapSum: a.gapSum + b.gapSum, gapCount: a.gapCount + b.gapCount };
+}
+
+const zero = (): Counts => ({ frames: 0, pings: 0, legacy: 0, gapBuckets: new Map(), gapSum: 0, gapCount: 0 });
+
+/** The q-quantile (0..1) of a cumulative histogram, interpolated linearly within its bucket (ms). */
+function quantileMs(buckets: Map<number, number>, q: number): number {
+  const sorted = [...buckets.entries()].sort((x, y) => x[0] - y[0]);
+  const total = sorted.at(-1)?.[1] ?? 0;
+  if (total === 0) return 0;
+  const rank = q * total;
+  let lower = 0;
+  let below = 0;
+  for (const [le, cumulative] of sorted) {
+    if (cumulative >= rank) {
+      if (le === Infinity) return lower * 1000;
+      const inBucket = cumulative - below;
+      const fraction = inBucket === 0 ? 0 : (rank - below) / inBucket;
+      return (lower + (le - lower) * fraction) * 1000;
+    }
+    lower = le;
+    below = cumulative;
+  }
+  return lower * 1000;
+}
+
+/** Runs one job on the given transport. */
+type RunOne = (seconds: number, signal?: AbortSignal) => Promise<void>;
+
+async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+async function running(execs: readonly Exec[]): Promise<number> {
+  let n = 0;
+  for (const exec of execs) {
+    const status = (await (await fetch(`http://${exec.admin}/status.json`)).json()) as { waitgroups: { running?: number }[] };
+    n += status.waitgroups[0]?.running ?? 0;
+  }
+  return n;
+}
+
+/** Every slot busy with a long job and `waitingInIdle` more waiting: requests counted over a window. */
+async function idlePhase(execs: readonly Exec[], run: RunOne): Promise<{ counts: Counts; seconds: number }> {
+  const slots = slotsPerExec * execs.length;
+  const stop = new AbortController();
+  setMaxListeners(0, stop.signal);
+  const jobs = Array.from({ length: slots + waitingInIdle }, () => run(longJobS, stop.signal).catch(() => undefined));
+  await waitUntil("every slot running", async () => (await running(execs)) === slots);
+  // Let the waiting jobs settle into their steady state (parked, or polling).
+  await new Promise((r) => setTimeout(r, 300));
+  const before = await scrape(execs);
+  const start = performance.now();
+  await new Promise((r) => setTimeout(r, idleWindowMs));
+  const counts = delta(await scrape(execs), before);
+  const seconds = (performance.now() - start) / 1000;
+  stop.abort();
+  await Promise.all(jobs);
+  await waitUntil("the slots to drain", async () => (await running(execs)) === 0);
+  return { counts, seconds };
+}
+
+/**
+ * Every slot busy with a blocker job; meanwhile `backlogJobs` short jobs arrive over
+ * `arrivalSpreadMs` (the same offsets for both transports), each waiting for its own slot
+ * as a queue item's exec call does. Every slot that frees while jobs wait is a gap sample.
+ */
+async function backlogPhase(execs: readonly Exec[], run: RunOne, offsets: readonly number[]): Promise<{ counts: Counts; seconds: number; jobs: number }> {
+  const slots = slotsPerExec * execs.length;
+  const before = await scrape(execs);
+  const start = performance.now();
+  const blockers = Array.from({ length: slots }, () => run(blockerS));
+  await waitUntil("every slot running a blocker", async () => (await running(execs)) === slots);
+  const queued = offsets.map(async (offset) => {
+    await new Promise((r) => setTimeout(r, offset));
+    await run(shortJobS);
+  });
+  await Promise.all([...blockers, ...queued]);
+  const seconds = (performance.now() - start) / 1000;
+  return { counts: delta(await scrape(execs), before), seconds, jobs: slots + offsets.length };
+}
+
+/** No work at all. */
+async function quietPhase(execs: readonly Exec[]): Promise<{ counts: Counts; seconds: number }> {
+  const before = await scrape(execs);
+  const start = performance.now();
+  await new Promise((r) => setTimeout(r, quietMs));
+  return { counts: delta(await scrape(execs), before), seconds: (performance.now() - start) / 1000 };
+}
+
+// A small deterministic PRNG (mulberry32), so both transports get the same arrivals.
+function offsetsFor(seed: number): number[] {
+  let a = seed;
+  const random = (): number => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  return Array.from({ length: backlogJobs }, () => Math.floor(random() * arrivalSpreadMs)).sort((x, y) => x - y);
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "bench-idle-gap-"));
+  const execs = [await startExec(dir, "exec-a"), await startExec(dir, "exec-b")];
+  const broker = new BrokerClient(
+    compileBrokerConfig({ addresses: execs.map((e) => e.grpc), clientName: "bench-fylr", connectTimeout: "60s", polling: { enabled: false } }),
+  );
+  broker.start();
+  const pipes = new PipeRegistry();
+  const http = await startFylrHttpServer({ listen: "127.0.0.1:0", registry: pipes });
+  const exec = new ExecClient({ broker, pipes, pipePort: http.port });
+  const legacy = new LegacyClient({ endpoints: execs.map((e) => ({ url: new URL(`http://${e.admin}`) })), pollIntervalMs: 1000, connectTimeoutMs: 60_000 });
+  const runners: Record<Transport, RunOne> = {
+    broker: async (seconds, signal) => {
+      const r = await exec.run({ service: "sleep", args: [String(seconds)], signal });
+      if (r.receipt.exitCode !== 0 && !signal?.aborted) throw new Error(`job failed: ${r.receipt.errorMessage}`);
+    },
+    polling: async (seconds, signal) => {
+      const r = await legacy.run({ service: "sleep", args: [String(seconds)], signal });
+      if (r.receipt.exitCode !== 0 && !signal?.aborted) throw new Error(`job failed: ${r.receipt.errorMessage}`);
+    },
+  };
+  try {
+    while (broker.instances().length < 2) await new Promise((r) => setTimeout(r, 20));
+    const totals: Record<Transport, { idle: Counts; idleS: number; backlog: Counts; backlogS: number; jobs: number; quiet: Counts; quietS: number }> = {
+      broker: { idle: zero(), idleS: 0, backlog: zero(), backlogS: 0, jobs: 0, quiet: zero(), quietS: 0 },
+      polling: { idle: zero(), idleS: 0, backlog: zero(), backlogS: 0, jobs: 0, quiet: zero(), quietS: 0 },
+    };
+    // Each pair of rounds (one per transport) gets the same arrivals.
+    for (const [i, transport] of rounds.entries()) {
+      process.stderr.write(`  round ${i + 1}/${rounds.length}: ${transport}\n`);
+      const t = totals[transport];
+      const idle = await idlePhase(execs, runners[transport]);
+      t.idle = add(t.idle, idle.counts);
+      t.idleS += idle.seconds;
+      const quiet = await quietPhase(execs);
+      t.quiet = add(t.quiet, quiet.counts);
+      t.quietS += quiet.seconds;
+      const backlog = await backlogPhase(execs, runners[transport], offsetsFor(1 + Math.floor(i / 2)));
+      t.backlog = add(t.backlog, backlog.counts);
+      t.backlogS += backlog.seconds;
+      t.jobs += backlog.jobs;
+    }
+    const requests = (c: Counts): number => c.frames + c.legacy;
+    const per = Object.fromEntries(
+      (["broker", "polling"] as const).map((tr) => {
+        const t = totals[tr];
+        const jobs = t.jobs;
+        return [
+          tr,
+          {
+            idlePerS: requests(t.idle) / t.idleS,
+            pingsPerS: t.idle.pings / t.idleS,
+            quietPerS: requests(t.quiet) / t.quietS,
+            perJob: requests(t.backlog) / jobs,
+            jobsPerS: jobs / t.backlogS,
+            p50: quantileMs(t.backlog.gapBuckets, 0.5),
+            p99: quantileMs(t.backlog.gapBuckets, 0.99),
+            meanMs: t.backlog.gapCount === 0 ? 0 : (t.backlog.gapSum / t.backlog.gapCount) * 1000,
+            gaps: t.backlog.gapCount,
+          },
+        ];
+      }),
+    ) as Record<Transport, { idlePerS: number; pingsPerS: number; quietPerS: number; perJob: number; jobsPerS: number; p50: number; p99: number; meanMs: number; gaps: number }>;
+    const b = per.broker;
+    const p = per.polling;
+    const params = {
+      execservers: execs.length,
+      slots: slotsPerExec * execs.length,
+      rounds: rounds.join(""),
+      polling: "LegacyClient: GET /token on each execserver once a second per waiting job, then PUT /job",
+      broker: "BrokerClient + ExecClient (pipes), one stream per execserver",
+      better: "lower",
+    };
+    emit({
+      bench: "idle-and-gap",
+      metric: "idle_requests_per_s",
+      value: b.idlePerS,
+      baseline: "token polling",
+      baseline_value: p.idlePerS,
+      params: {
+        ...params,
+        what: `requests/s to the execservers while every slot runs a ${longJobS} s job and ${waitingInIdle} jobs wait (${idleWindowMs / 1000} s windows)`,
+        broker_pings_per_s: round(b.pingsPerS),
+        no_work_requests_per_s: { broker: round(b.quietPerS), polling: round(p.quietPerS) },
+        goal: "broker 0",
+      },
+    });
+    emit({
+      bench: "idle-and-gap",
+      metric: "requests_per_job",
+      value: b.perJob,
+      baseline: "token polling",
+      baseline_value: p.perJob,
+      params: {
+        ...params,
+        what: `requests to the execservers per job: every slot busy with a ${blockerS} s job while ${backlogJobs} jobs of ${shortJobS} s arrive within ${arrivalSpreadMs / 1000} s, each waiting on its own`,
+        jobs_per_s: { broker: round(b.jobsPerS), polling: round(p.jobsPerS) },
+      },
+    });
+    const gapParams = { ...params, gaps: { broker: b.gaps, polling: p.gaps }, mean_ms: { broker: round(b.meanMs), polling: round(p.meanMs) }, goal: "ratio ≤ 0.01" };
+    emit({ bench: "idle-and-gap", metric: "gap_p50_ms", value: b.p50, baseline: "token polling", baseline_value: p.p50, params: { ...gapParams, what: "slot free → next job running while jobs wait, p50 (backlog phase)" } });
+    emit({ bench: "idle-and-gap", metric: "gap_p99_ms", value: b.p99, baseline: "token polling", baseline_value: p.p99, params: { ...gapParams, what: "slot free → next job running while jobs wait, p99 (backlog phase)" } });
+  } finally {
+    await broker.close();
+    await http.close();
+    pipes.close();
+    for (const e of execs) e.child.kill("SIGTERM");
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function round(n: number): number {
+  return Math.round(n * 1000) / 1000;
+}
+
+await main();
