@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { expect } from "chai";
-import { ConnectionStatusSchema, GetStatusResponseSchema, type GetStatusResponse } from "../gen/slotbroker/v1/broker_pb.js";
+import { ConnectionStatusSchema, GetStatusResponseSchema, LegacyStatusSchema, type GetStatusResponse } from "../gen/slotbroker/v1/broker_pb.js";
 import { durationFromMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
   boxRow,
@@ -185,6 +185,20 @@ describe("status page renderers", () => {
       const slots = renderExecSections(execView(execStatus(0), now)).slots.value;
       expect(slots).to.contain('data-name="video" data-total="4" data-running="2" data-offered="1" data-free="1"');
       expect(slots.match(/<i class="box t-\w+" data-state=/g)).to.have.length(6);
+    });
+
+    it("draws legacy jobs and tokens in their own boxes and counts the token protocol apart, only when it is on", () => {
+      const status = execStatus(0);
+      expect(renderExecSections(execView(status, now)).legacy.value).to.equal("");
+      status.waitgroups[0]!.legacyRunning = 1;
+      status.waitgroups[0]!.legacyTokens = 1;
+      status.legacy = create(LegacyStatusSchema, { tokensOutstanding: 1, jobsRunning: 1, jobsDone: 3n, tokensIssued: 5n, tokensNotFound: 2n, refusedWantsParked: 4n });
+      const sections = renderExecSections(execView(status, now));
+      expect(sections.slots.value).to.contain('data-name="video" data-total="4" data-running="1" data-legacy="1" data-offered="0" data-token="1" data-free="1"');
+      expect(sections.slots.value).to.contain("held by a legacy token");
+      expect(sections.legacy.value).to.contain('data-name="legacy-not-found"');
+      expect(sections.legacy.value).to.match(/Token not found<\/div><div class="tile-value">2</);
+      expect(sections.legacy.value).to.contain("4 because broker wants were parked");
     });
 
     it("shows draining in the header", () => {

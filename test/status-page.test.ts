@@ -169,6 +169,37 @@ describe("execserver status page (headless Chromium)", function () {
     expect(errors).to.deep.equal([]);
   });
 
+  it("shows legacy tokens and legacy jobs apart from broker offers and jobs", async () => {
+    const server = await startTestServer({ ...layout, legacy: { enabled: true } });
+    const stream = await BrokerStream.open(server.grpcAddress, { clientName: "new-fylr" });
+    await runSleep(stream, "brokered");
+    // One legacy job running (a PUT /job whose response is still open) and one token held.
+    const token = async (): Promise<string> => ((await (await fetch(`${server.legacyUrl}/token/sleep`)).json()) as { token: string }).token;
+    const job = encodeURIComponent(JSON.stringify({ args: ["60"] }));
+    const put = new AbortController();
+    fetch(`${server.legacyUrl}/job?token=${await token()}&job=${job}`, { method: "PUT", body: "", signal: put.signal }).catch(() => undefined);
+    await eventually(() => expect(server.status().legacy?.jobsRunning).to.equal(1));
+    await token();
+    const { page, errors } = await openPage(browser, `${server.adminUrl}/`);
+    try {
+      const boxes = page.locator('[data-waitgroup="slow"] .boxes .box');
+      const count = (state: string): Promise<number> => boxes.and(page.locator(`[data-state="${state}"]`)).count();
+      expect({ running: await count("running"), legacy: await count("legacy"), token: await count("token"), free: await count("free") }).to.deep.equal({
+        running: 1,
+        legacy: 1,
+        token: 1,
+        free: 0,
+      });
+      expect(await page.locator('.tile[data-name="legacy-running"] .tile-value').textContent()).to.equal("1");
+      expect(await page.locator('.tile[data-name="legacy-tokens"] .tile-value').textContent()).to.equal("1");
+      expect(await page.locator(".legend").first().textContent()).to.contain("legacy token");
+      await screenshot(page, "execserver-legacy");
+      expect(errors).to.deep.equal([]);
+    } finally {
+      put.abort();
+    }
+  });
+
   it("shows draining while jobs finish, and says so when the execserver stops answering", async () => {
     const server = await startTestServer(layout);
     const { page, errors } = await openPage(browser, `${server.adminUrl}/status`);
@@ -209,7 +240,7 @@ describe("execserver status page (headless Chromium)", function () {
     const view = await fetch(`${server.adminUrl}/status/view.json`);
     const body = await view.text();
     expect(body.length, "the view JSON stays small").to.be.below(120_000);
-    expect(Object.keys((JSON.parse(body) as StatusViewJson).sections)).to.deep.equal(["header", "summary", "slots", "book", "grants", "connections"]);
+    expect(Object.keys((JSON.parse(body) as StatusViewJson).sections)).to.deep.equal(["header", "summary", "slots", "book", "legacy", "grants", "connections"]);
 
     const { page, errors } = await openPage(browser, `${server.adminUrl}/`);
     expect(await page.locator('.tile[data-name="connections"] .tile-value').textContent()).to.equal("1,000");

@@ -8,7 +8,21 @@ import { formatCount, fraction } from "./format.js";
 import { html, join, type Html, type HtmlValue } from "./html.js";
 
 /** A colour role; the page's CSS gives each a colour (running, offered, free, …). */
-export type Tone = "running" | "offered" | "free" | "queued" | "claimed" | "reserved" | "over" | "ok" | "warn" | "bad" | "muted" | "accent";
+export type Tone =
+  | "running"
+  | "offered"
+  | "free"
+  | "queued"
+  | "claimed"
+  | "reserved"
+  | "over"
+  | "legacy"
+  | "token"
+  | "ok"
+  | "warn"
+  | "bad"
+  | "muted"
+  | "accent";
 
 /** One kind of box in a row of boxes. */
 export interface BoxGroup {

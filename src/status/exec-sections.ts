@@ -9,7 +9,7 @@ import { formatCount, formatDuration, formatPercent } from "./format.js";
 import { html, type Html } from "./html.js";
 
 /** The ids of the execserver page's sections, in page order. */
-export const execSectionIds = ["header", "summary", "slots", "book", "grants", "connections"] as const;
+export const execSectionIds = ["header", "summary", "slots", "book", "legacy", "grants", "connections"] as const;
 
 /** Rendered sections by id. */
 export type ExecSections = Record<(typeof execSectionIds)[number], Html>;
@@ -21,6 +21,7 @@ export function renderExecSections(view: ExecView): ExecSections {
     summary: summary(view),
     slots: slots(view),
     book: book(view),
+    legacy: legacy(view),
     grants: grants(view),
     connections: connections(view),
   };
@@ -46,8 +47,12 @@ function summary(view: ExecView): Html {
   const t = view.totals;
   const busy = t.running + t.offered;
   const index = view.fairness.index;
+  const l = view.legacy;
+  const hint = l
+    ? `${t.running - l.jobsRunning} running · ${t.offered - l.tokensOutstanding} offered · ${l.jobsRunning + l.tokensOutstanding} legacy`
+    : `${t.running} running · ${t.offered} offered`;
   return tiles([
-    { name: "slots", label: "Slots in use", value: html`${formatCount(busy)}<small> / ${formatCount(t.processes)}</small>`, hint: `${t.running} running · ${t.offered} offered` },
+    { name: "slots", label: "Slots in use", value: html`${formatCount(busy)}<small> / ${formatCount(t.processes)}</small>`, hint },
     { name: "waiting", label: "Wants parked", value: formatCount(t.waiting), tone: t.waiting > 0 ? "queued" : undefined },
     { name: "connections", label: "Connections", value: formatCount(view.connectionCount) },
     { name: "grants", label: "Grants", value: formatCount(view.totalGrants), hint: "jobs started since start-up" },
@@ -61,25 +66,37 @@ function summary(view: ExecView): Html {
   ]);
 }
 
-function waitgroupRow(wg: WaitgroupView): Html {
+function waitgroupRow(wg: WaitgroupView, withLegacy: boolean): Html {
   const stat = (key: string, label: string, value: string): Html => html`<span data-k="${key}">${label} <b>${value}</b></span>`;
   return html`<div class="wg" data-waitgroup="${wg.name}">
 <div class="wg-head"><span class="wg-name">${wg.name}</span><span class="detail">${wg.processes} slot(s)${
     wg.services.length > 0 ? ` · ${wg.services.join(", ")}` : ""
   }</span></div>
 ${boxRow(
-  [
-    { tone: "running", count: wg.running, label: "running a job" },
-    { tone: "offered", count: wg.offered, label: "offered, waiting for JOB" },
-    { tone: "free", count: wg.free, label: "free" },
-  ],
+  withLegacy
+    ? [
+        { tone: "running", count: wg.running - wg.legacyRunning, label: "running a broker job" },
+        { tone: "legacy", count: wg.legacyRunning, label: "running a legacy (token) job" },
+        { tone: "offered", count: wg.offered - wg.legacyTokens, label: "offered, waiting for JOB" },
+        { tone: "token", count: wg.legacyTokens, label: "held by a legacy token, waiting for PUT /job" },
+        { tone: "free", count: wg.free, label: "free" },
+      ]
+    : [
+        { tone: "running", count: wg.running, label: "running a job" },
+        { tone: "offered", count: wg.offered, label: "offered, waiting for JOB" },
+        { tone: "free", count: wg.free, label: "free" },
+      ],
   { name: wg.name },
 )}
 <div class="wg-stats">${stat("running", "running", String(wg.running))}${stat("offered", "offered", String(wg.offered))}${stat("free", "free", String(wg.free))}${stat(
     "waiting",
     "waiting",
     formatCount(wg.waiting),
-  )}${stat("completed", "done", formatCount(wg.completed))}${stat("mean", "mean run", wg.meanRuntimeMs === undefined ? "–" : formatDuration(wg.meanRuntimeMs))}</div></div>`;
+  )}${withLegacy ? html`${stat("legacy-running", "legacy jobs", String(wg.legacyRunning))}${stat("legacy-tokens", "legacy tokens", String(wg.legacyTokens))}` : ""}${stat(
+    "completed",
+    "done",
+    formatCount(wg.completed),
+  )}${stat("mean", "mean run", wg.meanRuntimeMs === undefined ? "–" : formatDuration(wg.meanRuntimeMs))}</div></div>`;
 }
 
 function slots(view: ExecView): Html {
@@ -89,8 +106,14 @@ function slots(view: ExecView): Html {
       : html`${legend([
           { tone: "running", label: "running" },
           { tone: "offered", label: "offered" },
+          ...(view.legacy
+            ? [
+                { tone: "legacy" as const, label: "legacy job" },
+                { tone: "token" as const, label: "legacy token" },
+              ]
+            : []),
           { tone: "free", label: "free" },
-        ])}${view.waitgroups.map(waitgroupRow)}`;
+        ])}${view.waitgroups.map((wg) => waitgroupRow(wg, view.legacy !== undefined))}`;
   return card("Slots per waitgroup", body, { note: "One box per slot. An offered slot is held for one want until its JOB or DECLINE.", wide: true });
 }
 
@@ -108,6 +131,25 @@ function book(view: ExecView): Html {
             )}</div>`,
         );
   return card("Want-book by priority", body, { note: "Parked wants per priority class, most urgent on top; the top class is served first." });
+}
+
+// Only when the token protocol is on: an empty section otherwise, so the page is unchanged.
+function legacy(view: ExecView): Html {
+  const l = view.legacy;
+  if (!l) return html``;
+  const body = tiles([
+    { name: "legacy-tokens", label: "Tokens held", value: formatCount(l.tokensOutstanding), hint: `${formatCount(l.expired)} expired unredeemed`, tone: l.tokensOutstanding > 0 ? "legacy" : undefined },
+    { name: "legacy-running", label: "Legacy jobs", value: formatCount(l.jobsRunning), hint: `${formatCount(l.jobsDone)} done`, tone: l.jobsRunning > 0 ? "legacy" : undefined },
+    { name: "legacy-issued", label: "Tokens issued", value: formatCount(l.issued), hint: `${formatCount(l.redeemed)} redeemed · ${formatCount(l.released)} released` },
+    {
+      name: "legacy-refused",
+      label: "GET /token refused",
+      value: formatCount(l.refusedNoSlot + l.refusedWantsParked),
+      hint: `${formatCount(l.refusedWantsParked)} because broker wants were parked`,
+    },
+    { name: "legacy-not-found", label: "Token not found", value: formatCount(l.notFound), hint: "PUTs that reached the wrong instance, or came too late", tone: l.notFound > 0 ? "warn" : undefined },
+  ]);
+  return card("Legacy token protocol", body, { note: "Old fylrs polling GET /token and PUT /job. Their slots are in the boxes above, in their own colours.", wide: true });
 }
 
 function connectionLabel(c: ConnectionView): Html {

@@ -22,8 +22,14 @@ export const defaultExecViewLimits: ExecViewLimits = { grantBars: 20, connection
 export interface WaitgroupView {
   readonly name: string;
   readonly processes: number;
+  /** Slots running a job, legacy jobs included. */
   readonly running: number;
+  /** Slots held by an offer or a legacy token. */
   readonly offered: number;
+  /** Of `running`: jobs that came through the legacy token protocol. */
+  readonly legacyRunning: number;
+  /** Of `offered`: slots held by an unredeemed legacy token. */
+  readonly legacyTokens: number;
   readonly free: number;
   readonly waiting: number;
   readonly completed: number;
@@ -51,6 +57,20 @@ export interface ConnectionView {
   readonly done: number;
 }
 
+/** The legacy token protocol's counters, when the execserver serves it. */
+export interface LegacyView {
+  readonly tokensOutstanding: number;
+  readonly jobsRunning: number;
+  readonly jobsDone: number;
+  readonly issued: number;
+  readonly redeemed: number;
+  readonly expired: number;
+  readonly released: number;
+  readonly refusedWantsParked: number;
+  readonly refusedNoSlot: number;
+  readonly notFound: number;
+}
+
 /** Sums over the connections a list left out. */
 export type ConnectionTotals = Omit<ConnectionView, "id" | "client" | "peer" | "ageMs">;
 
@@ -71,6 +91,8 @@ export interface ExecView {
   readonly connections: TopN<ConnectionView>;
   /** Sums over `connections.rest`. */
   readonly restTotals: ConnectionTotals;
+  /** The token protocol's counters; undefined when it is off. */
+  readonly legacy: LegacyView | undefined;
 }
 
 const counterKeys = ["parked", "offers", "grants", "declines", "expired", "rejects", "running", "done"] as const;
@@ -112,6 +134,8 @@ export function execView(status: GetStatusResponse, now: number, limits: ExecVie
     processes: wg.processes,
     running: wg.running,
     offered: wg.offered,
+    legacyRunning: wg.legacyRunning,
+    legacyTokens: wg.legacyTokens,
     free: wg.free,
     waiting: Number(wg.waiting),
     completed: Number(wg.completed),
@@ -143,5 +167,17 @@ export function execView(status: GetStatusResponse, now: number, limits: ExecVie
     grants: topN(conns, limits.grantBars, (a, b) => b.grants - a.grants || b.parked - a.parked || byName(a, b)),
     connections,
     restTotals: sumConnections(connections.rest),
+    legacy: status.legacy && {
+      tokensOutstanding: status.legacy.tokensOutstanding,
+      jobsRunning: status.legacy.jobsRunning,
+      jobsDone: Number(status.legacy.jobsDone),
+      issued: Number(status.legacy.tokensIssued),
+      redeemed: Number(status.legacy.tokensRedeemed),
+      expired: Number(status.legacy.tokensExpired),
+      released: Number(status.legacy.tokensReleased),
+      refusedWantsParked: Number(status.legacy.refusedWantsParked),
+      refusedNoSlot: Number(status.legacy.refusedNoSlot),
+      notFound: Number(status.legacy.tokensNotFound),
+    },
   };
 }

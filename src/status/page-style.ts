@@ -1,7 +1,7 @@
 /** The status pages' stylesheet, inlined into every page (no external assets). */
 export const pageStyle = `
 :root{--bg:#f4f6f9;--card:#fff;--ink:#1c2230;--muted:#6b7383;--line:#e3e7ee;--track:#edf0f5;
---running:#3a6ee8;--offered:#f0a31b;--offered2:#f8c96c;--free:#c9d2df;--queued:#8a5cf6;--claimed:#14a39a;
+--running:#3a6ee8;--offered:#f0a31b;--offered2:#f8c96c;--free:#c9d2df;--queued:#8a5cf6;--claimed:#14a39a;--legacy:#b4532a;--legacy2:#e8a27f;
 --ok:#1f9d63;--warn:#e89a0c;--bad:#e0484e;--mute:#a3abb8;--accent:#3a6ee8;--shadow:0 1px 2px rgba(20,30,50,.06),0 2px 10px rgba(20,30,50,.05)}
 @media (prefers-color-scheme:dark){:root{--bg:#12151b;--card:#1b2029;--ink:#e6e9ef;--muted:#98a1b2;--line:#2b3240;--track:#262d39;
 --free:#46505f;--offered2:#9c6a13;--shadow:none}}
@@ -34,7 +34,7 @@ background:var(--card);padding:5px 11px;border-radius:20px;box-shadow:var(--shad
 .tile-hint{font-size:12px;color:var(--muted)}
 .t-running{--c:var(--running)}.t-offered{--c:var(--offered)}.t-free{--c:var(--free)}.t-queued{--c:var(--queued)}
 .t-claimed{--c:var(--claimed)}.t-reserved{--c:var(--queued)}.t-over{--c:var(--bad)}.t-ok{--c:var(--ok)}.t-warn{--c:var(--warn)}
-.t-bad{--c:var(--bad)}.t-muted{--c:var(--mute)}.t-accent{--c:var(--accent)}
+.t-bad{--c:var(--bad)}.t-muted{--c:var(--mute)}.t-accent{--c:var(--accent)}.t-legacy{--c:var(--legacy)}.t-token{--c:var(--legacy)}
 .legend{display:flex;gap:14px;font-size:12px;color:var(--muted);margin:0 0 8px}
 .legend span{display:flex;align-items:center;gap:5px}.legend .box{width:12px;height:12px;margin:0}
 .boxes{display:flex;flex-wrap:wrap;gap:5px;margin:6px 0}
@@ -43,6 +43,7 @@ background:var(--card);padding:5px 11px;border-radius:20px;box-shadow:var(--shad
 .box.t-free{background:transparent;border:2px solid var(--free)}
 .box.t-offered{background:repeating-linear-gradient(135deg,var(--offered) 0 4px,var(--offered2) 4px 8px)}
 .box.t-reserved{background:transparent;border:2px dashed var(--queued)}
+.box.t-token{background:repeating-linear-gradient(135deg,var(--legacy) 0 4px,var(--legacy2) 4px 8px)}
 .box.t-over{background:repeating-linear-gradient(135deg,var(--bad) 0 4px,transparent 4px 8px);border:2px solid var(--bad)}
 .wg{padding:10px 0;border-top:1px solid var(--line)}.wg:first-of-type{border-top:0}
 .wg-head{display:flex;gap:10px;align-items:baseline}.wg-name{font-weight:650}
