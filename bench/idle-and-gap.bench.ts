@@ -10,9 +10,13 @@
 //                        and `waiting` more jobs waiting. Liveness Pings of the broker
 //                        streams are not requests for work; they are reported in params.
 //   requests_per_job     requests per job while a backlog of short jobs is worked off.
-//   gap_p50_ms/gap_p99_ms  slot idle gap while work waits (a slot freeing → the next job
-//                        running in it), from the execservers' slot_idle_gap histogram
-//                        (quantiles interpolated within buckets; the exact mean is in params).
+//   gap_p50_ms/gap_p99_ms  slot idle gap while a job waits (a slot freeing → the waiting
+//                        job running in it), with one job waiting at a time: every slot runs
+//                        a job of 1–2 s, and whenever the waiting job gets a slot the next one
+//                        arrives. From the execservers' slot_idle_gap histogram (quantiles
+//                        interpolated within buckets; the exact mean is in params).
+//   backlog_gap_p50_ms/…p99  the same gap under the deep backlog: many waiting pollers
+//                        sample a freed slot sooner, at the price of their requests.
 // value = broker, baseline = polling, ratio = broker ÷ polling; lower is better for all.
 //   npm run bench -- idle-and-gap
 import { spawn, type ChildProcess } from "node:child_process";
@@ -39,7 +43,9 @@ const shortJobS = 0.5;
 // Longer than the execserver's gap cut-off (3 s): slots freed by one phase are not matched
 // with the next phase's first jobs.
 const quietMs = 3_500;
-const rounds: Transport[] = ["broker", "polling", "polling", "broker", "broker", "polling"];
+// One job waiting at a time: `oneWaiterJobs` jobs of 1–2 s each.
+const oneWaiterJobs = 48;
+const rounds: Transport[] = ["broker", "polling", "polling", "broker"];
 
 type Transport = "broker" | "polling";
 
@@ -143,8 +149,8 @@ function quantileMs(buckets: Map<number, number>, q: number): number {
   return lower * 1000;
 }
 
-/** Runs one job on the given transport. */
-type RunOne = (seconds: number, signal?: AbortSignal) => Promise<void>;
+/** Runs one job on the given transport; `onStart` when it got its slot. */
+type RunOne = (seconds: number, signal?: AbortSignal, onStart?: () => void) => Promise<void>;
 
 async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -211,8 +217,8 @@ async function quietPhase(execs: readonly Exec[]): Promise<{ counts: Counts; sec
   return { counts: delta(await scrape(execs), before), seconds: (performance.now() - start) / 1000 };
 }
 
-// A small deterministic PRNG (mulberry32), so both transports get the same arrivals.
-function offsetsFor(seed: number): number[] {
+// A small deterministic PRNG (mulberry32), so both transports get the same work.
+function randoms(seed: number, n: number): number[] {
   let a = seed;
   const random = (): number => {
     a = (a + 0x6d2b79f5) | 0;
@@ -220,7 +226,48 @@ function offsetsFor(seed: number): number[] {
     t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
-  return Array.from({ length: backlogJobs }, () => Math.floor(random() * arrivalSpreadMs)).sort((x, y) => x - y);
+  return Array.from({ length: n }, random);
+}
+
+function offsetsFor(seed: number): number[] {
+  return randoms(seed, backlogJobs)
+    .map((r) => Math.floor(r * arrivalSpreadMs))
+    .sort((x, y) => x - y);
+}
+
+/**
+ * One job waiting at a time: every slot busy, and whenever the waiting job gets its slot
+ * the next one arrives (so it starts polling, or parks, at a moment unrelated to when the
+ * next slot frees). Every slot that frees meets exactly one waiting job.
+ */
+async function oneWaiterPhase(execs: readonly Exec[], run: RunOne, seed: number): Promise<{ counts: Counts; seconds: number; jobs: number }> {
+  const slots = slotsPerExec * execs.length;
+  const durations = randoms(seed, slots + oneWaiterJobs).map((r) => Math.round((1 + r) * 100) / 100);
+  const before = await scrape(execs);
+  const start = performance.now();
+  const jobs: Promise<void>[] = [];
+  let launched = 0;
+  let waiting = 0;
+  const launch = (): void => {
+    const seconds = durations[launched++]!;
+    waiting++;
+    jobs.push(
+      run(seconds, undefined, () => {
+        waiting--;
+        if (waiting === 0 && launched < durations.length) launch();
+      }),
+    );
+  };
+  for (let i = 0; i <= slots; i++) launch();
+  // Jobs are launched as others start; wait until the last one was, then for all of them.
+  const deadline = Date.now() + 180_000;
+  while (launched < durations.length) {
+    if (Date.now() > deadline) throw new Error(`one-waiter phase stuck after ${launched} jobs`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await Promise.all(jobs);
+  const seconds = (performance.now() - start) / 1000;
+  return { counts: delta(await scrape(execs), before), seconds, jobs: durations.length };
 }
 
 async function main(): Promise<void> {
@@ -235,21 +282,20 @@ async function main(): Promise<void> {
   const exec = new ExecClient({ broker, pipes, pipePort: http.port });
   const legacy = new LegacyClient({ endpoints: execs.map((e) => ({ url: new URL(`http://${e.admin}`) })), pollIntervalMs: 1000, connectTimeoutMs: 60_000 });
   const runners: Record<Transport, RunOne> = {
-    broker: async (seconds, signal) => {
-      const r = await exec.run({ service: "sleep", args: [String(seconds)], signal });
+    broker: async (seconds, signal, onStart) => {
+      const r = await exec.run({ service: "sleep", args: [String(seconds)], signal, onStart: onStart && (() => onStart()) });
       if (r.receipt.exitCode !== 0 && !signal?.aborted) throw new Error(`job failed: ${r.receipt.errorMessage}`);
     },
-    polling: async (seconds, signal) => {
-      const r = await legacy.run({ service: "sleep", args: [String(seconds)], signal });
+    polling: async (seconds, signal, onStart) => {
+      const r = await legacy.run({ service: "sleep", args: [String(seconds)], signal, onStart: onStart && (() => onStart()) });
       if (r.receipt.exitCode !== 0 && !signal?.aborted) throw new Error(`job failed: ${r.receipt.errorMessage}`);
     },
   };
   try {
     while (broker.instances().length < 2) await new Promise((r) => setTimeout(r, 20));
-    const totals: Record<Transport, { idle: Counts; idleS: number; backlog: Counts; backlogS: number; jobs: number; quiet: Counts; quietS: number }> = {
-      broker: { idle: zero(), idleS: 0, backlog: zero(), backlogS: 0, jobs: 0, quiet: zero(), quietS: 0 },
-      polling: { idle: zero(), idleS: 0, backlog: zero(), backlogS: 0, jobs: 0, quiet: zero(), quietS: 0 },
-    };
+    type Totals = { idle: Counts; idleS: number; one: Counts; oneS: number; oneJobs: number; backlog: Counts; backlogS: number; jobs: number; quiet: Counts; quietS: number };
+    const fresh = (): Totals => ({ idle: zero(), idleS: 0, one: zero(), oneS: 0, oneJobs: 0, backlog: zero(), backlogS: 0, jobs: 0, quiet: zero(), quietS: 0 });
+    const totals: Record<Transport, Totals> = { broker: fresh(), polling: fresh() };
     // Each pair of rounds (one per transport) gets the same arrivals.
     for (const [i, transport] of rounds.entries()) {
       process.stderr.write(`  round ${i + 1}/${rounds.length}: ${transport}\n`);
@@ -260,6 +306,11 @@ async function main(): Promise<void> {
       const quiet = await quietPhase(execs);
       t.quiet = add(t.quiet, quiet.counts);
       t.quietS += quiet.seconds;
+      const one = await oneWaiterPhase(execs, runners[transport], 10 + Math.floor(i / 2));
+      t.one = add(t.one, one.counts);
+      t.oneS += one.seconds;
+      t.oneJobs += one.jobs;
+      await quietPhase(execs);
       const backlog = await backlogPhase(execs, runners[transport], offsetsFor(1 + Math.floor(i / 2)));
       t.backlog = add(t.backlog, backlog.counts);
       t.backlogS += backlog.seconds;
@@ -278,14 +329,37 @@ async function main(): Promise<void> {
             quietPerS: requests(t.quiet) / t.quietS,
             perJob: requests(t.backlog) / jobs,
             jobsPerS: jobs / t.backlogS,
-            p50: quantileMs(t.backlog.gapBuckets, 0.5),
-            p99: quantileMs(t.backlog.gapBuckets, 0.99),
-            meanMs: t.backlog.gapCount === 0 ? 0 : (t.backlog.gapSum / t.backlog.gapCount) * 1000,
-            gaps: t.backlog.gapCount,
+            p50: quantileMs(t.one.gapBuckets, 0.5),
+            p99: quantileMs(t.one.gapBuckets, 0.99),
+            meanMs: t.one.gapCount === 0 ? 0 : (t.one.gapSum / t.one.gapCount) * 1000,
+            gaps: t.one.gapCount,
+            oneJobsPerS: t.oneJobs / t.oneS,
+            backlogP50: quantileMs(t.backlog.gapBuckets, 0.5),
+            backlogP99: quantileMs(t.backlog.gapBuckets, 0.99),
+            backlogMeanMs: t.backlog.gapCount === 0 ? 0 : (t.backlog.gapSum / t.backlog.gapCount) * 1000,
+            backlogGaps: t.backlog.gapCount,
           },
         ];
       }),
-    ) as Record<Transport, { idlePerS: number; pingsPerS: number; quietPerS: number; perJob: number; jobsPerS: number; p50: number; p99: number; meanMs: number; gaps: number }>;
+    ) as Record<
+      Transport,
+      {
+        idlePerS: number;
+        pingsPerS: number;
+        quietPerS: number;
+        perJob: number;
+        jobsPerS: number;
+        p50: number;
+        p99: number;
+        meanMs: number;
+        gaps: number;
+        oneJobsPerS: number;
+        backlogP50: number;
+        backlogP99: number;
+        backlogMeanMs: number;
+        backlogGaps: number;
+      }
+    >;
     const b = per.broker;
     const p = per.polling;
     const params = {
@@ -322,9 +396,24 @@ async function main(): Promise<void> {
         jobs_per_s: { broker: round(b.jobsPerS), polling: round(p.jobsPerS) },
       },
     });
-    const gapParams = { ...params, gaps: { broker: b.gaps, polling: p.gaps }, mean_ms: { broker: round(b.meanMs), polling: round(p.meanMs) }, goal: "ratio ≤ 0.01" };
-    emit({ bench: "idle-and-gap", metric: "gap_p50_ms", value: b.p50, baseline: "token polling", baseline_value: p.p50, params: { ...gapParams, what: "slot free → next job running while jobs wait, p50 (backlog phase)" } });
-    emit({ bench: "idle-and-gap", metric: "gap_p99_ms", value: b.p99, baseline: "token polling", baseline_value: p.p99, params: { ...gapParams, what: "slot free → next job running while jobs wait, p99 (backlog phase)" } });
+    const gapParams = {
+      ...params,
+      gaps: { broker: b.gaps, polling: p.gaps },
+      mean_ms: { broker: round(b.meanMs), polling: round(p.meanMs) },
+      jobs_per_s: { broker: round(b.oneJobsPerS), polling: round(p.oneJobsPerS) },
+      goal: "ratio ≤ 0.01",
+    };
+    const oneWhat = `slot free → the waiting job running, one job waiting at a time (every slot busy with 1–2 s jobs, ${oneWaiterJobs} jobs)`;
+    emit({ bench: "idle-and-gap", metric: "gap_p50_ms", value: b.p50, baseline: "token polling", baseline_value: p.p50, params: { ...gapParams, what: `${oneWhat}, p50` } });
+    emit({ bench: "idle-and-gap", metric: "gap_p99_ms", value: b.p99, baseline: "token polling", baseline_value: p.p99, params: { ...gapParams, what: `${oneWhat}, p99` } });
+    const backlogParams = {
+      ...params,
+      gaps: { broker: b.backlogGaps, polling: p.backlogGaps },
+      mean_ms: { broker: round(b.backlogMeanMs), polling: round(p.backlogMeanMs) },
+      what: `slot free → next job running under the backlog of requests_per_job (up to ${backlogJobs} jobs polling at once)`,
+    };
+    emit({ bench: "idle-and-gap", metric: "backlog_gap_p50_ms", value: b.backlogP50, baseline: "token polling", baseline_value: p.backlogP50, params: backlogParams });
+    emit({ bench: "idle-and-gap", metric: "backlog_gap_p99_ms", value: b.backlogP99, baseline: "token polling", baseline_value: p.backlogP99, params: backlogParams });
   } finally {
     await broker.close();
     await http.close();

@@ -25,6 +25,8 @@ export interface LegacyRunOptions extends LegacyJob {
   /** Where stdout goes; collected into a Buffer when unset. */
   readonly stdout?: Writable;
   readonly signal?: AbortSignal;
+  /** Called once a token was granted, just before the PUT, with the instance that issued it. */
+  readonly onStart?: (instanceId: string) => void;
 }
 
 /** What a job run by polling produced. */
@@ -84,6 +86,7 @@ export class LegacyClient {
         if (answer.kind === "busy") this.stats.busy++;
         if (answer.kind !== "token") continue;
         const collector = options.stdout ? undefined : new BufferCollector();
+        options.onStart?.(answer.grant.instanceId);
         const receipt = await runWithToken(endpoint, answer.grant.token, options, options.stdin, options.stdout ?? collector!, options.signal);
         this.stats.jobs++;
         return { receipt, stdout: collector?.toBuffer(), instanceId: answer.grant.instanceId, tokenRequests: requests };
