@@ -74,7 +74,7 @@ export class ReflectionIndex {
 
   /** Answers one reflection request; never throws (bad requests get an error_response). */
   answer(request: ServerReflectionRequest): ServerReflectionResponse {
-    const base = { validHost: request.host, originalRequest: request };
+    const base: ResponseBase = { validHost: request.host, originalRequest: request };
     const r = request.messageRequest;
     const files = (name: string | undefined, what: string): ServerReflectionResponse =>
       name === undefined
@@ -113,7 +113,12 @@ export class ReflectionIndex {
   }
 }
 
-function error(base: Partial<ServerReflectionResponse>, code: Code, message: string): ServerReflectionResponse {
+interface ResponseBase {
+  readonly validHost: string;
+  readonly originalRequest: ServerReflectionRequest;
+}
+
+function error(base: ResponseBase, code: Code, message: string): ServerReflectionResponse {
   return create(ServerReflectionResponseSchema, {
     ...base,
     messageResponse: { case: "errorResponse", value: { errorCode: code, errorMessage: message } },
