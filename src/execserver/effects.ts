@@ -3,6 +3,7 @@ import {
   ConnectResponseSchema,
   DoneSchema,
   ErrorKind,
+  OfferExpiredSchema,
   ReceiptSchema,
   type Receipt,
 } from "../../gen/slotbroker/v1/broker_pb.js";
@@ -59,8 +60,13 @@ export class BrokerIo implements BrokerEffects {
   }
 
   /** @inheritdoc */
-  offerEnded(_record: JobRecord, outcome: OfferOutcome): void {
+  offerEnded(record: JobRecord, outcome: OfferOutcome, offerToken: string): void {
     this.metrics!.offerEnded(outcome);
+    // Without this frame a client whose offer lapsed could not tell its want is gone.
+    if (outcome === "expired" && record.connection.state === "open") {
+      const value = create(OfferExpiredSchema, { jobId: record.jobId, offerToken });
+      record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "offerExpired", value } }));
+    }
   }
 
   /** Stops the expiry timer (server shutdown). */
@@ -125,9 +131,10 @@ export class BrokerIo implements BrokerEffects {
     this.broker!.finish(record);
     this.metrics!.jobDone(record.group.name);
     receipt.instanceId = this.options.instanceId;
-    if (record.connection.state === "open") {
+    if (record.connection.state !== "closed") {
       const value = create(DoneSchema, { jobId: record.jobId, receipt });
       record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "done", value } }));
+      record.connection.sink.jobFinished?.();
     }
     this.options.jobFinished();
   }

@@ -53,7 +53,7 @@ export interface ExecserverOptions {
   readonly abortWaitMs?: number;
 }
 
-const capabilities = ["query", "position-eta"];
+const capabilities = ["query", "position-eta", "offer-expired", "half-close"];
 
 /**
  * One execserver: the gRPC server (BrokerService, health, reflection), the admin HTTP
