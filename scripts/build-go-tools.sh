@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/tools/bin"
 tools=(
   "grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
-  "protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.11"
+  "protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
   "protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0"
 )
 mkdir -p "$bin"
