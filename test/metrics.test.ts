@@ -85,7 +85,7 @@ describe("metric naming rules", () => {
   });
 });
 
-describe("metrics (DESIGN §9)", function () {
+describe("metrics", function () {
   this.timeout(60_000);
   afterEach(releaseAll);
 

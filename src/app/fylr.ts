@@ -6,19 +6,21 @@
 import type pg from "pg";
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
 import { Dispatcher, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
-import { Broker, ExecClient, execBackend, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
+import { BrokerClient, ExecClient, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
+import { Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
-import { createFylrStatusPage } from "../status/index.js";
+import { brokerCapacity, execBackend } from "./exec-adapters.js";
 import { ExecserverLoad } from "./execserver-status.js";
 import type { FylrConfig } from "./fylr-config.js";
 import { createFylrMetrics } from "./fylr-metrics.js";
 import { metricsRoute, statusRoute } from "./fylr-routes.js";
+import { createFylrStatusPage } from "./fylr-status-page.js";
 import { createPgPool } from "../shared/postgres.js";
 
 /** A fylr's lifecycle. */
 export type FylrState = "running" | "stopping" | "stopped";
 
-const transitions: Record<FylrState, readonly FylrState[]> = { running: ["stopping"], stopping: ["stopped"], stopped: [] };
+const transitions = new Transitions<FylrState>("fylr", { running: ["stopping"], stopping: ["stopped"], stopped: [] });
 
 /** Options of startFylr. */
 export interface StartFylrOptions {
@@ -39,7 +41,7 @@ export interface FylrHandle {
   /** "host:port" as bound. */
   readonly address: string;
   readonly dispatcher: Dispatcher;
-  readonly broker: Broker;
+  readonly broker: BrokerClient;
   readonly http: FylrHttpServer;
   readonly state: FylrState;
   /**
@@ -62,7 +64,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
   const cleanup: (() => unknown)[] = [() => pool.end()];
   try {
     await migrate(pool, { logger });
-    const broker = new Broker(config.broker, { logger });
+    const broker = new BrokerClient(config.broker, { logger });
     cleanup.unshift(() => broker.close());
     const pipes = new PipeRegistry({ logger });
     cleanup.unshift(() => pipes.close());
@@ -73,7 +75,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     const backend = measuredBackend({ run: (request, runOptions) => late.backend!.run(request, runOptions) }, means);
     const dispatcher = new Dispatcher({
       pool,
-      capacity: broker,
+      capacity: brokerCapacity(broker),
       backend,
       actions: options.actions,
       config: config.dispatcher,
@@ -129,7 +131,7 @@ interface Parts {
   readonly config: FylrConfig;
   readonly log: Logger;
   readonly pool: pg.Pool;
-  readonly broker: Broker;
+  readonly broker: BrokerClient;
   readonly pipes: PipeRegistry;
   readonly load: ExecserverLoad;
   readonly shutdown: AbortController;
@@ -142,8 +144,7 @@ interface Parts {
 function assemble(p: Parts): FylrHandle {
   let state: FylrState = "running";
   const setState = (next: FylrState): void => {
-    if (!transitions[state].includes(next)) throw new Error(`fylr: illegal transition ${state} → ${next}`);
-    state = next;
+    state = transitions.check(state, next);
   };
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {
@@ -195,7 +196,7 @@ function assemble(p: Parts): FylrHandle {
 }
 
 // Undefined while no execserver is connected: then a submit cannot be checked.
-function offeredServices(broker: Broker): ReadonlySet<string> | undefined {
+function offeredServices(broker: BrokerClient): ReadonlySet<string> | undefined {
   const instances = broker.instances();
   if (instances.length === 0) return undefined;
   return new Set(instances.flatMap((i) => Object.keys(i.services)));

@@ -9,6 +9,7 @@ import { hostname } from "node:os";
 import type pg from "pg";
 import { AbortReason, linkedAbortController, sleep } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
+import { IllegalTransitionError, Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { execAdmission, type ExecAdmission, type InstanceShare } from "./admission.js";
 import type { CapacitySource } from "./capacity.js";
@@ -29,12 +30,12 @@ import { Wakeup } from "./wakeup.js";
 /** The loop's lifecycle. */
 export type DispatcherState = "idle" | "running" | "stopping" | "stopped";
 
-const transitions: Record<DispatcherState, readonly DispatcherState[]> = {
+const transitions = new Transitions<DispatcherState>("dispatcher", {
   idle: ["running", "stopped"],
   running: ["stopping"],
   stopping: ["stopped"],
   stopped: [],
-};
+});
 
 /** Everything a dispatcher is built from. */
 export interface DispatcherOptions {
@@ -97,6 +98,8 @@ export class Dispatcher {
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
   private readonly loopAbort = new AbortController();
+  // Aborted once stopped: outcome writes still retrying give up.
+  private readonly writesAbort = new AbortController();
   // Aborted by a stop({ graceMs: 0 }) that arrives while a graceful stop is waiting.
   private readonly graceCut = new AbortController();
   private readonly tasks = new Set<Promise<void>>();
@@ -128,13 +131,12 @@ export class Dispatcher {
   }
 
   private setState(next: DispatcherState): void {
-    if (!transitions[this.currentState].includes(next)) throw new Error(`dispatcher: illegal transition ${this.currentState} → ${next}`);
-    this.currentState = next;
+    this.currentState = transitions.check(this.currentState, next);
   }
 
   /** Migrates (unless disabled), registers this fylr and starts the loop. Aborting `signal` stops it. */
   async start(signal?: AbortSignal): Promise<void> {
-    if (this.currentState !== "idle") throw new Error(`dispatcher: start() in state ${this.currentState}`);
+    if (this.currentState !== "idle") throw new IllegalTransitionError("dispatcher", this.currentState, "running");
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
     await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
     this.setState("running");
@@ -178,6 +180,7 @@ export class Dispatcher {
       this.log.warn({ err }, "could not remove this fylr's row");
     }
     this.setState("stopped");
+    this.writesAbort.abort(new AbortReason("shutdown", "dispatcher stopped"));
     this.log.info(this.counters, "dispatcher stopped");
     if (left > 0) throw new DispatcherStopTimeoutError(left, forceTimeoutMs);
   }
@@ -354,7 +357,7 @@ export class Dispatcher {
       completer: this.completer,
       config: this.config,
       counters: this.counters,
-      keepTrying: () => this.currentState !== "stopped",
+      signal: this.writesAbort.signal,
     };
     try {
       permit?.markUsed();

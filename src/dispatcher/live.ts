@@ -5,6 +5,7 @@
  * into Get/Watch/Position answers.
  */
 import type { Position } from "../../gen/slotbroker/v1/broker_pb.js";
+import { Transitions } from "../shared/lifecycle.js";
 import type { ItemKind } from "./types.js";
 
 /**
@@ -14,12 +15,12 @@ import type { ItemKind } from "./types.js";
  */
 export type LivePhase = "claimed" | "waiting" | "running" | "finishing";
 
-const transitions: Record<LivePhase, readonly LivePhase[]> = {
+const transitions = new Transitions<LivePhase>("live item phase", {
   claimed: ["waiting", "running", "finishing"],
   waiting: ["running", "finishing"],
   running: ["waiting", "finishing"],
   finishing: [],
-};
+});
 
 /** One item this fylr holds. */
 export interface LiveItem {
@@ -64,9 +65,7 @@ export class LiveItems {
   setPhase(id: string, lease: number, phase: LivePhase, patch: Partial<Pick<LiveItem, "callIndex" | "service" | "instanceId">> = {}): void {
     const item = this.current(id, lease);
     if (!item) return;
-    if (item.phase !== phase && !transitions[item.phase].includes(phase)) {
-      throw new Error(`live item ${id}: illegal phase change ${item.phase} → ${phase}`);
-    }
+    if (item.phase !== phase) transitions.check(item.phase, phase);
     // A new call starts without the previous call's position or instance.
     const fresh = phase === "waiting" ? { position: undefined, instanceId: undefined } : {};
     this.put({ ...item, ...fresh, ...patch, phase, phaseSince: item.phase === phase ? item.phaseSince : new Date() });

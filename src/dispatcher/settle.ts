@@ -4,9 +4,9 @@
  * fence refuses means the item was requeued and maybe claimed again while this fylr still
  * ran it — the work ran twice — so it is logged at error level as an incident and dropped.
  */
-import { AbortReason, sleep } from "../shared/abort.js";
+import { AbortReason } from "../shared/abort.js";
 import type { Logger } from "../shared/log.js";
-import { retryBackoffMs } from "./admission.js";
+import { retry, retryDelayMs, type RetryPolicy } from "../shared/retry.js";
 import type { DispatcherConfig } from "./config.js";
 import type { CompletionBatcher } from "./completion-batcher.js";
 import type { Outcome } from "./item-runner.js";
@@ -41,8 +41,8 @@ export interface SettleDeps {
   readonly completer: CompletionBatcher;
   readonly config: DispatcherConfig;
   readonly counters: DispatcherCounters;
-  /** True while writes are still worth retrying (the dispatcher has not stopped). */
-  readonly keepTrying: () => boolean;
+  /** Aborted when the dispatcher has stopped: writes are no longer retried. */
+  readonly signal: AbortSignal;
 }
 
 /** Records one attempt's outcome in the database. Never rejects. */
@@ -60,7 +60,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
         return;
       }
       case "failed": {
-        const delayMs = retryBackoffMs(item.attempts, config.retryInitialMs, config.retryMaxMs);
+        const delayMs = itemRetryDelayMs(config, item.attempts);
         const state = await retrying(deps, log, "fail attempt", () =>
           store.failAttempt(fence, outcome.results, outcome.error, delayMs, outcome.permanent),
         );
@@ -78,7 +78,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
         const ok = await retrying(deps, log, "release", () => store.release(fence, config.noSlotDelayMs));
         if (!ok) return refused(deps, log, "no-slot requeue");
         counters.requeued += 1;
-        // Expected under load: the paper calls this "silent"; info, not a warning.
+        // Expected under load and not a fault: info, not a warning.
         log.info({ delayMs: config.noSlotDelayMs, reason: outcome.error.message }, "no slot in time; requeued with the attempt given back");
         return;
       }
@@ -110,15 +110,20 @@ function refused(deps: SettleDeps, log: Logger, what: string): void {
   log.error({ incident: "lease-fenced" }, `${what} refused by the lease fence: the item was requeued after this fylr's heartbeat went stale, and may have run twice`);
 }
 
-async function retrying<T>(deps: SettleDeps, log: Logger, what: string, write: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await write();
-    } catch (err) {
-      if (!isTransient(err) || !deps.keepTrying() || attempt >= 30) throw err;
-      const pause = Math.min(5000, 100 * 2 ** attempt);
-      log.warn({ err, attempt, retryInMs: pause }, `${what} failed; retrying`);
-      await sleep(pause);
-    }
-  }
+/** Before the item's next attempt: retryInitial · 2^(attempts − 1), capped at retryMax. */
+export function itemRetryDelayMs(config: Pick<DispatcherConfig, "retryInitialMs" | "retryMaxMs">, attempts: number): number {
+  return retryDelayMs({ initialMs: config.retryInitialMs, maxMs: config.retryMaxMs }, attempts - 1);
+}
+
+// Outcome writes ride out short database outages: 200 ms doubling to 5 s, 30 attempts.
+const writePolicy: RetryPolicy = { initialMs: 200, maxMs: 5000 };
+
+function retrying<T>(deps: SettleDeps, log: Logger, what: string, write: () => Promise<T>): Promise<T> {
+  return retry(write, {
+    policy: writePolicy,
+    maxAttempts: 30,
+    retryable: isTransient,
+    signal: deps.signal,
+    onRetry: (err, attempt, retryInMs) => log.warn({ err, attempt, retryInMs }, `${what} failed; retrying`),
+  });
 }

@@ -10,7 +10,7 @@ import {
 import { AbortReason } from "../shared/abort.js";
 import type { Logger } from "../shared/log.js";
 import { durationFromMs } from "../shared/proto-time.js";
-import type { Broker, BrokerEffects, JobRecord, OfferOutcome } from "./broker.js";
+import type { BrokerCore, CoreEffects, JobRecord, OfferOutcome } from "./broker-core.js";
 import type { BuiltinService } from "./config.js";
 import type { CheckedJob } from "./limits.js";
 import type { ExecserverMetrics } from "./metrics.js";
@@ -31,12 +31,12 @@ export interface EffectsOptions {
 }
 
 /**
- * The Broker's hands: sends OFFER/DONE frames, keeps the one timer that drives offer
+ * The BrokerCore's hands: sends OFFER/DONE frames, keeps the one timer that drives offer
  * expiry, starts jobs (runner or built-in) and turns their receipts into finish() + DONE.
  * The OFFER is written before any bookkeeping, so metrics never sit on the grant path.
  */
-export class BrokerIo implements BrokerEffects {
-  private broker: Broker | undefined;
+export class BrokerIo implements CoreEffects {
+  private broker: BrokerCore | undefined;
   private metrics: ExecserverMetrics | undefined;
   private readonly offers: OfferEncoder;
   private expiryTimer: NodeJS.Timeout | undefined;
@@ -47,7 +47,7 @@ export class BrokerIo implements BrokerEffects {
   }
 
   /** Connects the broker these effects serve and its metrics (both are made after this). */
-  attach(broker: Broker, metrics: ExecserverMetrics): void {
+  attach(broker: BrokerCore, metrics: ExecserverMetrics): void {
     this.broker = broker;
     this.metrics = metrics;
   }

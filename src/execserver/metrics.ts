@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { Broker, OfferOutcome } from "./broker.js";
+import type { BrokerCore, OfferOutcome } from "./broker-core.js";
 
 // Latency samples buffered between scrapes before they are folded in early.
 const maxPending = 4096;
@@ -24,7 +24,7 @@ export class ExecserverMetrics {
   private readonly pendingOutcomes = new Map<OfferOutcome, number>();
   private readonly pendingDone = new Map<string, number>();
 
-  constructor(broker: Broker, instanceId: string) {
+  constructor(broker: BrokerCore, instanceId: string) {
     this.registry.setDefaultLabels({ instance_id: instanceId });
     const registers = [this.registry];
     const wgs = [...broker.waitgroups.values()];

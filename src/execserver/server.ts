@@ -16,10 +16,11 @@ import { AbortReason } from "../shared/abort.js";
 import { isLoopbackHost, splitHostPort } from "../shared/config.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { addHealth, addReflection, bindServer, toGrpcError } from "../shared/grpc.js";
+import { Transitions } from "../shared/lifecycle.js";
 import type { Logger } from "../shared/log.js";
 import { AdminServer } from "./admin-server.js";
 import { BearerAuth } from "./auth.js";
-import { Broker } from "./broker.js";
+import { BrokerCore } from "./broker-core.js";
 import type { ExecserverConfig } from "./config.js";
 import { BrokerIo } from "./effects.js";
 import { limits } from "./limits.js";
@@ -32,12 +33,12 @@ import { serverServiceDefinition } from "./wire.js";
 /** Lifecycle of an execserver. */
 export type ExecserverState = "created" | "serving" | "draining" | "stopped";
 
-const transitions: Record<ExecserverState, readonly ExecserverState[]> = {
+const transitions = new Transitions<ExecserverState>("execserver", {
   created: ["serving", "stopped"],
   serving: ["draining", "stopped"],
   draining: ["stopped"],
   stopped: [],
-};
+});
 
 /** The health service names that flip to NOT_SERVING while draining. */
 export const healthServices = ["", BrokerService.typeName] as const;
@@ -60,7 +61,7 @@ const capabilities = ["query", "position-eta", "offer-expired", "half-close"];
  * listener and the broker core, with a checked lifecycle and graceful/forceful shutdown.
  */
 export class Execserver implements SessionHost {
-  readonly broker: Broker;
+  readonly broker: BrokerCore;
   readonly metrics: ExecserverMetrics;
   readonly admin: AdminServer;
   readonly startedAt = new Date();
@@ -99,7 +100,7 @@ export class Execserver implements SessionHost {
       now: () => this.now(),
       jobFinished: () => this.jobFinished(),
     });
-    this.broker = new Broker({ ...config, now: () => this.now() }, this.io);
+    this.broker = new BrokerCore({ ...config, now: () => this.now() }, this.io);
     this.metrics = new ExecserverMetrics(this.broker, config.instanceId);
     this.io.attach(this.broker, this.metrics);
     this.auth = new BearerAuth(config.token);
@@ -249,10 +250,7 @@ export class Execserver implements SessionHost {
   }
 
   private setState(next: ExecserverState): void {
-    if (!transitions[this.stateValue].includes(next)) {
-      throw new SlotbrokerError(Code.Internal, `execserver: illegal transition ${this.stateValue} → ${next}`);
-    }
-    this.stateValue = next;
+    this.stateValue = transitions.check(this.stateValue, next);
   }
 
   private onConnect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {

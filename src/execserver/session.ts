@@ -12,13 +12,13 @@ import { Code, SlotbrokerError } from "../shared/errors.js";
 import { toGrpcError } from "../shared/grpc.js";
 import type { Logger } from "../shared/log.js";
 import { durationFromMs } from "../shared/proto-time.js";
-import { BrokerConnection, type Broker, type FrameSink, type RejectInfo } from "./broker.js";
+import { ClientConnection, type BrokerCore, type FrameSink, type RejectInfo } from "./broker-core.js";
 import { limits } from "./limits.js";
 import { helloFrame } from "./wire.js";
 
 /** What a session needs from the server around it. */
 export interface SessionHost {
-  readonly broker: Broker;
+  readonly broker: BrokerCore;
   /** The current Hello content version; bumped when clients/services/draining change. */
   readonly helloVersion: number;
   /** The current Hello without peer_address, encoded (see wire.ts helloFrame). */
@@ -33,13 +33,13 @@ export interface SessionHost {
 type Lifecycle = "open" | "half-closed" | "closed";
 
 /**
- * One broker stream: decodes frames into Broker calls and writes the answers. It holds no
+ * One broker stream: decodes frames into BrokerCore calls and writes the answers. It holds no
  * scheduling state of its own; a handler failure is logged and the frame dropped, so no
  * frame can take the stream, let alone the server, down.
  */
 export class Session implements FrameSink {
   /** The core's view of this stream. */
-  readonly connection: BrokerConnection;
+  readonly connection: ClientConnection;
   /** The Hello version this peer saw last. */
   helloVersion = -1;
   private state: Lifecycle = "open";
@@ -54,7 +54,7 @@ export class Session implements FrameSink {
     private readonly signal: AbortSignal,
   ) {
     const clientName = call.metadata.get("slotbroker-client")[0];
-    this.connection = new BrokerConnection(
+    this.connection = new ClientConnection(
       id,
       peerAddress(call.getPeer()),
       typeof clientName === "string" ? clientName.slice(0, 128) : "",

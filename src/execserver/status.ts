@@ -9,10 +9,10 @@ import {
   type WaitgroupState,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { durationFromMs, timestampFromDate } from "../shared/proto-time.js";
-import type { Broker } from "./broker.js";
+import type { BrokerCore } from "./broker-core.js";
 
 /** The GetStatus snapshot of a broker. O(connections + classes), never the whole book. */
-export function buildStatus(broker: Broker, instanceId: string, services: Record<string, string>, startedAt: Date): GetStatusResponse {
+export function buildStatus(broker: BrokerCore, instanceId: string, services: Record<string, string>, startedAt: Date): GetStatusResponse {
   return create(GetStatusResponseSchema, {
     instanceId,
     services,
@@ -52,7 +52,7 @@ export function buildStatus(broker: Broker, instanceId: string, services: Record
 }
 
 /** The waitgroups part of a Hello. */
-export function helloWaitgroups(broker: Broker): WaitgroupState[] {
+export function helloWaitgroups(broker: BrokerCore): WaitgroupState[] {
   return [...broker.waitgroups.values()].map((wg) =>
     create(WaitgroupStateSchema, { name: wg.name, processes: wg.ledger.processes, running: wg.ledger.running, waiting: wg.book.size }),
   );

@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import type { Broker } from "../../src/fylr/broker/index.js";
+import type { BrokerClient } from "../../src/fylr/broker/index.js";
 import { freePort } from "../../src/shared/embedded-postgres.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
@@ -27,12 +27,12 @@ async function burst(replica: FylrReplica, jobs: number, seconds: string): Promi
   return results.map((r) => r.instanceId);
 }
 
-function pool(broker: Broker) {
+function pool(broker: BrokerClient) {
   return broker.pools()[0]!;
 }
 
 /** Which instance each new stream of the pool reached, in order (for failure messages). */
-function landings(broker: Broker): string[] {
+function landings(broker: BrokerClient): string[] {
   const log: string[] = [];
   pool(broker).on("connection", (conn) => conn.on("hello", (hello, first) => first && log.push(`${conn.name}→${hello.instanceId}`)));
   for (const conn of pool(broker).connections()) if (conn.hello) log.push(`${conn.name}→${conn.hello.instanceId}`);

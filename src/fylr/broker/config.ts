@@ -1,8 +1,10 @@
 import { hostname } from "node:os";
 import { z } from "zod";
 import { durationMs, listenAddress, parseConfig } from "../../shared/config.js";
+import { formatDuration } from "../../shared/duration.js";
 import { ConfigError } from "../../shared/errors.js";
-import type { BrokerTlsOptions, ConnectionTimings } from "./connection.js";
+import type { BrokerTlsOptions } from "./channel-setup.js";
+import { defaultConnectionTimings as timing, type ConnectionTimings } from "./connection-options.js";
 import type { GrowthPolicy } from "./pool-policy.js";
 
 /**
@@ -32,15 +34,15 @@ export const brokerConfigSchema = z.strictObject({
    * 5 minutes by default (grpc-go answers GOAWAY "too_many_pings"); the application Ping
    * below is what detects a half-open stream, and no server polices it.
    */
-  keepaliveTime: durationMs.prefault("5m"),
-  keepaliveTimeout: durationMs.prefault("20s"),
+  keepaliveTime: durationMs.prefault(formatDuration(timing.keepaliveTimeMs)),
+  keepaliveTimeout: durationMs.prefault(formatDuration(timing.keepaliveTimeoutMs)),
   /** Application Ping interval on a ready stream (a frame on the stream, not an HTTP/2 PING). */
-  pingInterval: durationMs.prefault("10s"),
+  pingInterval: durationMs.prefault(formatDuration(timing.pingIntervalMs)),
   /** A Ping unanswered this long restarts the stream (half-open detection). */
-  pingTimeout: durationMs.prefault("5s"),
-  helloTimeout: durationMs.prefault("10s"),
-  reconnectInitial: durationMs.prefault("100ms"),
-  reconnectMax: durationMs.prefault("10s"),
+  pingTimeout: durationMs.prefault(formatDuration(timing.pingTimeoutMs)),
+  helloTimeout: durationMs.prefault(formatDuration(timing.helloTimeoutMs)),
+  reconnectInitial: durationMs.prefault(formatDuration(timing.backoff.initialMs)),
+  reconnectMax: durationMs.prefault(formatDuration(timing.backoff.maxMs)),
   /** How long a want waits at start-up for the first HELLOs before judging a service unknown. */
   startupGrace: durationMs.prefault("3s"),
   /**
@@ -49,8 +51,8 @@ export const brokerConfigSchema = z.strictObject({
    * its execserver counts as one; an UNWANT would withdraw it silently.
    */
   unwantGrace: durationMs.prefault("5ms"),
-  /** How often a parked want with a position listener asks for its position. */
-  positionInterval: durationMs.prefault("2s"),
+  /** How often a parked want with a position listener asks for its position (Position/Watch stay current). */
+  positionInterval: durationMs.prefault("1s"),
   /** Host put into pipe URLs instead of the connection's local address (NAT). */
   pipeHost: z.string().min(1).optional(),
 });
@@ -102,7 +104,7 @@ export function compileBrokerConfig(raw: unknown, source = "execserver"): Broker
       pingIntervalMs: c.pingInterval,
       pingTimeoutMs: c.pingTimeout,
       helloTimeoutMs: c.helloTimeout,
-      backoff: { initialMs: c.reconnectInitial, maxMs: c.reconnectMax, multiplier: 2, jitter: 0.5 },
+      backoff: { ...timing.backoff, initialMs: c.reconnectInitial, maxMs: c.reconnectMax },
     },
     startupGraceMs: c.startupGrace,
     positionIntervalMs: c.positionInterval,

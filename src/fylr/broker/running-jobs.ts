@@ -4,7 +4,7 @@ import { Code } from "../../shared/errors.js";
 import type { BrokerConnection } from "./connection.js";
 import { ConnectionLostError, JobRejectedError } from "./errors.js";
 
-interface RunningJob {
+interface TrackedJob {
   readonly conn: BrokerConnection;
   readonly instanceId: string;
   readonly resolve: (receipt: Receipt) => void;
@@ -23,7 +23,7 @@ const rejectCodes: Partial<Record<RejectCode, Code>> = {
  * on the connection that runs it; a lost connection or a Reject fails it.
  */
 export class RunningJobs {
-  private readonly jobs = new Map<string, RunningJob>();
+  private readonly jobs = new Map<string, TrackedJob>();
 
   /** Jobs waiting for DONE. */
   get size(): number {

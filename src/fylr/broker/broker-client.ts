@@ -1,7 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
-import type { CapacitySource } from "../../dispatcher/capacity.js";
 import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
@@ -27,7 +26,7 @@ export interface AcquireOptions {
 }
 
 /** Counters of the broker client, for status pages and tests. */
-export interface BrokerStats {
+export interface BrokerClientStats {
   /** Offers taken (first offer of a want). */
   accepted: number;
   /** Surplus offers declined at once (a want already won elsewhere, or withdrawn). */
@@ -36,8 +35,8 @@ export interface BrokerStats {
   noSlot: number;
 }
 
-/** The events a Broker emits. */
-export interface BrokerEvents {
+/** The events a BrokerClient emits. */
+export interface BrokerClientEvents {
   /** The reachable instances or one of their HELLOs changed. */
   instances: [];
 }
@@ -70,11 +69,11 @@ type BrokerState = "idle" | "running" | "closed";
  * The fylr's side of the broker: a demand-driven pool per configured address, WANTs routed
  * to connections whose HELLO lists the service, and slot acquisition as a race — parked on
  * one connection per distinct instance, the first OFFER wins, later ones are DECLINEd, the
- * rest UNWANTed. Implements the dispatcher's CapacitySource (instances/subscribe).
+ * rest UNWANTed.
  */
-export class Broker extends EventEmitter<BrokerEvents> implements CapacitySource {
+export class BrokerClient extends EventEmitter<BrokerClientEvents> {
   readonly config: BrokerConfig;
-  readonly stats: BrokerStats = { accepted: 0, declined: 0, noSlot: 0 };
+  readonly stats: BrokerClientStats = { accepted: 0, declined: 0, noSlot: 0 };
   private state: BrokerState = "idle";
   private readonly logger: Logger;
   private readonly addressPools: AddressPool[];
