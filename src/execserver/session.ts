@@ -11,10 +11,10 @@ import {
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { toGrpcError } from "../shared/grpc.js";
 import type { Logger } from "../shared/log.js";
-import { durationFromMs } from "../shared/proto-time.js";
 import { ClientConnection, type BrokerCore, type FrameSink, type RejectInfo } from "./broker-core.js";
 import { limits } from "./limits.js";
 import { helloFrame } from "./wire.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** What a session needs from the server around it. */
 export interface SessionHost {
@@ -26,7 +26,7 @@ export interface SessionHost {
   /** The clock for grant latency and runtimes (ms, monotonic). */
   now(): number;
   /** Called once when the stream is gone. */
-  closed(session: Session): void;
+  closed(session: Session, reason: string): void;
 }
 
 // "half-closed": the peer ended its side; the stream ends after its last running job's DONE.
@@ -115,7 +115,7 @@ export class Session implements FrameSink {
     try {
       this.host.broker.disconnect(this.connection);
     } finally {
-      this.host.closed(this);
+      this.host.closed(this, reason);
       try {
         this.call.end();
       } catch {
@@ -187,7 +187,7 @@ export class Session implements FrameSink {
       running: p.running,
       ahead: p.ahead,
       capacity: p.capacity,
-      eta: p.etaMs === undefined ? undefined : durationFromMs(p.etaMs),
+      eta: p.etaMs === undefined ? undefined : durationFromMs(Math.round(p.etaMs)),
     });
     this.send(create(ConnectResponseSchema, { frame: { case: "position", value } }));
   }

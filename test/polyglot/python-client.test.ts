@@ -11,6 +11,7 @@ import { parse } from "yaml";
 import type { ExecserverConfigInput } from "../../src/execserver/index.js";
 import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
 import { closeAll, root } from "../integration/support.js";
+import { requireTool } from "../support/system-tools.js";
 import { run, type Run } from "./support.js";
 
 const dir = join(root, "examples/clients/python");
@@ -34,6 +35,7 @@ describe("the Python example client (examples/clients/python)", function () {
   before(async function () {
     this.timeout(600_000);
     expect(blocks, "the README has a setup block and a run block").to.have.length(2);
+    requireTool("python3");
     const setup = await run("bash", ["-c", `set -euo pipefail\n${blocks[0]!}`], { cwd: dir, timeoutMs: 540_000 });
     expect(setup.code, `README setup steps failed:\n${setup.stderr}`).to.equal(0);
     exec = await demoExecserver();
