@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { compileExecserverConfig, type ExecserverConfigInput } from "../../src/execserver/index.js";
 import { decodeReceiptHeader, RECEIPT_HEADER } from "../../src/shared/legacy-protocol.js";
 import { ConfigError } from "../../src/shared/errors.js";
+import { metricFamilies, metricNameProblems } from "../support/metric-names.js";
 import { BrokerStream, eventually, releaseAll } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
 
@@ -266,6 +267,23 @@ describe("legacy token protocol (execserver)", () => {
     const metrics = await (await fetch(`${server.adminUrl}/metrics`)).text();
     expect(metrics).to.match(/slotbroker_legacy_jobs_done_total\{waitgroup="one",instance_id="test-exec"\} 1/);
     expect(metrics).to.match(/slotbroker_legacy_requests_total\{endpoint="token",code="200",instance_id="test-exec"\} 1/);
+  });
+
+  it("names its metrics by the Prometheus rules and documents every family in the operator guide", async () => {
+    const server = await startTestServer({ ...layout, legacy: { enabled: true } });
+    await put(server.legacyUrl!, await token(server.legacyUrl!, "noop"), undefined);
+    const families = metricFamilies(await (await fetch(`${server.adminUrl}/metrics`)).text());
+    expect(families.map((f) => f.name)).to.include.members([
+      "slotbroker_legacy_requests_total",
+      "slotbroker_legacy_tokens_total",
+      "slotbroker_legacy_refused_total",
+      "slotbroker_legacy_jobs_done_total",
+      "slotbroker_slot_idle_gap_seconds",
+      "slotbroker_frames_received_total",
+    ]);
+    expect(families.flatMap((f) => metricNameProblems(f))).to.deep.equal([]);
+    const guide = readFileSync(new URL("../../docs/operator-guide.md", import.meta.url), "utf8");
+    expect(families.filter((f) => !guide.includes(`\`${f.name}\``)).map((f) => f.name)).to.deep.equal([]);
   });
 
   it("rejects contradictory legacy config naming the key", () => {

@@ -46,12 +46,10 @@ describe("migration from the token protocol (real processes)", function () {
   let fylrs: FylrProcess[] = [];
   let replicas: FylrReplica[] = [];
 
-  before(async () => {
-    databaseUrl = await createTestDatabase("migration");
-  });
+  // A fresh database per test: the first fylr of each migrates it.
   beforeEach(async () => {
+    databaseUrl = await createTestDatabase("migration");
     pool = openPool(databaseUrl);
-    await pool.query("DROP TABLE IF EXISTS queue_items, fylrs, slotbroker_migrations CASCADE");
   });
   afterEach(async () => {
     for (const replica of replicas) await stopReplica(replica);
