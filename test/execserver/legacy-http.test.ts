@@ -269,6 +269,49 @@ describe("legacy token protocol (execserver)", () => {
     expect(metrics).to.match(/slotbroker_legacy_requests_total\{endpoint="token",code="200",instance_id="test-exec"\} 1/);
   });
 
+  it("answers hostile and malformed requests with a precise error and keeps serving", async () => {
+    const server = await startTestServer({ ...layout, legacy: { enabled: true } });
+    const base = server.legacyUrl!;
+    const badEncoding = await request("GET", `${base}/token/%E0%A4%A`);
+    expect(badEncoding.status).to.equal(400);
+    expect(JSON.parse(badEncoding.body.toString())).to.include({ reason: "bad-request" });
+    const long = await request("GET", `${base}/token/${"x".repeat(5000)}`);
+    expect(long.status).to.equal(404);
+    expect((JSON.parse(long.body.toString()) as { error: string }).error.length).to.be.below(200);
+    const post = await request("POST", `${base}/token/noop`);
+    expect(post.status).to.equal(405);
+    expect(post.headers.allow).to.equal("GET");
+    expect((await request("GET", `${base}/job?token=x`)).status).to.equal(405);
+    expect(JSON.parse((await request("PUT", `${base}/job`)).body.toString())).to.deep.equal({ error: "token: missing (PUT /job?token=…)", reason: "bad-request" });
+    // A request line over the server's header limit is refused by Node itself (431), and
+    // nothing was reserved for it.
+    const huge = await request("PUT", `${base}/job?token=x&job=${"a".repeat(20_000)}`);
+    expect(huge.status).to.equal(431);
+    // Many tokens for a job JSON with every kind of junk: each 400, no slot leaks.
+    for (const junk of ["[]", "null", '{"args":"x"}', '{"timeout":"-1s"}', '{"args":[1]}']) {
+      const res = await request("PUT", `${base}/job?token=${await token(base, "cat")}&job=${encodeURIComponent(junk)}`);
+      expect(res.status, junk).to.equal(400);
+    }
+    expect(server.status().waitgroups[0]).to.include({ free: 1, offered: 0, running: 0 });
+    expect((await put(base, await token(base, "cat"), undefined, "still serving\n")).body.toString()).to.equal("still serving\n");
+  });
+
+  it("drains: GET /token answers 503 'draining' while a running legacy job is let finish", async () => {
+    const server = await startTestServer({ ...layout, legacy: { enabled: true } });
+    const base = server.legacyUrl!;
+    const running = put(base, await token(base, "sh"), { args: ["sleep 0.5; echo finished"] });
+    await eventually(() => expect(server.status().legacy?.jobsRunning).to.equal(1));
+    const closing = server.close();
+    const refused = await request("GET", `${base}/token/noop`);
+    expect(refused.status).to.equal(503);
+    expect(JSON.parse(refused.body.toString())).to.include({ reason: "draining" });
+    const res = await running;
+    expect(res.body.toString()).to.equal("finished\n");
+    expect(receiptOf(res)).to.include({ exitCode: 0 });
+    await closing;
+    expect(server.state).to.equal("stopped");
+  });
+
   it("names its metrics by the Prometheus rules and documents every family in the operator guide", async () => {
     const server = await startTestServer({ ...layout, legacy: { enabled: true } });
     await put(server.legacyUrl!, await token(server.legacyUrl!, "noop"), undefined);

@@ -147,8 +147,9 @@ describe("fylr polling fallback", function () {
     );
     expect((err as { code?: unknown }).code, String(err)).to.equal(8); // RESOURCE_EXHAUSTED: the dispatcher requeues
     const polls = replica.broker.stats.tokenRequests - requestsBefore;
-    // 1.3 s at one GET per 250 ms: 6 rounds (the first at once), give or take one.
-    expect(polls).to.be.within(5, 7);
+    // 1.3 s at one GET per 250 ms: 6 rounds (the first at once); never more, and fewer
+    // only when the host is slow enough to delay the timers.
+    expect(polls).to.be.within(3, 7);
     expect(await metric(old, /^slotbroker_legacy_refused_total\{reason="no-slot"/)).to.be.at.least(5);
     expect((await running).receipt.exitCode).to.equal(0);
   });
