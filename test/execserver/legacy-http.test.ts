@@ -1,5 +1,6 @@
 import { expect } from "chai";
 import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import http from "node:http";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -246,6 +247,39 @@ describe("legacy token protocol (execserver)", () => {
       expect(readFileSync(out).equals(readFileSync(input))).to.equal(true);
       const trailer = /^slotbroker-receipt: (.*)$/m.exec(readFileSync(headers, "utf8"))?.[1];
       expect(decodeReceiptHeader(trailer!.trim())).to.include({ exitCode: 0, stdoutBytes: 100_000n });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("runs the curl recipe of docs/protocol.md as written", async () => {
+    const server = await startTestServer({
+      ...layout,
+      services: { ...layout.services, sha256sum: { waitgroup: "one", command: ["sha256sum"] } },
+      legacy: { enabled: true },
+    });
+    const doc = readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8");
+    const section = doc.slice(doc.indexOf("\n## The legacy token protocol"));
+    const blocks = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    expect(blocks).to.have.length(1);
+    const dir = mkdtempSync(join(tmpdir(), "slotbroker-legacy-recipe-"));
+    try {
+      writeFileSync(join(dir, "input.bin"), Buffer.alloc(10_000, "r"));
+      const script = ["set -euo pipefail", blocks[0]!.replaceAll("EXEC:7601", server.legacyUrl!.replace(/^http:\/\//, ""))].join("\n");
+      const out = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+        const child = spawn("bash", ["-c", script], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+        let stdout = "";
+        let stderr = "";
+        child.stdout.setEncoding("utf8").on("data", (t: string) => (stdout += t));
+        child.stderr.setEncoding("utf8").on("data", (t: string) => (stderr += t));
+        child.on("error", reject);
+        child.on("close", (code) => resolve({ code, stdout, stderr }));
+      });
+      expect(out.code, out.stderr).to.equal(0);
+      const digest = createHash("sha256").update(Buffer.alloc(10_000, "r")).digest("hex");
+      expect(readFileSync(join(dir, "output.txt"), "utf8")).to.equal(`${digest}  -\n`);
+      const receipt = decodeReceiptHeader(out.stdout.trim().replace(/^slotbroker-receipt:\s*/i, ""));
+      expect(receipt).to.include({ exitCode: 0, stdoutBytes: 68n, stdoutStreamed: false });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
