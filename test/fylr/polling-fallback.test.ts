@@ -1,4 +1,5 @@
 import { expect } from "chai";
+import http2 from "node:http2";
 import * as grpc from "@grpc/grpc-js";
 import type { ExecserverConfigInput } from "../../src/execserver/index.js";
 import { PolledSlot, UnknownServiceError, type BrokerClient, type BrokerConfigInput } from "../../src/fylr/index.js";
@@ -119,6 +120,26 @@ describe("fylr polling fallback", function () {
     expect((slot as PolledSlot).endpoint.url.href).to.equal(`http://${old.grpcAddress}/`);
     (slot as PolledSlot).decline();
     await waitFor("the declined token to be given back", async () => (await metric(old, /^slotbroker_legacy_tokens_total\{outcome="released"/)) === 1);
+  });
+
+  it("falls back when an HTTP/2 server answers the gRPC call with 404", async () => {
+    const old = keep(await spawnExecserver(execConfig("h2-old", "legacy-only")));
+    const server = http2.createServer();
+    server.on("stream", (stream) => {
+      stream.on("error", () => undefined);
+      stream.respond({ ":status": 404 });
+      stream.end("not here");
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    keep(track(server, "h2 server answering 404", (s) => new Promise<void>((done) => s.close(() => done()))));
+    const address = `127.0.0.1:${(server.address() as { port: number }).port}`;
+    const replica = keep(
+      await startReplica({ addresses: [address], clientName: "h2-404", polling: { ...fastPolling, urls: { [address]: `http://${old.grpcAddress}` } } }, "h2-404"),
+    );
+    await waitFor("the pool to poll", () => transports(replica.broker)[0] === "polling");
+    const r = await replica.exec.run({ service: "cat", stdin: Buffer.from("via 404\n") });
+    expect(r).to.include({ transport: "polling", instanceId: "h2-old" });
+    expect(r.stdout!.toString()).to.equal("via 404\n");
   });
 
   it("fails fast with UnknownServiceError when every polled address answers 404", async () => {

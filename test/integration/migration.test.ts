@@ -138,6 +138,28 @@ describe("migration from the token protocol (real processes)", function () {
     expect(after.execservers.instances.map((i) => [i.instanceId, i.transport])).to.deep.equal([["exec-new", "broker"]]);
   });
 
+  it("a fylr serves every item from a mixed fleet: one broker execserver and one legacy-only", async () => {
+    const fresh = await spawnExecserver({ instanceId: "mixed-new", waitgroups: { w: { processes: 2 } }, services });
+    const old = await spawnExecserver({ instanceId: "mixed-old", waitgroups: { w: { processes: 2 } }, services, brokerService: false });
+    execs.push(fresh, old);
+    const addresses = [fresh.grpcAddress, old.grpcAddress];
+    const fylr = await spawnFylr(fastFylrConfig(databaseUrl, addresses, { execserver: { addresses, polling: { interval: "250ms" } } }), "mixed");
+    fylrs.push(fylr);
+    await waitFor("one address polled, one brokered", async () => {
+      const t = (await fylrStatus(fylr)).execservers.transports;
+      return t[fresh.grpcAddress] === "broker" && t[old.grpcAddress] === "polling";
+    });
+    const ids: string[] = [];
+    for (let i = 0; i < 20; i++) ids.push((await fylr.client.submit({ calls: [{ service: "sleep", args: ["0.3"] }] })).item!.id);
+    await waitFor("every item to finish", async () => (await itemsDone(pool)).succeeded === 20, 60_000, 200);
+    expect((await itemsDone(pool)).other).to.equal(0);
+    const brokered = Number((await fresh.status()).waitgroups[0]!.completed);
+    const polled = await metric(old, /^slotbroker_legacy_jobs_done_total/);
+    expect(brokered + polled).to.equal(20);
+    expect(brokered, `broker ${brokered}, polled ${polled}`).to.be.at.least(1);
+    expect(polled, `broker ${brokered}, polled ${polled}`).to.be.at.least(1);
+  });
+
   it("behind HAProxy a token redeemed at the wrong replica fails with 'token not found'; the broker path through the same HAProxy never does", async () => {
     const replicaConfig = (id: string): SpawnExecserverConfig => ({
       instanceId: id,
