@@ -56,5 +56,28 @@ export function untilSignalled(server: Stoppable, logger: Logger, gracefulMessag
     };
     process.on("SIGTERM", onSignal);
     process.on("SIGINT", onSignal);
+    // Counts as a first signal only: with Ctrl-C, npm's shell dies right after the SIGINT.
+    onWrapperGone(() => {
+      if (signals === 0) onSignal("SIGTERM");
+    });
   });
+}
+
+/**
+ * Calls `callback` once when npm started this process (npx, npm start, npm run) and the
+ * process that started it goes away. npm passes SIGTERM to its child, `sh -c`, which dies
+ * without passing it on, so the server would run on re-parented to init. Elsewhere nothing
+ * is watched: a server started with `nohup … &` must outlive its shell. Returns a stop function.
+ */
+export function onWrapperGone(callback: () => void, env: NodeJS.ProcessEnv = process.env): () => void {
+  if (!env.npm_command) return () => undefined;
+  const parent = process.ppid;
+  // No event tells a process its parent died; one cheap syscall every half second does.
+  const timer = setInterval(() => {
+    if (process.ppid === parent) return;
+    clearInterval(timer);
+    callback();
+  }, 500);
+  timer.unref();
+  return () => clearInterval(timer);
 }

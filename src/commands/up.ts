@@ -3,6 +3,7 @@ import { parseArgs } from "node:util";
 import { checkPortsFree, stackDataDir, startLocalStack, type LocalStack, type LocalStackPorts } from "../app/index.js";
 import { SlotbrokerError } from "../shared/errors.js";
 import { createLogger, type Logger } from "../shared/log.js";
+import { onWrapperGone } from "./serve.js";
 
 const help = `usage: slotbroker up [options]
 
@@ -183,9 +184,16 @@ function supervise(argv: string[]): Promise<number> {
     stdio: ["ignore", "inherit", "inherit", "ipc"],
     env: { ...process.env, [supervisedEnv]: "1" },
   });
-  const relay = (): void => void child.kill("SIGTERM");
+  let relayed = 0;
+  const relay = (): void => {
+    relayed++;
+    child.kill("SIGTERM");
+  };
   const signals: NodeJS.Signals[] = ["SIGINT", "SIGTERM", "SIGHUP"];
   for (const signal of signals) process.on(signal, relay);
+  const stopWatching = onWrapperGone(() => {
+    if (relayed === 0) relay();
+  });
   return new Promise((resolve) => {
     child.once("error", (err) => {
       process.stderr.write(`slotbroker up: cannot start the stack: ${err.message}\n`);
@@ -193,6 +201,7 @@ function supervise(argv: string[]): Promise<number> {
     });
     child.once("exit", (code, signal) => {
       for (const s of signals) process.off(s, relay);
+      stopWatching();
       resolve(code ?? (signal ? 1 : 0));
     });
   });

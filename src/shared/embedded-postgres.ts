@@ -160,12 +160,16 @@ function startServer(file: string, dataDir: string, port: number, runAs: ServerU
     });
     child.once("exit", (code, signal) => {
       if (!ready) reject(new SlotbrokerError(Code.Unavailable, `PostgreSQL exited during start-up (${signal ?? `exit ${code}`}) on port ${port} with data in ${dataDir}: ${tail(output)}`));
-      else log?.[signal === "SIGINT" ? "debug" : "warn"]({ component: "postgres", code, signal }, "postgres exited");
+      else if (!stopping.has(child)) log?.warn({ component: "postgres", code, signal }, "postgres exited unexpectedly");
     });
   });
 }
 
+// Servers asked to stop: their exit is expected.
+const stopping = new WeakSet<ChildProcess>();
+
 function stopServer(child: ChildProcess): Promise<void> {
+  stopping.add(child);
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolveStop) => {
     // Fast shutdown; SIGQUIT (immediate) if the server has not finished after 30 s.
