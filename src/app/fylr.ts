@@ -5,7 +5,7 @@
  */
 import type pg from "pg";
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
-import { Dispatcher, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
+import { Dispatcher, ensureDatabase, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
 import { Broker, ExecClient, execBackend, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { createFylrStatusPage } from "../status/index.js";
@@ -61,6 +61,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
   );
   const cleanup: (() => unknown)[] = [() => pool.end()];
   try {
+    await ensureDatabase(config.databaseUrl, { logger });
     await migrate(pool, { logger });
     const broker = new Broker(config.broker, { logger });
     cleanup.unshift(() => broker.close());

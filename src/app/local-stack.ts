@@ -3,7 +3,6 @@
  * directory that persists between runs), one execserver with the demo services and one
  * fylr connected to it, all in this process tree.
  */
-import pg from "pg";
 import { compileExecserverConfig, startExecserver, type ExecserverHandle } from "../execserver/index.js";
 import type * as EmbeddedPostgres from "../shared/embedded-postgres.js";
 import type { LocalPostgres } from "../shared/embedded-postgres.js";
@@ -59,8 +58,8 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
       const { startEmbeddedPostgres } = await loadEmbeddedPostgres();
       log.info({ dataDir: options.dataDir }, "starting the embedded Postgres");
       started.postgres = await startEmbeddedPostgres({ dataDir: options.dataDir, port: options.ports.postgres, logger });
+      // The embedded server starts with only "postgres"; the fylr creates the stack's database.
       databaseUrl = started.postgres.urlFor(databaseName);
-      await ensureDatabase(started.postgres.url, databaseName);
     }
     const hostPort = (port: number): string => `${options.host.includes(":") ? `[${options.host}]` : options.host}:${port}`;
     const execConfig = compileExecserverConfig(demoExecserverConfig(hostPort(options.ports.execserver), hostPort(options.ports.admin)), "up: execserver");
@@ -128,14 +127,3 @@ function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgres> {
   return import("../shared/embedded-postgres.js");
 }
 
-// The embedded server starts with only "postgres"; the stack keeps its tables apart.
-async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
-  const client = new pg.Client(adminUrl);
-  await client.connect();
-  try {
-    const exists = await client.query("SELECT 1 FROM pg_database WHERE datname = $1", [name]);
-    if (exists.rowCount === 0) await client.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await client.end();
-  }
-}
