@@ -7,7 +7,7 @@ import {
   type Receipt,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
-import type { Logger } from "../shared/log.js";
+import { LogBudget, type Logger } from "../shared/log.js";
 import { durationFromMs } from "../shared/proto-time.js";
 import type { Broker, BrokerEffects, JobRecord, OfferOutcome } from "./broker.js";
 import type { BuiltinService } from "./config.js";
@@ -40,6 +40,8 @@ export class BrokerIo implements BrokerEffects {
   private readonly offers: OfferEncoder;
   private expiryTimer: NodeJS.Timeout | undefined;
   private expiryAt = Infinity;
+  private readonly failureLog = new LogBudget(50, 10_000);
+  private readonly expiryLog = new LogBudget(10, 10_000);
 
   constructor(private readonly options: EffectsOptions) {
     this.offers = new OfferEncoder(options.offerTimeoutMs);
@@ -59,8 +61,16 @@ export class BrokerIo implements BrokerEffects {
   }
 
   /** @inheritdoc */
-  offerEnded(_record: JobRecord, outcome: OfferOutcome): void {
+  offerEnded(record: JobRecord, outcome: OfferOutcome): void {
     this.metrics!.offerEnded(outcome);
+    if (outcome !== "expired") return;
+    const left = this.expiryLog.take();
+    if (left !== undefined) {
+      this.options.logger.info(
+        { jobId: record.jobId, conn: record.connection.id, waitgroup: record.group.name, notLogged: left || undefined },
+        "offer expired unanswered; the slot goes to the next want",
+      );
+    }
   }
 
   /** Stops the expiry timer (server shutdown). */
@@ -122,6 +132,7 @@ export class BrokerIo implements BrokerEffects {
   }
 
   private finished(record: JobRecord, receipt: Receipt): void {
+    this.logOutcome(record, receipt);
     this.broker!.finish(record);
     this.metrics!.jobDone(record.group.name);
     receipt.instanceId = this.options.instanceId;
@@ -130,6 +141,31 @@ export class BrokerIo implements BrokerEffects {
       record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "done", value } }));
     }
     this.options.jobFinished();
+  }
+
+  // Failures at warn (timeouts, kills, spawn and pipe errors) or info (a non-zero exit, a
+  // job cancelled because its connection went); successes at debug.
+  private logOutcome(record: JobRecord, receipt: Receipt): void {
+    const failed = receipt.error !== ErrorKind.UNSPECIFIED || (receipt.exitCode ?? 0) !== 0 || receipt.signal !== "";
+    const level = !failed ? "debug" : receipt.error === ErrorKind.UNSPECIFIED || receipt.error === ErrorKind.CANCELLED ? "info" : "warn";
+    if (!this.options.logger.isLevelEnabled(level)) return;
+    const left = failed ? this.failureLog.take() : 0;
+    if (left === undefined) return;
+    this.options.logger[level](
+      {
+        jobId: record.jobId,
+        service: record.service.name,
+        conn: record.connection.id,
+        exitCode: receipt.exitCode,
+        signal: receipt.signal || undefined,
+        error: receipt.error === ErrorKind.UNSPECIFIED ? undefined : ErrorKind[receipt.error],
+        message: receipt.errorMessage || undefined,
+        stderr: receipt.stderrLine || undefined,
+        ms: receipt.duration ? Number(receipt.duration.seconds) * 1000 + Math.round(receipt.duration.nanos / 1e6) : undefined,
+        notLogged: left || undefined,
+      },
+      failed ? "job failed" : "job done",
+    );
   }
 
   private guard(what: string, fn: () => void): void {

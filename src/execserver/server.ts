@@ -17,7 +17,7 @@ import { AbortReason } from "../shared/abort.js";
 import { isLoopbackHost, splitHostPort } from "../shared/config.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { addHealth, addReflection, bindServer, toGrpcError } from "../shared/grpc.js";
-import type { Logger } from "../shared/log.js";
+import { LogBudget, type Logger } from "../shared/log.js";
 import { AdminServer } from "./admin-server.js";
 import { BearerAuth } from "./auth.js";
 import { Broker } from "./broker.js";
@@ -75,6 +75,8 @@ export class Execserver implements SessionHost {
   private readonly shutdown = new AbortController();
   private readonly services: Record<string, string> = {};
   private readonly logger: Logger;
+  // Refused connections are logged, but a client retrying with a wrong token cannot flood the log.
+  private readonly refusedLog = new LogBudget(10, 10_000);
   private helloVersionValue = 0;
   private helloTimer: NodeJS.Timeout | undefined;
   private nextConnectionId = 0;
@@ -259,6 +261,8 @@ export class Execserver implements SessionHost {
   private onConnect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {
     try {
       if (!this.auth.check(call.metadata)) {
+        const left = this.refusedLog.take();
+        if (left !== undefined) this.logger.warn({ peer: call.getPeer(), notLogged: left || undefined }, "refused a connection: missing or wrong bearer token");
         call.emit("error", toGrpcError(new SlotbrokerError(Code.Unauthenticated, "missing or wrong bearer token")));
         return;
       }
