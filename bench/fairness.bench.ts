@@ -8,7 +8,8 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { BrokerService, ConnectRequestSchema, type ConnectRequest, type ConnectResponse } from "../gen/slotbroker/v1/broker_pb.js";
-import { compileExecserverConfig, startExecserver } from "../src/execserver/index.js";
+import { compileExecserverConfig } from "../src/execserver/index.js";
+import { startExecserver } from "../src/app/execserver.js";
 import { grpcClientConstructor } from "../src/shared/grpc.js";
 import { emit } from "./lib/figure.js";
 

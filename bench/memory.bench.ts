@@ -7,7 +7,8 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
-import { compileExecserverConfig, startExecserver } from "../src/execserver/index.js";
+import { compileExecserverConfig } from "../src/execserver/index.js";
+import { startExecserver } from "../src/app/execserver.js";
 import { sleep } from "../src/shared/abort.js";
 import { emit } from "./lib/figure.js";
 

@@ -3,7 +3,7 @@ import pg from "pg";
 import type { Browser, Locator, Page } from "playwright-core";
 import { createQueueClient, type QueueClient } from "../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../src/app/index.js";
-import type { ExecserverHandle } from "../src/execserver/index.js";
+import type { ExecserverHandle } from "../src/app/execserver.js";
 import type { FylrPageData } from "../src/status/index.js";
 import { closeLater, eventually, releaseAll } from "./execserver/support/broker-stream.js";
 import { startTestServer } from "./execserver/support/server.js";

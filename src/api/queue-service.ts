@@ -14,7 +14,7 @@ import {
   type SubmitRequest,
 } from "../../gen/slotbroker/v1/queue_pb.js";
 import { itemToProto, statsToProto, submitInputFromProto, type Dispatcher } from "../dispatcher/index.js";
-import { toConnectError } from "../fylr/http/index.js";
+import { toConnectError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { getItem, snapshot } from "./item-view.js";
 import type { ExecLoadSource } from "./position.js";

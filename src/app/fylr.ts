@@ -6,13 +6,14 @@
 import type pg from "pg";
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
 import { Dispatcher, ensureDatabase, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
-import { Broker, ExecClient, execBackend, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
+import { Broker, ExecClient, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
 import { silentLogger, type Logger } from "../shared/log.js";
-import { createFylrStatusPage } from "../status/index.js";
+import { brokerCapacity, execBackend } from "./exec-adapters.js";
 import { ExecserverLoad } from "./execserver-status.js";
 import type { FylrConfig } from "./fylr-config.js";
 import { createFylrMetrics } from "./fylr-metrics.js";
 import { metricsRoute, statusRoute } from "./fylr-routes.js";
+import { createFylrStatusPage } from "./fylr-status-page.js";
 import { createPgPool } from "../shared/postgres.js";
 
 /** A fylr's lifecycle. */
@@ -74,7 +75,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     const backend = measuredBackend({ run: (request, runOptions) => late.backend!.run(request, runOptions) }, means);
     const dispatcher = new Dispatcher({
       pool,
-      capacity: broker,
+      capacity: brokerCapacity(broker),
       backend,
       actions: options.actions,
       config: config.dispatcher,

@@ -3,11 +3,12 @@
  * directory that persists between runs), one execserver with the demo services and one
  * fylr connected to it, all in this process tree.
  */
-import { compileExecserverConfig, startExecserver, type ExecserverHandle } from "../execserver/index.js";
+import { compileExecserverConfig } from "../execserver/index.js";
 import type * as EmbeddedPostgres from "../shared/embedded-postgres.js";
 import type { LocalPostgres } from "../shared/embedded-postgres.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { demoExecserverConfig } from "./demo-services.js";
+import { startExecserver, type ExecserverHandle } from "./execserver.js";
 import { startFylr, type FylrHandle } from "./fylr.js";
 import { compileFylrConfig } from "./fylr-config.js";
 

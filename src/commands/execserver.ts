@@ -1,4 +1,7 @@
-import { loadExecserverConfig, startExecserver, type ExecserverHandle } from "../execserver/index.js";
+// The exec host's entry: it imports the execserver's assembly alone, never src/app/index.ts
+// (which loads the dispatcher and pg).
+import { startExecserver, type ExecserverHandle } from "../app/execserver.js";
+import { loadExecserverConfig } from "../execserver/index.js";
 import { ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { createLogger } from "../shared/log.js";
 import { parseConfigFlag, untilSignalled } from "./serve.js";

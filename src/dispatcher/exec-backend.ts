@@ -5,8 +5,7 @@
  * wins, JOB with pipe URLs, DONE → receipt). Keeping it an interface lets the dispatcher be
  * built and tested before the broker client exists.
  */
-import { ErrorKind, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
-import { Code, SlotbrokerError } from "../shared/errors.js";
+import type { Position, Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 
 /** One exec call as the backend receives it; stdin is already resolved. */
 export interface ExecRequest {
@@ -64,9 +63,10 @@ export interface ExecResult {
  * - resolve with the receipt whenever the command ran (or was spawned and failed): a
  *   non-zero exit, a signal or a receipt error is a *result*; the dispatcher decides about
  *   retries;
- * - reject with `NoSlotError` when no slot was offered within connectTimeout (after
- *   UNWANTing everywhere): the dispatcher requeues the item a minute out and gives its
- *   attempt back;
+ * - reject with a SlotbrokerError of code RESOURCE_EXHAUSTED when no slot was offered
+ *   within connectTimeout (after UNWANTing everywhere): the dispatcher requeues the item a
+ *   minute out and gives its attempt back. The code is the contract, not the class: the
+ *   backend lives in another part of the program and shares only `src/shared` with this one;
  * - reject with an abort error when `signal` aborts;
  * - reject with any other error for a transport failure (connection lost mid-job, pipe
  *   failure before a receipt): the dispatcher counts it as a failed attempt and retries.
@@ -74,20 +74,4 @@ export interface ExecResult {
 export interface ExecBackend {
   /** Runs one exec call to completion. */
   run(request: ExecRequest, options: ExecRunOptions): Promise<ExecResult>;
-}
-
-/** No execserver offered a slot within connectTimeout; the item goes back to the queue. */
-export class NoSlotError extends SlotbrokerError {
-  override name = "NoSlotError";
-  constructor(service: string, waitedMs: number, options: { cause?: unknown } = {}) {
-    super(Code.ResourceExhausted, `no slot for service "${service}" within ${waitedMs} ms`, {
-      cause: options.cause,
-      details: { service, waitedMs },
-    });
-  }
-}
-
-/** True when the receipt reports a clean exit: code 0, no signal, no error. */
-export function receiptSucceeded(receipt: Receipt): boolean {
-  return receipt.exitCode === 0 && receipt.signal === "" && receipt.error === ErrorKind.UNSPECIFIED;
 }

@@ -1,5 +1,6 @@
 // The Postgres dispatcher: schema and migrations, queue queries, admission, the claim loop.
-// The fylr implements CapacitySource and ExecBackend; QueueService uses Dispatcher and proto.ts.
+// It imports only src/shared and gen/: CapacitySource and ExecBackend are implemented by
+// adapters in src/app over the broker client.
 export { execAdmission, instanceShare, retryBackoffMs, reservedForHigh, type ExecAdmission, type InstanceShare } from "./admission.js";
 export { ManualCapacitySource, type CapacitySource, type ExecInstance } from "./capacity.js";
 export { compileDispatcherConfig, dispatcherConfig, dispatcherConfigSchema, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
@@ -11,7 +12,7 @@ export {
   type DispatcherStats,
   type ItemPosition,
 } from "./dispatcher.js";
-export { NoSlotError, receiptSucceeded, type ExecBackend, type ExecRequest, type ExecResult, type ExecRunOptions } from "./exec-backend.js";
+export { type ExecBackend, type ExecRequest, type ExecResult, type ExecRunOptions } from "./exec-backend.js";
 export { describeFailure, runItem, type Outcome } from "./item-runner.js";
 export { LiveItems, type LiveItem, type LiveListener, type LivePhase } from "./live.js";
 export {
@@ -29,6 +30,14 @@ export { normalizeSubmit, type NormalizedSubmit } from "./payload.js";
 export { fromPgError, isTransient, sqlState } from "./pg-errors.js";
 export { itemStateToProto, itemToProto, statsToProto, submitInputFromProto } from "./proto.js";
 export type { DispatcherCounters } from "./settle.js";
-export { QueueStore, type FylrRegistration, type FylrRow, type ReapResult, type StoredPosition } from "./store.js";
+export {
+  QueueStore,
+  type FylrRegistration,
+  type FylrRow,
+  type ItemSummary,
+  type OpenItemCount,
+  type ReapResult,
+  type StoredPosition,
+} from "./store.js";
 export type { CallResult, ClaimedItem, ExecCallSpec, Fence, ItemKind, ItemState, LocalActionSpec, QueueItem, StdinSource, SubmitInput } from "./types.js";
 export { Wakeup } from "./wakeup.js";

@@ -5,8 +5,9 @@
  */
 import type { Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
-import { isAbortError } from "../shared/errors.js";
-import { NoSlotError, receiptSucceeded, type ExecBackend } from "./exec-backend.js";
+import { Code, SlotbrokerError, isAbortError } from "../shared/errors.js";
+import { receiptSucceeded } from "../shared/receipt.js";
+import type { ExecBackend } from "./exec-backend.js";
 import type { LiveItems } from "./live.js";
 import type { LocalActionRegistry } from "./local-actions.js";
 import type { CallResult, ExecCallSpec, QueueItem } from "./types.js";
@@ -16,7 +17,8 @@ export type Outcome =
   | { readonly kind: "succeeded"; readonly results: readonly CallResult[]; readonly output: Buffer }
   /** `permanent`: retrying cannot help (output over the limit, action gone), fail now. */
   | { readonly kind: "failed"; readonly results: readonly CallResult[]; readonly error: string; readonly permanent: boolean }
-  | { readonly kind: "no-slot"; readonly error: NoSlotError }
+  /** The backend got no slot in time (an error of code RESOURCE_EXHAUSTED). */
+  | { readonly kind: "no-slot"; readonly error: SlotbrokerError }
   /** The signal aborted; `reason` is the signal's reason. */
   | { readonly kind: "aborted"; readonly reason: unknown };
 
@@ -98,7 +100,8 @@ async function runLocal(item: QueueItem, deps: RunnerDeps, signal: AbortSignal):
 
 function caught(err: unknown, signal: AbortSignal, results: readonly CallResult[], what: string): Outcome {
   if (signal.aborted) return { kind: "aborted", reason: signal.reason };
-  if (err instanceof NoSlotError) return { kind: "no-slot", error: err };
+  // By code, not by class: see the ExecBackend contract.
+  if (err instanceof SlotbrokerError && err.code === Code.ResourceExhausted) return { kind: "no-slot", error: err };
   const message = err instanceof Error ? err.message : String(err);
   // An abort error while our signal is not aborted came from below (e.g. a fetch's own
   // timeout): a failed attempt like any other.

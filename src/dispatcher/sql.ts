@@ -213,3 +213,22 @@ export const listFylrs = `
 SELECT f.id, f.hostname, f.pid, f.api_url, f.started_at, f.heartbeat_at,
        (SELECT count(*)::int FROM queue_items q WHERE q.claimed_by = f.id AND q.state IN ('claimed', 'running')) AS held
 FROM fylrs f ORDER BY f.started_at`;
+
+/**
+ * Open items (queued, claimed, running) of all fylrs, by kind, state and priority, for the
+ * status page. Stays on indexes however many finished rows the table keeps: queued rows
+ * come from the claim index (index-only), held rows from the held-items index (bounded by
+ * the fylrs' admission).
+ */
+export const openItemsByPriority = `
+SELECT kind, state, priority, count(*)::int AS n FROM (
+  SELECT kind, 'queued' AS state, priority FROM queue_items WHERE state = 'queued'
+  UNION ALL
+  SELECT kind, state, priority FROM queue_items WHERE state IN ('claimed', 'running')
+) AS open_items
+GROUP BY kind, state, priority`;
+
+/** Some items by id ($1 uuid[]), summarised for the status page, the error cut to one line's worth. */
+export const itemSummariesById = `
+SELECT id, kind, priority, state, attempts, claimed_by, updated_at, left(error, 240) AS error
+FROM queue_items WHERE id = ANY($1::uuid[])`;

@@ -40,6 +40,27 @@ export interface ReapResult {
   readonly failed: readonly { id: string; claimedBy: string }[];
 }
 
+/** Open items of one kind, state and priority (status pages). */
+export interface OpenItemCount {
+  readonly kind: ItemKind;
+  readonly state: ItemState;
+  readonly priority: number;
+  readonly count: number;
+}
+
+/** An item as the status page lists it. */
+export interface ItemSummary {
+  readonly id: string;
+  readonly kind: ItemKind;
+  readonly priority: number;
+  readonly state: ItemState;
+  readonly attempts: number;
+  readonly claimedBy: string | undefined;
+  readonly updatedAt: Date;
+  /** The first 240 characters of the error. */
+  readonly error: string | undefined;
+}
+
 /** Where a stored item stands in the database queue. */
 export interface StoredPosition {
   readonly state: ItemState;
@@ -204,6 +225,40 @@ export class QueueStore {
   async countOpen(): Promise<{ kind: ItemKind; state: ItemState; count: number }[]> {
     const rows = (await this.query<{ kind: ItemKind; state: ItemState; n: number }>("count open", sql.countOpen)).rows;
     return rows.map((r) => ({ kind: r.kind, state: r.state, count: r.n }));
+  }
+
+  /** Open items of all fylrs by kind, state and priority. */
+  async openItemsByPriority(): Promise<OpenItemCount[]> {
+    type Row = { kind: ItemKind; state: ItemState; priority: number; n: number };
+    const rows = (await this.query<Row>("open items by priority", sql.openItemsByPriority)).rows;
+    return rows.map((r) => ({ kind: r.kind, state: r.state, priority: r.priority, count: r.n }));
+  }
+
+  /** Summaries of the items with these ids (missing ids are left out). */
+  async itemSummaries(ids: readonly string[]): Promise<ItemSummary[]> {
+    if (ids.length === 0) return [];
+    ids.forEach(checkId);
+    type Row = {
+      id: string;
+      kind: ItemKind;
+      priority: number;
+      state: ItemState;
+      attempts: number;
+      claimed_by: string | null;
+      updated_at: Date;
+      error: string | null;
+    };
+    const rows = (await this.query<Row>("item summaries", sql.itemSummariesById, [ids])).rows;
+    return rows.map((r) => ({
+      id: r.id,
+      kind: r.kind,
+      priority: r.priority,
+      state: r.state,
+      attempts: r.attempts,
+      claimedBy: r.claimed_by ?? undefined,
+      updatedAt: r.updated_at,
+      error: r.error ?? undefined,
+    }));
   }
 
   /** Live fylrs with their holdings. */

@@ -1,15 +1,9 @@
 // The execserver: the want-book, slot ledgers and broker core (pure), the sessions and
-// gRPC/admin servers around them, its config, and the process runner (./runner).
-import { toJson } from "@bufbuild/protobuf";
-import { GetStatusResponseSchema, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import { silentLogger, type Logger } from "../shared/log.js";
-import { execStatusPageRoutes } from "../status/index.js";
-import type { AdminServer } from "./admin-server.js";
-import type { ExecserverConfig } from "./config.js";
-import type { RunJob } from "./runner/index.js";
-import { Execserver, type ExecserverState } from "./server.js";
+// gRPC/admin servers around them, its config, and the process runner (./runner). Imports
+// only src/shared and gen/ (never database code); startExecserver in src/app assembles it.
 
 export { AdminServer, type AdminHandler } from "./admin-server.js";
+export type { RunJob } from "./runner/index.js";
 export { Broker, BrokerConnection, JobRecord, Waitgroup, type BrokerEffects, type JobState, type OfferOutcome } from "./broker.js";
 export {
   builtinServices,
@@ -27,92 +21,3 @@ export { limits } from "./limits.js";
 export { Execserver, healthServices, type ExecserverOptions, type ExecserverState } from "./server.js";
 export { RollingMean, SlotLedger, TokenSource } from "./slot-ledger.js";
 export { WantBook, ParkedWant, type PriorityDepthEntry } from "./want-book.js";
-
-/** Dependencies of startExecserver. */
-export interface StartExecserverOptions {
-  /** Parent logger (default: silent). */
-  readonly logger?: Logger;
-  /** Runs command services (default: the process runner in ./runner). */
-  readonly runJob?: RunJob;
-  /** Hello broadcast coalescing window (default 100 ms; bounds the Hello fan-out that connection churn can cause). */
-  readonly helloCoalesceMs?: number;
-}
-
-/** A running execserver. */
-export interface ExecserverHandle {
-  readonly instanceId: string;
-  /** The bound gRPC port (useful with port 0). */
-  readonly grpcPort: number;
-  /** The bound admin HTTP port. */
-  readonly adminPort: number;
-  /** "host:port" to dial for gRPC. */
-  readonly grpcAddress: string;
-  /** "http://host:port" of the admin listener. */
-  readonly adminUrl: string;
-  /** The admin listener, to add routes (e.g. a status page). */
-  readonly admin: AdminServer;
-  /** The server itself (state, broker, metrics) for in-process callers and tests. */
-  readonly server: Execserver;
-  /** Lifecycle state. */
-  readonly state: ExecserverState;
-  /** The GetStatus snapshot. */
-  status(): GetStatusResponse;
-  /** Graceful shutdown (drain, then stop); idempotent. */
-  close(): Promise<void>;
-  /** Forceful shutdown (abort jobs, drop streams); idempotent. */
-  forceClose(): Promise<void>;
-}
-
-/** Starts an execserver from a compiled config: gRPC + admin listeners, ready to serve. */
-export async function startExecserver(config: ExecserverConfig, options: StartExecserverOptions = {}): Promise<ExecserverHandle> {
-  const server = new Execserver(config, {
-    logger: options.logger ?? silentLogger,
-    runJob: options.runJob,
-    helloCoalesceMs: options.helloCoalesceMs,
-  });
-  installAdminRoutes(server);
-  await server.start();
-  const host = (h: string): string => (h.startsWith("[") || !h.includes(":") ? h : `[${h}]`);
-  const grpcHost = config.listen.slice(0, config.listen.lastIndexOf(":"));
-  const adminHost = config.adminListen.slice(0, config.adminListen.lastIndexOf(":"));
-  return {
-    instanceId: config.instanceId,
-    grpcPort: server.grpcPort,
-    adminPort: server.adminPort,
-    grpcAddress: `${host(dialable(grpcHost))}:${server.grpcPort}`,
-    adminUrl: `http://${host(dialable(adminHost))}:${server.adminPort}`,
-    admin: server.admin,
-    server,
-    get state() {
-      return server.state;
-    },
-    status: () => server.status(),
-    close: () => server.close(),
-    forceClose: () => server.forceClose(),
-  };
-}
-
-// A wildcard listen address is not something to dial; loopback reaches it.
-function dialable(host: string): string {
-  if (host === "0.0.0.0") return "127.0.0.1";
-  if (host === "[::]" || host === "::") return "[::1]";
-  return host;
-}
-
-function installAdminRoutes(server: Execserver): void {
-  server.admin
-    .route("/healthz", (_req, res) => {
-      const ok = server.state === "serving";
-      res.writeHead(ok ? 200 : 503, { "content-type": "text/plain" }).end(ok ? "ok\n" : `${server.state}\n`);
-    })
-    .route("/metrics", async (_req, res) => {
-      const body = await server.metrics.render();
-      res.writeHead(200, { "content-type": server.metrics.registry.contentType }).end(body);
-    })
-    .route("/status.json", (_req, res) => {
-      const json = toJson(GetStatusResponseSchema, server.status());
-      res.writeHead(200, { "content-type": "application/json" }).end(`${JSON.stringify(json, null, 2)}\n`);
-    });
-  // The live status page: "/", "/status" and the view JSON it polls.
-  for (const { path, handler } of execStatusPageRoutes(() => server.status())) server.admin.route(path, handler);
-}

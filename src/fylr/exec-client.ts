@@ -1,11 +1,11 @@
 import type { Readable, Writable } from "node:stream";
 import { create } from "@bufbuild/protobuf";
 import { JobSpecSchema, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
-import { receiptSucceeded } from "../dispatcher/exec-backend.js";
 import { linkedAbortController } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { durationFromMs } from "../shared/proto-time.js";
+import { receiptSucceeded } from "../shared/receipt.js";
 import type { Broker, Slot } from "./broker/index.js";
 import { BufferCollector, ForwardingSink } from "./exec-client-sinks.js";
 import { pipeUrls } from "./http/pipe-urls.js";

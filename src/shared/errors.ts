@@ -1,4 +1,4 @@
-import { Code } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 
 export { Code };
 
@@ -50,9 +50,11 @@ export function isAbortError(err: unknown): boolean {
   return e.name === "AbortError" || e.name === "TimeoutError" || e.code === "ABORT_ERR";
 }
 
-/** Rethrows when the signal is aborted, so a broad catch never swallows cancellation. */
-export function rethrowIfAborted(signal: AbortSignal | undefined, err: unknown): void {
-  if (signal?.aborted) throw err;
+/** Maps anything thrown to a ConnectError with the same code (Connect's Code is gRPC's). */
+export function toConnectError(err: unknown): ConnectError {
+  if (err instanceof ConnectError) return err;
+  const e = SlotbrokerError.from(err, Code.Internal);
+  return new ConnectError(e.message, e.code, undefined, undefined, err);
 }
 
 function abortMessage(err: unknown): string {

@@ -1,26 +1,12 @@
 /**
- * The fylr status page on the fylr's HTTP port: the page at "/" and "/status", the view
- * JSON it polls at "/status/view.json", and the snapshot it is drawn from at
- * "/status/live.json" (for operators and scripts).
+ * The fylr status page, drawn from one FylrPageData snapshot: the page served at "/" and
+ * "/status", and the view JSON it polls at "/status/view.json". Pure: the fylr's assembly
+ * gathers the snapshot and serves the routes.
  */
-import type { RawRoute } from "../fylr/index.js";
-import { FylrStatusSource, type FylrPageData, type FylrStatusSourceOptions } from "./fylr-data.js";
+import type { FylrPageData } from "./fylr-page-data.js";
 import { fylrSectionIds, renderFylrSections } from "./fylr-sections.js";
 import { defaultFylrViewLimits, fylrView, type FylrViewLimits } from "./fylr-view.js";
-import { renderStatusPage, statusViewJson } from "./page.js";
-
-/** Options of the fylr page. */
-export interface FylrStatusPageOptions extends FylrStatusSourceOptions {
-  readonly limits?: FylrViewLimits;
-  readonly pollMs?: number;
-}
-
-/** The fylr page's routes and the source behind them; close() when the fylr stops. */
-export interface FylrStatusPage {
-  readonly routes: readonly RawRoute[];
-  readonly source: FylrStatusSource;
-  close(): void;
-}
+import { renderStatusPage, statusViewJson, type StatusViewJson } from "./page.js";
 
 /** The view JSON path, as linked from the page. */
 export const fylrViewPath = "/status/view.json";
@@ -36,34 +22,7 @@ export function renderFylrStatusPage(data: FylrPageData, options: { now?: number
   });
 }
 
-/** Creates the source and the routes ("/", "/status", "/status/view.json", "/status/live.json"). */
-export function createFylrStatusPage(options: FylrStatusPageOptions): FylrStatusPage {
-  const source = new FylrStatusSource(options);
-  const limits = options.limits ?? defaultFylrViewLimits;
-  const page: RawRoute["handle"] = async ({ res }) => {
-    const body = renderFylrStatusPage(await source.snapshot(), { limits, pollMs: options.pollMs });
-    res.writeHead(200, { "content-type": "text/html; charset=utf-8", "cache-control": "no-store" }).end(body);
-  };
-  const json = (body: unknown): string => JSON.stringify(body);
-  const routes: RawRoute[] = [
-    { path: "/", methods: ["GET"], handle: page },
-    { path: "/status", methods: ["GET"], handle: page },
-    {
-      path: fylrViewPath,
-      methods: ["GET"],
-      handle: async ({ res }) => {
-        const data = await source.snapshot();
-        const view = statusViewJson(renderFylrSections(fylrView(data, Date.parse(data.at), limits)), new Date(data.at));
-        res.writeHead(200, { "content-type": "application/json", "cache-control": "no-store" }).end(json(view));
-      },
-    },
-    {
-      path: "/status/live.json",
-      methods: ["GET"],
-      handle: async ({ res }) => {
-        res.writeHead(200, { "content-type": "application/json", "cache-control": "no-store" }).end(json(await source.snapshot()));
-      },
-    },
-  ];
-  return { routes, source, close: () => source.close() };
+/** The view JSON the page polls for one snapshot. */
+export function fylrViewJson(data: FylrPageData, limits: FylrViewLimits = defaultFylrViewLimits): StatusViewJson {
+  return statusViewJson(renderFylrSections(fylrView(data, Date.parse(data.at), limits)), new Date(data.at));
 }

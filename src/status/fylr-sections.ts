@@ -6,7 +6,7 @@
  */
 import { barList, boxRow, card, empty, legend, pill, stackedBar, tiles, type BarRow, type Tone } from "./charts.js";
 import { formatCount, formatDuration } from "./format.js";
-import type { PoolConnectionJson, PoolJson } from "./fylr-data.js";
+import type { PoolConnectionJson, PoolJson } from "./fylr-page-data.js";
 import type { FylrView } from "./fylr-view.js";
 import { html, type Html } from "./html.js";
 

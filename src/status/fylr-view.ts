@@ -3,7 +3,7 @@
  * permits, the open queue by priority and state, pools, fylrs and recent items, from the
  * FylrPageData snapshot. Pure.
  */
-import type { FylrPageData, PoolJson, RecentItemJson, ShareJson } from "./fylr-data.js";
+import type { FylrPageData, PoolJson, RecentItemJson, ShareJson } from "./fylr-page-data.js";
 import { topN, type TopN } from "./format.js";
 
 /** How many rows the page draws before "and N more". */

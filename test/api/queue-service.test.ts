@@ -10,7 +10,8 @@ import { ItemState, WatchResponseSchema, type Item, type WatchResponse } from ".
 import { migrate } from "../../src/dispatcher/index.js";
 import { createQueueClient, type QueueClient } from "../../src/api/index.js";
 import type { FylrHandle } from "../../src/app/index.js";
-import { compileExecserverConfig, startExecserver, type ExecserverHandle } from "../../src/execserver/index.js";
+import { compileExecserverConfig } from "../../src/execserver/index.js";
+import { startExecserver, type ExecserverHandle } from "../../src/app/execserver.js";
 import { waitFor } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { track } from "../support/resources.js";

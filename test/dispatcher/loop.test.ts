@@ -3,11 +3,11 @@
 import { createHash } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { expect } from "chai";
+import { Code, SlotbrokerError } from "../../src/shared/errors.js";
 import type pg from "pg";
 import {
   ManualCapacitySource,
   migrate,
-  NoSlotError,
   QueueStore,
   type Dispatcher,
   type DispatcherConfig,
@@ -113,7 +113,7 @@ describe("dispatcher loop", () => {
   });
 
   it("requeues an item whose slot never came a minute out, with its attempt given back", async () => {
-    const backend = new TestBackend((request) => Promise.reject(new NoSlotError(request.service, 5000)));
+    const backend = new TestBackend((request) => Promise.reject(new SlotbrokerError(Code.ResourceExhausted, `no slot for ${request.service}`)));
     const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([one]), backend, config: fast });
     const { item } = await d.submit({ calls: [{ service: "cat", args: [], env: {} }] });
     const back = await waitFor("the item to be released", async () => {

@@ -9,7 +9,6 @@ import {
   type Position,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import type { ExecserverConfigInput } from "../../src/execserver/index.js";
-import { NoSlotError as DispatcherNoSlotError } from "../../src/dispatcher/exec-backend.js";
 import {
   ConnectionLostError,
   NoSlotError,
@@ -20,6 +19,7 @@ import {
   type Broker,
   type Slot,
 } from "../../src/fylr/broker/index.js";
+import { Code } from "../../src/shared/errors.js";
 import { release } from "../support/resources.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { startBroker, startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
@@ -138,7 +138,8 @@ describe("fylr broker client against two execserver processes", function () {
         () => expect.fail("expected NoSlotError"),
         (e: unknown) => e,
       );
-      expect(err).to.be.instanceOf(NoSlotError).and.instanceOf(DispatcherNoSlotError);
+      // The dispatcher requeues by this code (RESOURCE_EXHAUSTED), not by the class.
+      expect(err).to.be.instanceOf(NoSlotError).and.have.property("code", Code.ResourceExhausted);
       expect((err as Error).message).to.equal('no slot for service "sleep" within 300ms on 2 instances');
       expect(await sum([a, b], "noslot", "wantsParked")).to.equal(0);
       expect(replica.broker.parked).to.equal(0);

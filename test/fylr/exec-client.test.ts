@@ -4,7 +4,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Readable, Writable } from "node:stream";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
-import { execBackend } from "../../src/fylr/exec-client-backend.js";
+import { execBackend } from "../../src/app/exec-adapters.js";
 import { splitHostPort } from "../../src/shared/config.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";

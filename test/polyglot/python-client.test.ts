@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import type { ExecserverHandle } from "../../src/execserver/index.js";
+import type { ExecserverHandle } from "../../src/app/execserver.js";
 import { startTestServer } from "../execserver/support/server.js";
 import { release } from "../support/resources.js";
 

@@ -1,7 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
-import type { CapacitySource } from "../../dispatcher/capacity.js";
 import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
@@ -70,9 +69,9 @@ type BrokerState = "idle" | "running" | "closed";
  * The fylr's side of the broker: a demand-driven pool per configured address, WANTs routed
  * to connections whose HELLO lists the service, and slot acquisition as a race — parked on
  * one connection per distinct instance, the first OFFER wins, later ones are DECLINEd, the
- * rest UNWANTed. Implements the dispatcher's CapacitySource (instances/subscribe).
+ * rest UNWANTed.
  */
-export class Broker extends EventEmitter<BrokerEvents> implements CapacitySource {
+export class Broker extends EventEmitter<BrokerEvents> {
   readonly config: BrokerConfig;
   readonly stats: BrokerStats = { accepted: 0, declined: 0, noSlot: 0 };
   private state: BrokerState = "idle";

@@ -1,21 +1,25 @@
-import { NoSlotError as DispatcherNoSlotError } from "../../dispatcher/exec-backend.js";
 import { formatDuration } from "../../shared/duration.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 
 /**
  * No execserver offered a slot within connectTimeout; the want was UNWANTed everywhere.
- * A subclass of the dispatcher's NoSlotError, so its requeue path recognises it.
+ * Code RESOURCE_EXHAUSTED: callers elsewhere (the dispatcher requeues the item) go by the
+ * code, never by this class.
  */
-export class NoSlotError extends DispatcherNoSlotError {
+export class NoSlotError extends SlotbrokerError {
   override name = "NoSlotError";
-  /** Distinct instances the want was parked on when it gave up. */
-  readonly instances: number;
 
-  constructor(service: string, waitedMs: number, instances: number) {
-    super(service, waitedMs);
-    this.instances = instances;
-    this.message = `no slot for service "${service}" within ${formatDuration(waitedMs)} on ${instances} instance${instances === 1 ? "" : "s"}`;
-    Object.assign(this.details, { instances });
+  constructor(
+    readonly service: string,
+    readonly waitedMs: number,
+    /** Distinct instances the want was parked on when it gave up. */
+    readonly instances: number,
+  ) {
+    super(
+      Code.ResourceExhausted,
+      `no slot for service "${service}" within ${formatDuration(waitedMs)} on ${instances} instance${instances === 1 ? "" : "s"}`,
+      { details: { service, waitedMs, instances } },
+    );
   }
 }
 

@@ -2,7 +2,7 @@
 export type { HttpRequest, HttpResponse, RawCall, RawRoute } from "./http-types.js";
 export { nodeRequestKey } from "./node-request.js";
 export { pipeRawRoutes } from "./pipe-routes.js";
-export { pipeServiceImpl, registerPipeService, toConnectError } from "./pipe-service.js";
+export { pipeServiceImpl, registerPipeService } from "./pipe-service.js";
 export { PIPE_IN_PREFIX, PIPE_OUT_PREFIX, pipeUrls, urlHost, type PipeIds, type PipeUrls } from "./pipe-urls.js";
 export { classifyPreface, HTTP2_PREFACE, type WireProtocol } from "./protocol-sniff.js";
 export { matchPath } from "./route-match.js";

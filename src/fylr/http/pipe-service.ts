@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ConnectRouter, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { PipeService, type WriteRequest } from "../../../gen/slotbroker/v1/pipe_pb.js";
-import { SlotbrokerError } from "../../shared/errors.js";
+import { toConnectError } from "../../shared/errors.js";
 import { PipeError, type PipeRegistry } from "../pipes/index.js";
 import { nodeRequestKey } from "./node-request.js";
 import { uploadComplete } from "./upload-complete.js";
@@ -81,11 +81,4 @@ function onAbort(ctx: HandlerContext, abort: (reason: unknown) => void): () => v
   const listener = (): void => abort(ctx.signal.reason ?? new Error("the call was cancelled"));
   ctx.signal.addEventListener("abort", listener, { once: true });
   return () => ctx.signal.removeEventListener("abort", listener);
-}
-
-/** Maps a project error to a ConnectError with the same code (Connect's Code matches). */
-export function toConnectError(err: unknown): ConnectError {
-  if (err instanceof ConnectError) return err;
-  const e = SlotbrokerError.from(err, Code.Internal);
-  return new ConnectError(e.message, e.code, undefined, undefined, err);
 }

@@ -1,4 +1,5 @@
-import { compileExecserverConfig, startExecserver, type ExecserverConfigInput, type ExecserverHandle, type StartExecserverOptions } from "../../../src/execserver/index.js";
+import { compileExecserverConfig, type ExecserverConfigInput } from "../../../src/execserver/index.js";
+import { startExecserver, type ExecserverHandle, type StartExecserverOptions } from "../../../src/app/execserver.js";
 import { track } from "../../support/resources.js";
 import { closeLater } from "./broker-stream.js";
 

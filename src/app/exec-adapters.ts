@@ -1,9 +1,25 @@
+/**
+ * Where the dispatcher meets the broker client. The two never import each other; these
+ * adapters give the dispatcher its ExecBackend (an ExecClient's run) and its
+ * CapacitySource (the broker client's instances).
+ */
 import { Readable } from "node:stream";
-import type { ExecBackend, ExecRequest, ExecResult, ExecRunOptions } from "../dispatcher/exec-backend.js";
+import type { CapacitySource, ExecBackend, ExecRequest, ExecResult, ExecRunOptions } from "../dispatcher/index.js";
+import type { Broker, ExecClient } from "../fylr/index.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
-import type { ExecClient } from "./exec-client.js";
 
-/** The dispatcher's ExecBackend on top of an ExecClient. */
+/** The dispatcher's CapacitySource: the instances the broker client reaches now. */
+export function brokerCapacity(broker: Broker): CapacitySource {
+  return {
+    instances: () => broker.instances(),
+    subscribe: (listener) => broker.subscribe(listener),
+  };
+}
+
+/**
+ * The dispatcher's ExecBackend on top of an ExecClient. A NoSlotError carries code
+ * RESOURCE_EXHAUSTED, which the dispatcher reads as "no slot in time".
+ */
 export function execBackend(client: ExecClient): ExecBackend {
   return {
     async run(request: ExecRequest, options: ExecRunOptions): Promise<ExecResult> {

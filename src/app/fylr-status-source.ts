@@ -1,0 +1,132 @@
+/**
+ * Gathers the fylr status page's snapshot from the dispatcher (admission, counters, its
+ * named queries for the open queue, the live fylrs and recent items) and the broker client
+ * (pools, instances). One snapshot is shared by every viewer for `maxAgeMs`, so ten open
+ * pages cost the database what one does.
+ */
+import type { Dispatcher, ItemSummary } from "../dispatcher/index.js";
+import type { Broker } from "../fylr/index.js";
+import type { FylrPageData, ItemKindJson, RecentItemJson } from "../status/index.js";
+
+/** Options of FylrStatusSource. */
+export interface FylrStatusSourceOptions {
+  readonly dispatcher: Dispatcher;
+  readonly broker: Broker;
+  /** How long one snapshot is served (default 500 ms). */
+  readonly maxAgeMs?: number;
+  /** How many recently claimed items to show (default 12). */
+  readonly recent?: number;
+}
+
+// What the live view told about a recent item (kept after the item left it).
+interface Seen {
+  readonly kind: ItemKindJson;
+  readonly priority: number;
+  readonly service: string | undefined;
+  readonly instanceId: string | undefined;
+}
+
+/** Collects FylrPageData; `close()` stops following the dispatcher. */
+export class FylrStatusSource {
+  private readonly startedAt = new Date();
+  // Insertion-ordered: re-inserting moves an id to the end, so the tail is the latest.
+  private readonly recentIds = new Map<string, Seen>();
+  private readonly unsubscribe: () => void;
+  private cached: { at: number; data: Promise<FylrPageData> } | undefined;
+
+  constructor(private readonly options: FylrStatusSourceOptions) {
+    const keep = options.recent ?? 12;
+    this.unsubscribe = options.dispatcher.subscribe((item) => {
+      const prev = this.recentIds.get(item.id);
+      const seen = { kind: item.kind, priority: item.priority, service: item.service ?? prev?.service, instanceId: item.instanceId ?? prev?.instanceId };
+      // A fresh claim moves the item to the end; later phases update it in place.
+      if (!prev || item.phase === "claimed") this.recentIds.delete(item.id);
+      this.recentIds.set(item.id, seen);
+      if (this.recentIds.size > keep) this.recentIds.delete(this.recentIds.keys().next().value!);
+    });
+  }
+
+  /** The latest snapshot (at most maxAgeMs old). */
+  snapshot(): Promise<FylrPageData> {
+    const now = Date.now();
+    if (!this.cached || now - this.cached.at >= (this.options.maxAgeMs ?? 500)) this.cached = { at: now, data: this.collect(new Date(now)) };
+    return this.cached.data;
+  }
+
+  /** Stops following the dispatcher. */
+  close(): void {
+    this.unsubscribe();
+  }
+
+  private async collect(at: Date): Promise<FylrPageData> {
+    const { dispatcher, broker } = this.options;
+    const stats = dispatcher.stats();
+    const memory = {
+      at: at.toISOString(),
+      fylrId: stats.fylrId,
+      startedAt: this.startedAt.toISOString(),
+      dispatcher: {
+        state: stats.state,
+        execHeld: stats.execHeld,
+        execAdmission: stats.execAdmission,
+        headroom: dispatcher.config.headroom,
+        localRunning: stats.localRunning,
+        localCapacity: stats.localCapacity,
+        localReservedForHigh: stats.localReservedForHigh,
+        counters: { ...stats.counters },
+      },
+      shares: stats.shares.map((s) => ({ instanceId: s.instanceId, address: s.address, capacity: s.capacity, clients: s.clients, share: s.share })),
+      instances: broker.instances().map((i) => ({ instanceId: i.instanceId, address: i.address, processes: i.processes, clients: i.clients, draining: i.draining })),
+      pools: broker.pools().map((p) => ({
+        address: p.address,
+        covered: p.covered,
+        ...p.stats,
+        connections: p.connections().map((c) => ({
+          name: c.name,
+          state: c.state,
+          instanceId: c.instanceId,
+          rttMs: c.rttMs,
+          parked: c.parkedCount,
+          running: c.runningCount,
+        })),
+      })),
+      wants: { parked: broker.parked, running: broker.running },
+    };
+    try {
+      const store = dispatcher.store;
+      const [queue, fylrs, recent] = await Promise.all([store.openItemsByPriority(), store.listFylrs(), store.itemSummaries([...this.recentIds.keys()])]);
+      const heartbeatAgeMs = (d: Date): number => Math.max(0, at.getTime() - d.getTime());
+      return {
+        ...memory,
+        queue,
+        fylrs: fylrs.map((f) => ({ id: f.id, hostname: f.hostname, held: f.held, heartbeatAgeMs: heartbeatAgeMs(f.heartbeatAt) })),
+        recent: this.recentFromMemory(new Map(recent.map((r) => [r.id, r]))),
+        databaseError: undefined,
+      };
+    } catch (err) {
+      // The store's errors are already translated (and name the query).
+      return { ...memory, queue: [], fylrs: [], recent: this.recentFromMemory(new Map()), databaseError: err instanceof Error ? err.message : String(err) };
+    }
+  }
+
+  // Newest first; the database row when there is one, the live view on top.
+  private recentFromMemory(rows: ReadonlyMap<string, ItemSummary>): RecentItemJson[] {
+    return [...this.recentIds].reverse().map(([id, seen]) => {
+      const row = rows.get(id);
+      const live = this.options.dispatcher.liveItem(id);
+      return {
+        id,
+        kind: row?.kind ?? seen.kind,
+        priority: row?.priority ?? seen.priority,
+        state: row?.state ?? "unknown",
+        attempts: row?.attempts ?? 0,
+        claimedBy: row?.claimedBy,
+        updatedAt: row?.updatedAt.toISOString(),
+        error: row?.error,
+        phase: live?.phase,
+        service: live?.service ?? seen.service,
+        instanceId: live?.instanceId ?? seen.instanceId,
+      };
+    });
+  }
+}
