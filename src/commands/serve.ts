@@ -1,6 +1,10 @@
 import { parseArgs } from "node:util";
 import type { Logger } from "../shared/log.js";
 
+// Read when the command loads, before the server announces itself: the wrapper may die the
+// moment the "listening" line is out, before the watch begins.
+const launchedBy = process.ppid;
+
 /**
  * Parses `--config FILE` / `--help` for a server command. Returns the config path, or the
  * exit code when the command should stop here (0 after --help, 2 on bad usage).
@@ -71,13 +75,13 @@ export function untilSignalled(server: Stoppable, logger: Logger, gracefulMessag
  */
 export function onWrapperGone(callback: () => void, env: NodeJS.ProcessEnv = process.env): () => void {
   if (!env.npm_command) return () => undefined;
-  const parent = process.ppid;
   // No event tells a process its parent died; one cheap syscall every half second does.
   const timer = setInterval(() => {
-    if (process.ppid === parent) return;
+    if (process.ppid === launchedBy) return;
     clearInterval(timer);
     callback();
   }, 500);
   timer.unref();
   return () => clearInterval(timer);
 }
+

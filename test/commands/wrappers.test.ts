@@ -75,7 +75,12 @@ describe("signals through wrappers", function () {
     const exited = new Promise((done) => wrapper.once("exit", done));
     wrapper.kill("SIGTERM");
     await exited;
-    expect(await gone(server, 15_000), `the server outlived npm\n${log()}`).to.equal(true);
+    if (!(await gone(server, 15_000))) {
+      const { execSync } = await import("node:child_process");
+      const tree = execSync(`ps -eo pid,ppid,pgid,stat,cmd | grep -v grep | grep -E "${file}|^ *${server} "`).toString();
+      const stat = readFileSync(`/proc/${server}/stat`, "utf8");
+      expect.fail(`the server outlived npm\n${tree}\n${stat}\n${log()}`);
+    }
     expect(log()).to.contain('"msg":"draining"').and.to.contain('"msg":"execserver stopped"');
     await release(wrapper);
     await release(serverHandle);
