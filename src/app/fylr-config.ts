@@ -62,11 +62,6 @@ export const fylrEnvOverrides: Record<string, string> = {
 export function compileFylrConfig(raw: unknown, source = "config", env: NodeJS.ProcessEnv = {}): FylrConfig {
   const withEnv = applyEnvOverrides(raw, env, fylrEnvOverrides, fylrConfigSchema);
   if (withEnv.databaseUrl === undefined && env.DATABASE_URL) withEnv.databaseUrl = env.DATABASE_URL;
-  // A parked want asks for its position every second, so Position/Watch stay current.
-  const execserver = withEnv.execserver;
-  if (typeof execserver === "object" && execserver !== null && !Array.isArray(execserver)) {
-    withEnv.execserver = { positionInterval: "1s", ...(execserver as Record<string, unknown>) };
-  }
   const c = parseConfig(fylrConfigSchema, withEnv, source);
   if (!c.databaseUrl) throw new ConfigError(`${source}: databaseUrl: required (or set DATABASE_URL)`);
   if (!/^postgres(ql)?:\/\//.test(c.databaseUrl)) throw new ConfigError(`${source}: databaseUrl: expected a postgres:// URL`);

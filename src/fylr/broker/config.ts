@@ -42,8 +42,8 @@ export const brokerConfigSchema = z.strictObject({
    * its execserver counts as one; an UNWANT would withdraw it silently.
    */
   unwantGrace: durationMs.prefault("5ms"),
-  /** How often a parked want with a position listener asks for its position. */
-  positionInterval: durationMs.prefault("2s"),
+  /** How often a parked want with a position listener asks for its position (Position/Watch stay current). */
+  positionInterval: durationMs.prefault("1s"),
   /** Host put into pipe URLs instead of the connection's local address (NAT). */
   pipeHost: z.string().min(1).optional(),
 });
