@@ -1,11 +1,12 @@
 // The shipped package, as an operator gets it: `npm pack`, installed into an empty directory
 // outside the checkout. Without optional dependencies (an exec host: no PostgreSQL binaries,
 // no TypeScript loader) its `slotbroker` command runs an execserver and a fylr that serve a
-// job end to end; with them, `slotbroker up` runs the whole local stack.
+// job end to end, started by the command lines of the systemd units in deploy/systemd; with
+// them, `slotbroker up` runs the whole local stack.
 import { expect } from "chai";
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
@@ -58,6 +59,33 @@ function start(bin: string, args: string[], cwd: string, env: NodeJS.ProcessEnv)
   return { child, log: () => log, exit };
 }
 
+/**
+ * A systemd unit of deploy/systemd as this test runs it: `systemd-analyze verify` passes with
+ * nothing to say once /opt/slotbroker is `prefix` and the config paths are mapped; the stop
+ * settings let a drain finish; returns ExecStart's argv and the environment the unit sets.
+ */
+async function unit(name: string, prefix: string, paths: Record<string, string>, envFile: string): Promise<{ argv: string[]; env: NodeJS.ProcessEnv }> {
+  let text = readFileSync(join(root, "deploy", "systemd", name), "utf8").replaceAll("/opt/slotbroker", prefix);
+  for (const [from, to] of Object.entries(paths)) text = text.replaceAll(from, to);
+  const envPath = join(prefix, `${name}.env`);
+  writeFileSync(envPath, envFile);
+  text = text.replace(/^EnvironmentFile=.*$/m, `EnvironmentFile=${envPath}`);
+  const copy = join(prefix, name);
+  writeFileSync(copy, text);
+  const verified = await run("systemd-analyze", ["verify", copy], prefix);
+  expect(verified.code, verified.stderr).to.equal(0);
+  expect(verified.stderr + verified.stdout, `systemd-analyze verify ${name}`).to.equal("");
+  const setting = (key: string): string[] => [...text.matchAll(new RegExp(`^${key}=(.*)$`, "gm"))].map((m) => m[1]!);
+  expect(setting("KillMode")).to.deep.equal(["mixed"]);
+  expect(parseInt(setting("TimeoutStopSec")[0]!, 10), "TimeoutStopSec above the 30 s drain/stop grace").to.be.above(30);
+  const env: NodeJS.ProcessEnv = {};
+  for (const line of [...setting("Environment"), ...envFile.split("\n").filter(Boolean)]) {
+    const eq = line.indexOf("=");
+    env[line.slice(0, eq)] = line.slice(eq + 1);
+  }
+  return { argv: setting("ExecStart")[0]!.split(/\s+/), env };
+}
+
 describe("the packed package, installed outside the checkout", function () {
   this.timeout(300_000);
   let dir: string;
@@ -101,16 +129,21 @@ describe("the packed package, installed outside the checkout", function () {
         services: { sha256sum: { waitgroup: "text", command: ["sha256sum"] } },
       }),
     );
-    const env = cleanEnv({ SLOTBROKER_TOKEN: token });
-    const exec = start(bin, ["execserver", "--config", execConfig], app, env);
+    // The systemd units' own command lines, with the install prefix and config paths of this test.
+    const execUnit = await unit("slotbroker-execserver.service", app, { "/etc/slotbroker/execserver.yaml": execConfig }, `SLOTBROKER_TOKEN=${token}\n`);
+    const exec = start(execUnit.argv[0]!, execUnit.argv.slice(1), app, { ...cleanEnv(), ...execUnit.env });
     const [, , grpc, admin] = await waitForOutput(exec.child, /^execserver (\S+) listening grpc=(\S+) admin=(\S+)$/m, { timeoutMs: 30_000, context: exec.log });
     expect((await fetch(`http://${admin}/healthz`)).status).to.equal(200);
 
     const fylrConfig = join(dir, "fylr.yaml");
     writeFileSync(fylrConfig, stringify({ name: "packed", listen: "127.0.0.1:0", databaseUrl: await createTestDatabase("pack"), execserver: { addresses: [grpc] } }));
-    const fylr = start(bin, ["fylr", "--config", fylrConfig], app, env);
+    const fylrUnit = await unit("slotbroker-fylr.service", app, { "/etc/slotbroker/fylr.yaml": fylrConfig }, `SLOTBROKER_TOKEN=${token}\n`);
+    const fylr = start(fylrUnit.argv[0]!, fylrUnit.argv.slice(1), app, { ...cleanEnv(), ...fylrUnit.env });
+    const env = cleanEnv({ SLOTBROKER_TOKEN: token });
     const [, , http] = await waitForOutput(fylr.child, /^fylr (\S+) listening http=(\S+)$/m, { timeoutMs: 30_000, context: fylr.log });
     const api = `http://${http}`;
+    // The unit started node itself (no wrapper between systemd and the server).
+    for (const child of [exec.child, fylr.child]) expect(readFileSync(`/proc/${child.pid}/comm`, "utf8").trim()).to.equal("node");
 
     const content = `from the packed package ${Date.now()}\n`;
     const input = join(dir, "input.txt");
