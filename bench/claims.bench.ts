@@ -1,6 +1,6 @@
 // claims: dispatcher claim + complete of no-op local items per second, against pg-boss and
 // graphile-worker doing the same no-op jobs on the same Postgres with the same concurrency,
-// in the same run (see BENCHMARKS.md). Each system drains a pre-filled backlog of ITEMS jobs
+// in the same run (see bench/README.md). Each system drains a pre-filled backlog of ITEMS jobs
 // with CONCURRENCY jobs in flight; the clock runs from starting the consumer until the last
 // completion is in the database. Rounds rotate the order; figures are the median round.
 //

@@ -3,7 +3,7 @@
 // clients, one connection each) against one execserver (the real CLI, its own process) with
 // 50 slots of the builtin noop service. A cycle is two round trips, so the baseline is raw
 // grpc-js bidi round trips per second over 50 connections to an echo server in another
-// process, ÷ 2, measured in the same run in alternating blocks. Goal (BENCHMARKS.md): ≥ 0.5.
+// process, ÷ 2, measured in the same run in alternating blocks. Goal (bench/README.md): ≥ 0.5.
 //   npm run bench -- cycle-throughput
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import type * as grpc from "@grpc/grpc-js";
 import { JobSpecSchema } from "../gen/slotbroker/v1/broker_pb.js";
-import { Broker, compileBrokerConfig } from "../src/fylr/broker/index.js";
+import { BrokerClient, compileBrokerConfig } from "../src/fylr/broker/index.js";
 import { echoServerScript, openEchoStream, startChild } from "./lib/raw-grpc.js";
 import { emit } from "./lib/figure.js";
 
@@ -68,7 +68,7 @@ class RawFleet {
 }
 
 /** Cycles completed over `ms` by every broker client looping acquire → JOB → DONE. */
-async function cycles(brokers: Broker[], ms: number): Promise<number> {
+async function cycles(brokers: BrokerClient[], ms: number): Promise<number> {
   const spec = create(JobSpecSchema, {});
   const deadline = Date.now() + ms;
   let count = 0;
@@ -96,7 +96,7 @@ async function main(): Promise<void> {
   const exec = await startChild([join(here, "..", "..", "src", "cli.ts"), "execserver", "--config", config]);
   const echo = await startChild([echoServerScript]);
   const brokers = Array.from({ length: connections }, (_, i) => {
-    const broker = new Broker(compileBrokerConfig({ addresses: [exec.address], clientName: `fylr-${i}`, maxConnectionsPerAddress: 1 }));
+    const broker = new BrokerClient(compileBrokerConfig({ addresses: [exec.address], clientName: `fylr-${i}`, maxConnectionsPerAddress: 1 }));
     broker.start();
     return broker;
   });
@@ -122,7 +122,7 @@ async function main(): Promise<void> {
         connections,
         slots: connections,
         service: "builtin noop",
-        client: "fylr Broker.acquire + Slot.start",
+        client: "fylr BrokerClient.acquire + Slot.start",
         server: "separate process",
         seconds,
         raw_round_trips_per_s: Math.round(rawCount / seconds),

@@ -1,6 +1,6 @@
 // memory: server heap per broker connection and per parked want. The execserver runs in
 // this process; a child process opens the connections and parks the wants; the heap is
-// measured after a full GC at each step. Baselines are the budgets of BENCHMARKS.md.
+// measured after a full GC at each step. Baselines are the budgets in bench/README.md.
 //   npm run bench -- memory            (MEMORY_CONNECTIONS, MEMORY_WANTS to resize)
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";

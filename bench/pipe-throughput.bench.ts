@@ -5,7 +5,7 @@
 // chunked PUT to the out-pipe. The clock runs from "go" until the out-pipe's `done`.
 // Baselines, measured in the same run in alternating rounds:
 //   raw          two plain node:http servers here (GET source, PUT sink); the child relays
-//                GET → PUT with node:http, no cat — BENCHMARKS.md's baseline (goal ≥ 0.6)
+//                GET → PUT with node:http, no cat — the main baseline (goal ≥ 0.6, bench/README.md)
 //   raw-cat      the same servers, the child relays GET → cat → PUT with node:http and
 //                child_process: isolates the pipe server + runner from the cost of cat
 // A third figure runs the raw relay (no cat, no runner) against the fylr's pipes: the

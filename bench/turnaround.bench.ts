@@ -6,7 +6,7 @@
 //   job_to_offer_p99_us    JOB of job n sent → OFFER of the next want (includes a full
 //                          round trip and the noop run: the slot's whole idle gap)
 // Baseline: a raw grpc-js bidi ping-pong round trip between two processes, measured in
-// the same run in alternating blocks. Goal (BENCHMARKS.md): p99 ≤ 2× raw.
+// the same run in alternating blocks. Goal (bench/README.md): p99 ≤ 2× raw.
 //   npm run bench -- turnaround
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import { JobSpecSchema } from "../gen/slotbroker/v1/broker_pb.js";
-import { Broker, compileBrokerConfig, type BrokerConnection } from "../src/fylr/broker/index.js";
+import { BrokerClient, compileBrokerConfig, type BrokerConnection } from "../src/fylr/broker/index.js";
 import { echoServerScript, openEchoStream, startChild } from "./lib/raw-grpc.js";
 import { emit, nowUs, percentile } from "./lib/figure.js";
 
@@ -53,7 +53,7 @@ class Turnaround {
   private lastJob: { conn: BrokerConnection; at: number } | undefined;
   private wanted = 0;
 
-  constructor(private readonly brokers: Broker[]) {
+  constructor(private readonly brokers: BrokerClient[]) {
     for (const broker of brokers) {
       const conn = broker.pools()[0]!.connections()[0]!;
       conn.on("done", () => (this.lastDone = { conn, at: nowUs() }));
@@ -77,7 +77,7 @@ class Turnaround {
     await Promise.all(this.brokers.map((broker) => this.loop(broker)));
   }
 
-  private async loop(broker: Broker): Promise<void> {
+  private async loop(broker: BrokerClient): Promise<void> {
     const spec = create(JobSpecSchema, {});
     const conn = broker.pools()[0]!.connections()[0]!;
     while (this.wanted > 0) {
@@ -103,7 +103,7 @@ async function main(): Promise<void> {
   const exec = await startChild([join(here, "..", "..", "src", "cli.ts"), "execserver", "--config", config]);
   const echo = await startChild([echoServerScript]);
   const brokers = ["fylr-a", "fylr-b"].map((clientName) => {
-    const broker = new Broker(compileBrokerConfig({ addresses: [exec.address], clientName, maxConnectionsPerAddress: 1 }));
+    const broker = new BrokerClient(compileBrokerConfig({ addresses: [exec.address], clientName, maxConnectionsPerAddress: 1 }));
     broker.start();
     return broker;
   });

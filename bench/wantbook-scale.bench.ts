@@ -1,6 +1,6 @@
 // wantbook-scale: the cost of a grant (pop the next want by the grant rule) and of an
 // UNWANT (remove an arbitrary parked want) with 10², 10⁴ and 10⁶ wants parked, against the
-// 10² case measured in the same run. Goal: 10⁶ ≤ 2× 10² (BENCHMARKS.md).
+// 10² case measured in the same run. Goal: 10⁶ ≤ 2× 10² (bench/README.md).
 //   npm run bench -- wantbook-scale
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";

@@ -42,7 +42,7 @@ async function scrape(url: string): Promise<Sample[]> {
   return parseMetrics(await res.text());
 }
 
-describe("metrics (DESIGN §9)", function () {
+describe("metrics", function () {
   this.timeout(60_000);
   afterEach(releaseAll);
 

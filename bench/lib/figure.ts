@@ -1,4 +1,4 @@
-/** One benchmark figure, printed as a JSON line (see BENCHMARKS.md). */
+/** One benchmark figure, printed as a JSON line (see bench/README.md). */
 export interface Figure {
   bench: string;
   metric: string;

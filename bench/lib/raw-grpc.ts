@@ -3,7 +3,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
-import { waitForOutput } from "../../src/shared/child-output.js";
+import { waitForOutput } from "../../test/support/child-output.js";
 import { bindServer } from "../../src/shared/grpc.js";
 
 /** Method path of the echo stream. */

@@ -5,11 +5,11 @@
  */
 import { Readable } from "node:stream";
 import type { CapacitySource, ExecBackend, ExecRequest, ExecResult, ExecRunOptions } from "../dispatcher/index.js";
-import type { Broker, ExecClient } from "../fylr/index.js";
+import type { BrokerClient, ExecClient } from "../fylr/index.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 
 /** The dispatcher's CapacitySource: the instances the broker client reaches now. */
-export function brokerCapacity(broker: Broker): CapacitySource {
+export function brokerCapacity(broker: BrokerClient): CapacitySource {
   return {
     instances: () => broker.instances(),
     subscribe: (listener) => broker.subscribe(listener),

@@ -4,10 +4,10 @@
  */
 import { Counter, Gauge, Registry } from "prom-client";
 import type { Dispatcher, DispatcherCounters } from "../dispatcher/index.js";
-import type { Broker } from "../fylr/index.js";
+import type { BrokerClient } from "../fylr/index.js";
 
 /** The fylr's /metrics registry. */
-export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker: Broker): Registry {
+export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker: BrokerClient): Registry {
   const registry = new Registry();
   registry.setDefaultLabels({ fylr_id: fylrId });
   const registers = [registry];

@@ -7,7 +7,7 @@ import { toJson } from "@bufbuild/protobuf";
 import type { Registry } from "prom-client";
 import { StatsResponseSchema } from "../../gen/slotbroker/v1/queue_pb.js";
 import { statsToProto, type Dispatcher } from "../dispatcher/index.js";
-import { sendText, type Broker, type RawRoute } from "../fylr/index.js";
+import { sendText, type BrokerClient, type RawRoute } from "../fylr/index.js";
 
 /** GET /metrics. */
 export function metricsRoute(registry: Registry): RawRoute {
@@ -37,7 +37,7 @@ export interface FylrStatusJson {
 }
 
 /** GET /status.json. */
-export function statusRoute(dispatcher: Dispatcher, broker: Broker): RawRoute {
+export function statusRoute(dispatcher: Dispatcher, broker: BrokerClient): RawRoute {
   return {
     path: "/status.json",
     methods: ["GET"],

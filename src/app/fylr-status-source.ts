@@ -5,13 +5,13 @@
  * pages cost the database what one does.
  */
 import type { Dispatcher, ItemSummary } from "../dispatcher/index.js";
-import type { Broker } from "../fylr/index.js";
+import type { BrokerClient } from "../fylr/index.js";
 import type { FylrPageData, ItemKindJson, RecentItemJson } from "../status/index.js";
 
 /** Options of FylrStatusSource. */
 export interface FylrStatusSourceOptions {
   readonly dispatcher: Dispatcher;
-  readonly broker: Broker;
+  readonly broker: BrokerClient;
   /** How long one snapshot is served (default 500 ms). */
   readonly maxAgeMs?: number;
   /** How many recently claimed items to show (default 12). */
@@ -36,7 +36,7 @@ export class FylrStatusSource {
 
   constructor(private readonly options: FylrStatusSourceOptions) {
     const keep = options.recent ?? 12;
-    this.unsubscribe = options.dispatcher.subscribe((item) => {
+    this.unsubscribe = options.dispatcher.events.on("item:changed", (item) => {
       const prev = this.recentIds.get(item.id);
       const seen = { kind: item.kind, priority: item.priority, service: item.service ?? prev?.service, instanceId: item.instanceId ?? prev?.instanceId };
       // A fresh claim moves the item to the end; later phases update it in place.

@@ -6,7 +6,8 @@
 import type pg from "pg";
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
 import { Dispatcher, ensureDatabase, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
-import { Broker, ExecClient, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
+import { BrokerClient, ExecClient, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
+import { Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { brokerCapacity, execBackend } from "./exec-adapters.js";
 import { ExecserverLoad } from "./execserver-status.js";
@@ -19,7 +20,7 @@ import { createPgPool } from "../shared/postgres.js";
 /** A fylr's lifecycle. */
 export type FylrState = "running" | "stopping" | "stopped";
 
-const transitions: Record<FylrState, readonly FylrState[]> = { running: ["stopping"], stopping: ["stopped"], stopped: [] };
+const transitions = new Transitions<FylrState>("fylr", { running: ["stopping"], stopping: ["stopped"], stopped: [] });
 
 /** Options of startFylr. */
 export interface StartFylrOptions {
@@ -40,7 +41,7 @@ export interface FylrHandle {
   /** "host:port" as bound. */
   readonly address: string;
   readonly dispatcher: Dispatcher;
-  readonly broker: Broker;
+  readonly broker: BrokerClient;
   readonly http: FylrHttpServer;
   readonly state: FylrState;
   /**
@@ -64,7 +65,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
   try {
     await ensureDatabase(config.databaseUrl, { logger });
     await migrate(pool, { logger });
-    const broker = new Broker(config.broker, { logger });
+    const broker = new BrokerClient(config.broker, { logger });
     cleanup.unshift(() => broker.close());
     const pipes = new PipeRegistry({ logger });
     cleanup.unshift(() => pipes.close());
@@ -131,7 +132,7 @@ interface Parts {
   readonly config: FylrConfig;
   readonly log: Logger;
   readonly pool: pg.Pool;
-  readonly broker: Broker;
+  readonly broker: BrokerClient;
   readonly pipes: PipeRegistry;
   readonly load: ExecserverLoad;
   readonly shutdown: AbortController;
@@ -144,8 +145,7 @@ interface Parts {
 function assemble(p: Parts): FylrHandle {
   let state: FylrState = "running";
   const setState = (next: FylrState): void => {
-    if (!transitions[state].includes(next)) throw new Error(`fylr: illegal transition ${state} → ${next}`);
-    state = next;
+    state = transitions.check(state, next);
   };
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {
@@ -197,7 +197,7 @@ function assemble(p: Parts): FylrHandle {
 }
 
 // Undefined while no execserver is connected: then a submit cannot be checked.
-function offeredServices(broker: Broker): ReadonlySet<string> | undefined {
+function offeredServices(broker: BrokerClient): ReadonlySet<string> | undefined {
   const instances = broker.instances();
   if (instances.length === 0) return undefined;
   return new Set(instances.flatMap((i) => Object.keys(i.services)));

@@ -64,13 +64,6 @@ export function execAdmission(instances: readonly ExecInstance[], held: number, 
   return { admission, held, free: Math.max(0, admission - held), shares };
 }
 
-/** Retry delay before attempt `attempt + 1`: initial · 2^(attempt − 1), capped at max. */
-export function retryBackoffMs(attempt: number, initialMs: number, maxMs: number): number {
-  const exponent = Math.max(0, attempt - 1);
-  // 2^31 ms is weeks; beyond that the cap applies anyway, and the power stays finite.
-  return Math.min(maxMs, initialMs * 2 ** Math.min(exponent, 31));
-}
-
 /** Local slots reserved for high-priority items: a quarter, at least one when there are two or more. */
 export function reservedForHigh(capacity: number): number {
   if (capacity < 2) return 0;

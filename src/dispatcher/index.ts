@@ -1,7 +1,7 @@
 // The Postgres dispatcher: schema and migrations, queue queries, admission, the claim loop.
 // It imports only src/shared and gen/: CapacitySource and ExecBackend are implemented by
 // adapters in src/app over the broker client.
-export { execAdmission, instanceShare, retryBackoffMs, reservedForHigh, type ExecAdmission, type InstanceShare } from "./admission.js";
+export { execAdmission, instanceShare, reservedForHigh, type ExecAdmission, type InstanceShare } from "./admission.js";
 export { ManualCapacitySource, type CapacitySource, type ExecInstance } from "./capacity.js";
 export { compileDispatcherConfig, dispatcherConfig, dispatcherConfigSchema, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
 export {
@@ -15,6 +15,7 @@ export {
 export { type ExecBackend, type ExecRequest, type ExecResult, type ExecRunOptions } from "./exec-backend.js";
 export { describeFailure, runItem, type Outcome } from "./item-runner.js";
 export { LiveItems, type LiveItem, type LiveListener, type LivePhase } from "./live.js";
+export type { DispatcherEvents, RequeueReason, WakeSource } from "./events.js";
 export {
   LocalActionRegistry,
   checksumAction,
@@ -29,7 +30,7 @@ export { loadMigrations, migrate, migrationsDir, type Migration, type MigrationR
 export { normalizeSubmit, type NormalizedSubmit } from "./payload.js";
 export { fromPgError, isTransient, sqlState } from "./pg-errors.js";
 export { itemStateToProto, itemToProto, statsToProto, submitInputFromProto } from "./proto.js";
-export type { DispatcherCounters } from "./settle.js";
+export { itemRetryDelayMs, type DispatcherCounters } from "./settle.js";
 export {
   QueueStore,
   type FylrRegistration,

@@ -7,14 +7,15 @@ import {
   type Receipt,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
-import { LogBudget, type Logger } from "../shared/log.js";
-import { durationFromMs } from "../shared/proto-time.js";
-import type { Broker, BrokerEffects, JobRecord, OfferOutcome } from "./broker.js";
+import type { Events } from "../shared/events.js";
+import type { Logger } from "../shared/log.js";
+import type { BrokerCore, CoreEffects, JobRecord, OfferOutcome } from "./broker-core.js";
 import type { BuiltinService } from "./config.js";
+import type { ExecserverEvents } from "./events.js";
 import type { CheckedJob } from "./limits.js";
-import type { ExecserverMetrics } from "./metrics.js";
 import { runJob as defaultRunJob, type RunJob } from "./runner/index.js";
 import { OfferEncoder } from "./wire.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** Options of the I/O side of the broker. */
 export interface EffectsOptions {
@@ -27,50 +28,40 @@ export interface EffectsOptions {
   readonly now: () => number;
   /** Called after each finished job (drain waits on it). */
   readonly jobFinished: () => void;
+  /** Where offers, their outcomes and jobs are told (metrics listen here). */
+  readonly events: Events<ExecserverEvents>;
 }
 
 /**
- * The Broker's hands: sends OFFER/DONE frames, keeps the one timer that drives offer
+ * The BrokerCore's hands: sends OFFER/DONE frames, keeps the one timer that drives offer
  * expiry, starts jobs (runner or built-in) and turns their receipts into finish() + DONE.
  * The OFFER is written before any bookkeeping, so metrics never sit on the grant path.
  */
-export class BrokerIo implements BrokerEffects {
-  private broker: Broker | undefined;
-  private metrics: ExecserverMetrics | undefined;
+export class BrokerIo implements CoreEffects {
+  private broker: BrokerCore | undefined;
   private readonly offers: OfferEncoder;
   private expiryTimer: NodeJS.Timeout | undefined;
   private expiryAt = Infinity;
-  private readonly failureLog = new LogBudget(50, 10_000);
-  private readonly expiryLog = new LogBudget(10, 10_000);
 
   constructor(private readonly options: EffectsOptions) {
     this.offers = new OfferEncoder(options.offerTimeoutMs);
   }
 
-  /** Connects the broker these effects serve and its metrics (both are made after this). */
-  attach(broker: Broker, metrics: ExecserverMetrics): void {
+  /** Connects the core these effects serve (it is made after this). */
+  attach(broker: BrokerCore): void {
     this.broker = broker;
-    this.metrics = metrics;
   }
 
   /** @inheritdoc */
   offered(record: JobRecord): void {
     record.connection.sink.send(this.offers.encode(record.jobId, record.offerToken, record.group.name));
-    this.metrics!.granted(record.group.name, (this.options.now() - record.wantedAt) / 1000);
     if (record.expiresAt < this.expiryAt) this.armExpiry(record.expiresAt);
+    this.options.events.emit("offered", record);
   }
 
   /** @inheritdoc */
   offerEnded(record: JobRecord, outcome: OfferOutcome): void {
-    this.metrics!.offerEnded(outcome);
-    if (outcome !== "expired") return;
-    const left = this.expiryLog.take();
-    if (left !== undefined) {
-      this.options.logger.info(
-        { jobId: record.jobId, conn: record.connection.id, waitgroup: record.group.name, notLogged: left || undefined },
-        "offer expired unanswered; the slot goes to the next want",
-      );
-    }
+    this.options.events.emit("offer:ended", record, outcome);
   }
 
   /** Stops the expiry timer (server shutdown). */
@@ -98,6 +89,7 @@ export class BrokerIo implements BrokerEffects {
 
   /** @inheritdoc */
   start(record: JobRecord, job: CheckedJob): void {
+    this.options.events.emit("job:started", record);
     const service = record.service;
     if (service.kind === "builtin") {
       // Built-ins finish at once and cannot be cancelled: no controller, no promise chain.
@@ -132,40 +124,14 @@ export class BrokerIo implements BrokerEffects {
   }
 
   private finished(record: JobRecord, receipt: Receipt): void {
-    this.logOutcome(record, receipt);
     this.broker!.finish(record);
-    this.metrics!.jobDone(record.group.name);
     receipt.instanceId = this.options.instanceId;
+    this.options.events.emit("job:done", record, receipt);
     if (record.connection.state === "open") {
       const value = create(DoneSchema, { jobId: record.jobId, receipt });
       record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "done", value } }));
     }
     this.options.jobFinished();
-  }
-
-  // Failures at warn (timeouts, kills, spawn and pipe errors) or info (a non-zero exit, a
-  // job cancelled because its connection went); successes at debug.
-  private logOutcome(record: JobRecord, receipt: Receipt): void {
-    const failed = receipt.error !== ErrorKind.UNSPECIFIED || (receipt.exitCode ?? 0) !== 0 || receipt.signal !== "";
-    const level = !failed ? "debug" : receipt.error === ErrorKind.UNSPECIFIED || receipt.error === ErrorKind.CANCELLED ? "info" : "warn";
-    if (!this.options.logger.isLevelEnabled(level)) return;
-    const left = failed ? this.failureLog.take() : 0;
-    if (left === undefined) return;
-    this.options.logger[level](
-      {
-        jobId: record.jobId,
-        service: record.service.name,
-        conn: record.connection.id,
-        exitCode: receipt.exitCode,
-        signal: receipt.signal || undefined,
-        error: receipt.error === ErrorKind.UNSPECIFIED ? undefined : ErrorKind[receipt.error],
-        message: receipt.errorMessage || undefined,
-        stderr: receipt.stderrLine || undefined,
-        ms: receipt.duration ? Number(receipt.duration.seconds) * 1000 + Math.round(receipt.duration.nanos / 1e6) : undefined,
-        notLogged: left || undefined,
-      },
-      failed ? "job failed" : "job done",
-    );
   }
 
   private guard(what: string, fn: () => void): void {

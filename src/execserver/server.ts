@@ -14,15 +14,19 @@ import {
   type Hello,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
+import { Events } from "../shared/events.js";
 import { isLoopbackHost, splitHostPort } from "../shared/config.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { addHealth, addReflection, bindServer, toGrpcError } from "../shared/grpc.js";
+import { Transitions } from "../shared/lifecycle.js";
 import { LogBudget, type Logger } from "../shared/log.js";
 import { AdminServer } from "./admin-server.js";
 import { BearerAuth } from "./auth.js";
-import { Broker } from "./broker.js";
+import { BrokerCore } from "./broker-core.js";
 import type { ExecserverConfig } from "./config.js";
 import { BrokerIo } from "./effects.js";
+import { logExecserverEvents } from "./event-log.js";
+import type { ExecserverEvents, ExecserverState } from "./events.js";
 import { limits } from "./limits.js";
 import { ExecserverMetrics } from "./metrics.js";
 import type { RunJob } from "./runner/index.js";
@@ -30,15 +34,14 @@ import { Session, type SessionHost } from "./session.js";
 import { buildStatus, helloWaitgroups } from "./status.js";
 import { serverServiceDefinition } from "./wire.js";
 
-/** Lifecycle of an execserver. */
-export type ExecserverState = "created" | "serving" | "draining" | "stopped";
+export type { ExecserverState };
 
-const transitions: Record<ExecserverState, readonly ExecserverState[]> = {
+const transitions = new Transitions<ExecserverState>("execserver", {
   created: ["serving", "stopped"],
   serving: ["draining", "stopped"],
   draining: ["stopped"],
   stopped: [],
-};
+});
 
 /** The health service names that flip to NOT_SERVING while draining. */
 export const healthServices = ["", BrokerService.typeName] as const;
@@ -61,7 +64,9 @@ const capabilities = ["query", "position-eta"];
  * listener and the broker core, with a checked lifecycle and graceful/forceful shutdown.
  */
 export class Execserver implements SessionHost {
-  readonly broker: Broker;
+  /** Lifecycle events: connections, offers and their outcomes, jobs, state. */
+  readonly events: Events<ExecserverEvents>;
+  readonly broker: BrokerCore;
   readonly metrics: ExecserverMetrics;
   readonly admin: AdminServer;
   readonly startedAt = new Date();
@@ -94,7 +99,9 @@ export class Execserver implements SessionHost {
     // One listener per session; thousands are expected.
     setMaxListeners(0, this.shutdown.signal);
     for (const [name, s] of Object.entries(config.services)) this.services[name] = s.waitgroup;
+    this.events = new Events((err, event) => this.logger.error({ err, event }, "an execserver event listener threw"));
     this.io = new BrokerIo({
+      events: this.events,
       instanceId: config.instanceId,
       offerTimeoutMs: config.offerTimeoutMs,
       logger: this.logger,
@@ -102,9 +109,10 @@ export class Execserver implements SessionHost {
       now: () => this.now(),
       jobFinished: () => this.jobFinished(),
     });
-    this.broker = new Broker({ ...config, now: () => this.now() }, this.io);
-    this.metrics = new ExecserverMetrics(this.broker, config.instanceId);
-    this.io.attach(this.broker, this.metrics);
+    this.broker = new BrokerCore({ ...config, now: () => this.now() }, this.io);
+    this.metrics = new ExecserverMetrics(this.broker, config.instanceId, this.events, () => this.now());
+    logExecserverEvents(this.events, this.logger);
+    this.io.attach(this.broker);
     this.auth = new BearerAuth(config.token);
     this.grpcServer = new grpc.Server({
       "grpc.max_receive_message_length": limits.maxFrameBytes,
@@ -176,8 +184,10 @@ export class Execserver implements SessionHost {
   }
 
   /** @inheritdoc */
-  closed(session: Session): void {
-    if (this.sessions.delete(session)) this.helloChanged();
+  closed(session: Session, reason: string): void {
+    if (!this.sessions.delete(session)) return;
+    this.helloChanged();
+    this.events.emit("connection:down", session.connection, reason);
   }
 
   /** The GetStatus snapshot. */
@@ -252,10 +262,9 @@ export class Execserver implements SessionHost {
   }
 
   private setState(next: ExecserverState): void {
-    if (!transitions[this.stateValue].includes(next)) {
-      throw new SlotbrokerError(Code.Internal, `execserver: illegal transition ${this.stateValue} → ${next}`);
-    }
-    this.stateValue = next;
+    const previous = this.stateValue;
+    this.stateValue = transitions.check(previous, next);
+    this.events.emit("state", next, previous);
   }
 
   private onConnect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {
@@ -276,6 +285,7 @@ export class Execserver implements SessionHost {
       // The newcomer's own Hello already counts it; everyone else hears about it shortly.
       this.helloChanged();
       session.start();
+      if (this.sessions.has(session)) this.events.emit("connection:up", session.connection);
     } catch (err) {
       this.logger.error({ err }, "connect handler failed");
       call.emit("error", toGrpcError(err));

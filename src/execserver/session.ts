@@ -12,14 +12,14 @@ import {
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { toGrpcError } from "../shared/grpc.js";
 import { LogBudget, type Logger } from "../shared/log.js";
-import { durationFromMs } from "../shared/proto-time.js";
-import { BrokerConnection, type Broker, type FrameSink, type RejectInfo } from "./broker.js";
+import { ClientConnection, type BrokerCore, type FrameSink, type RejectInfo } from "./broker-core.js";
 import { limits } from "./limits.js";
 import { helloFrame } from "./wire.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** What a session needs from the server around it. */
 export interface SessionHost {
-  readonly broker: Broker;
+  readonly broker: BrokerCore;
   /** The current Hello content version; bumped when clients/services/draining change. */
   readonly helloVersion: number;
   /** The current Hello without peer_address, encoded (see wire.ts helloFrame). */
@@ -27,24 +27,23 @@ export interface SessionHost {
   /** The clock for grant latency and runtimes (ms, monotonic). */
   now(): number;
   /** Called once when the stream is gone. */
-  closed(session: Session): void;
+  closed(session: Session, reason: string): void;
 }
 
 type Lifecycle = "open" | "closed";
 
 /**
- * One broker stream: decodes frames into Broker calls and writes the answers. It holds no
+ * One broker stream: decodes frames into BrokerCore calls and writes the answers. It holds no
  * scheduling state of its own; a handler failure is logged and the frame dropped, so no
  * frame can take the stream, let alone the server, down.
  */
 export class Session implements FrameSink {
   /** The core's view of this stream. */
-  readonly connection: BrokerConnection;
+  readonly connection: ClientConnection;
   /** The Hello version this peer saw last. */
   helloVersion = -1;
   private state: Lifecycle = "open";
   private warnedUnknownFrame = false;
-  private rejects = 0;
   // A peer that sends nothing but bad frames gets a few lines, not one per frame.
   private readonly rejectLog = new LogBudget(10, 10_000);
 
@@ -57,7 +56,7 @@ export class Session implements FrameSink {
     private readonly signal: AbortSignal,
   ) {
     const clientName = call.metadata.get("slotbroker-client")[0];
-    this.connection = new BrokerConnection(
+    this.connection = new ClientConnection(
       id,
       peerAddress(call.getPeer()),
       typeof clientName === "string" ? clientName.slice(0, 128) : "",
@@ -111,11 +110,11 @@ export class Session implements FrameSink {
     this.state = "closed";
     this.signal.removeEventListener("abort", this.onAbort);
     const seconds = Math.round((Date.now() - this.connection.connectedAt.getTime()) / 100) / 10;
-    this.logger.info({ reason, seconds, rejects: this.rejects || undefined }, "connection closed");
+    this.logger.info({ reason, seconds, rejects: this.connection.rejects || undefined }, "connection closed");
     try {
       this.host.broker.disconnect(this.connection);
     } finally {
-      this.host.closed(this);
+      this.host.closed(this, reason);
       try {
         this.call.end();
       } catch {
@@ -179,14 +178,13 @@ export class Session implements FrameSink {
       running: p.running,
       ahead: p.ahead,
       capacity: p.capacity,
-      eta: p.etaMs === undefined ? undefined : durationFromMs(p.etaMs),
+      eta: p.etaMs === undefined ? undefined : durationFromMs(Math.round(p.etaMs)),
     });
     this.send(create(ConnectResponseSchema, { frame: { case: "position", value } }));
   }
 
   private answer(jobId: string, reject: RejectInfo | undefined): void {
     if (!reject) return;
-    this.rejects++;
     const left = this.rejectLog.take();
     if (left !== undefined) {
       this.logger.info({ jobId: echoId(jobId), code: RejectCode[reject.code], message: reject.message, notLogged: left || undefined }, "frame rejected");

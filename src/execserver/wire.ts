@@ -1,9 +1,9 @@
 import { toBinary } from "@bufbuild/protobuf";
 import type * as grpc from "@grpc/grpc-js";
-import { DurationSchema } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, DurationSchema } from "@bufbuild/protobuf/wkt";
 import { BrokerService } from "../../gen/slotbroker/v1/broker_pb.js";
-import { durationFromMs } from "../shared/proto-time.js";
 import { grpcServiceDefinition } from "../shared/grpc.js";
+import { LEN, lengthFieldSize, varintSize, writeVarint } from "../shared/proto-wire.js";
 
 // OFFER is the frame on the grant path, and protobuf-es's reflective encoder costs several
 // microseconds per frame there. This file writes that one frame by hand (its schema is
@@ -11,7 +11,6 @@ import { grpcServiceDefinition } from "../shared/grpc.js";
 // bytes against toBinary, so the two cannot drift apart silently.
 
 const OFFER_FIELD = 2; // ConnectResponse.offer
-const LEN = 2; // wire type "length-delimited"
 
 /** Precomputed parts of OFFER frames for one server (its offer timeout, its waitgroups). */
 export class OfferEncoder {
@@ -32,7 +31,7 @@ export class OfferEncoder {
     const jobLen = Buffer.byteLength(jobId, "utf8");
     const tokenLen = Buffer.byteLength(offerToken, "utf8");
     const inner =
-      fieldSize(jobLen) + fieldSize(tokenLen) + fieldSize(this.expiresIn.length) + fieldSize(wg.length);
+      lengthFieldSize(jobLen) + lengthFieldSize(tokenLen) + lengthFieldSize(this.expiresIn.length) + lengthFieldSize(wg.length);
     const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
     let at = 0;
     out[at++] = (OFFER_FIELD << 3) | LEN;
@@ -54,30 +53,6 @@ export class OfferEncoder {
   }
 }
 
-// A proto3 string/bytes field of `length` bytes (empty ones are omitted by toBinary; the
-// offer's fields are never empty).
-function fieldSize(length: number): number {
-  return 1 + varintSize(length) + length;
-}
-
-function varintSize(n: number): number {
-  let size = 1;
-  while (n >= 0x80) {
-    n >>>= 7;
-    size++;
-  }
-  return size;
-}
-
-function writeVarint(out: Buffer, at: number, n: number): number {
-  while (n >= 0x80) {
-    out[at++] = (n & 0x7f) | 0x80;
-    n >>>= 7;
-  }
-  out[at++] = n;
-  return at;
-}
-
 /**
  * A ConnectResponse{hello} frame from a Hello encoded without peer_address (shared by all
  * peers) plus this peer's address. A broadcast to N peers then encodes the Hello once and
@@ -85,7 +60,7 @@ function writeVarint(out: Buffer, at: number, n: number): number {
  */
 export function helloFrame(sharedHello: Uint8Array, peerAddress: string): Buffer {
   const peerLen = Buffer.byteLength(peerAddress, "utf8");
-  const inner = sharedHello.length + (peerLen > 0 ? fieldSize(peerLen) : 0);
+  const inner = sharedHello.length + (peerLen > 0 ? lengthFieldSize(peerLen) : 0);
   const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
   let at = 0;
   out[at++] = (1 << 3) | LEN; // ConnectResponse.hello

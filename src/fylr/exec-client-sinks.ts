@@ -1,4 +1,5 @@
 import { Writable } from "node:stream";
+import { drained } from "../shared/streams.js";
 
 /**
  * The out-pipe's sink in front of the caller's stdout. It forwards bytes once the
@@ -23,7 +24,7 @@ export class ForwardingSink extends Writable {
     const target = this.target;
     if (target.destroyed) return callback(target.errored ?? new Error("the stdout stream was destroyed"));
     if (target.write(chunk)) return callback();
-    waitWritable(target, callback);
+    drained(target, () => target.errored ?? new Error("the stdout stream closed while writing")).then(() => callback(), callback);
   }
 
   override _final(callback: (error?: Error | null) => void): void {
@@ -35,29 +36,6 @@ export class ForwardingSink extends Writable {
     if (error && this.started && !this.target.destroyed) this.target.destroy(error);
     callback(error);
   }
-}
-
-function waitWritable(target: Writable, callback: (error?: Error | null) => void): void {
-  const cleanup = (): void => {
-    target.off("drain", onDrain);
-    target.off("error", onError);
-    target.off("close", onClose);
-  };
-  const onDrain = (): void => {
-    cleanup();
-    callback();
-  };
-  const onError = (err: Error): void => {
-    cleanup();
-    callback(err);
-  };
-  const onClose = (): void => {
-    cleanup();
-    callback(target.errored ?? new Error("the stdout stream closed while writing"));
-  };
-  target.on("drain", onDrain);
-  target.on("error", onError);
-  target.on("close", onClose);
 }
 
 /** Collects stdout in memory up to `limit` bytes; the rest is counted and dropped. */

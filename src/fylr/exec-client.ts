@@ -4,16 +4,16 @@ import { JobSpecSchema, type Position, type Receipt } from "../../gen/slotbroker
 import { linkedAbortController } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
-import { durationFromMs } from "../shared/proto-time.js";
 import { receiptSucceeded } from "../shared/receipt.js";
-import type { Broker, Slot } from "./broker/index.js";
+import type { BrokerClient, Slot } from "./broker/index.js";
 import { BufferCollector, ForwardingSink } from "./exec-client-sinks.js";
 import { pipeUrls } from "./http/pipe-urls.js";
 import type { PipeHandle, PipeRegistry } from "./pipes/index.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** What an exec client needs: the broker, this replica's pipes and the port serving them. */
 export interface ExecClientOptions {
-  readonly broker: Broker;
+  readonly broker: BrokerClient;
   readonly pipes: PipeRegistry;
   /** Port of this fylr's HTTP server (the one serving `pipes`). */
   readonly pipePort: number;
@@ -126,7 +126,7 @@ export class ExecClient {
       const spec = create(JobSpecSchema, {
         args: [...(options.args ?? [])],
         env: { ...options.env },
-        timeout: options.timeoutMs === undefined ? undefined : durationFromMs(options.timeoutMs),
+        timeout: options.timeoutMs === undefined ? undefined : durationFromMs(Math.round(options.timeoutMs)),
         stdinUrl: urls.in ?? "",
         stdoutUrl: urls.out!,
         labels: { ...options.labels },

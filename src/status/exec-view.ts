@@ -4,7 +4,7 @@
  * are, the busiest connections). Pure.
  */
 import type { GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import { dateFromTimestamp, msFromDuration } from "../shared/proto-time.js";
+import { durationMs, timestampDate } from "@bufbuild/protobuf/wkt";
 import { topN, type TopN } from "./format.js";
 import { GrantWindow, type GrantWindowOptions, type WindowFairness } from "./grant-window.js";
 
@@ -86,7 +86,7 @@ export function sumConnections(rows: readonly ConnectionView[]): ConnectionTotal
 }
 
 function connectionView(c: GetStatusResponse["connections"][number], now: number): ConnectionView {
-  const at = dateFromTimestamp(c.connectedAt)?.getTime();
+  const at = (c.connectedAt && timestampDate(c.connectedAt))?.getTime();
   return {
     id: c.connectionId,
     client: c.clientName,
@@ -122,7 +122,7 @@ export function execView(status: GetStatusResponse, now: number, limits: ExecVie
     free: wg.free,
     waiting: Number(wg.waiting),
     completed: Number(wg.completed),
-    meanRuntimeMs: msFromDuration(wg.meanRuntime),
+    meanRuntimeMs: wg.meanRuntime && durationMs(wg.meanRuntime),
     services: (servicesByGroup.get(wg.name) ?? []).sort(),
     book: [...wg.book].sort((a, b) => b.priority - a.priority).map((d) => ({ priority: d.priority, wants: Number(d.wants) })),
   }));
@@ -136,7 +136,7 @@ export function execView(status: GetStatusResponse, now: number, limits: ExecVie
   }
   const conns = status.connections.map((c) => connectionView(c, now));
   const connections = topN(conns, limits.connectionRows, (a, b) => b.parked + b.running - (a.parked + a.running) || b.grants - a.grants || byName(a, b));
-  const started = dateFromTimestamp(status.startedAt)?.getTime();
+  const started = (status.startedAt && timestampDate(status.startedAt))?.getTime();
   return {
     instanceId: status.instanceId,
     draining: status.draining,

@@ -17,6 +17,7 @@ import { createTestDatabase } from "../support/postgres.js";
 import { track } from "../support/resources.js";
 import { closeAll, fastFylrConfig, startTestFylr } from "../integration/support.js";
 import { createPgPool } from "../../src/shared/postgres.js";
+import { requireTool } from "../support/system-tools.js";
 
 const execFileP = promisify(execFile);
 
@@ -42,7 +43,7 @@ async function startExec(): Promise<ExecserverHandle> {
 
 /** curl -X POST JSON to a QueueService method; resolves with the HTTP status and the parsed body. */
 async function curlJson(base: string, method: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const { stdout } = await execFileP("curl", [
+  const { stdout } = await execFileP(requireTool("curl"), [
     "-s",
     "-w",
     "\n%{http_code}",

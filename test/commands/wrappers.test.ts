@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { waitForOutput } from "../../src/shared/child-output.js";
+import { waitForOutput } from "../support/child-output.js";
 import { release, track } from "../support/resources.js";
 import { root } from "../integration/support.js";
 

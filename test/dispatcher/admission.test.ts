@@ -13,7 +13,7 @@ import {
   LocalPermits,
   normalizeSubmit,
   reservedForHigh,
-  retryBackoffMs,
+  itemRetryDelayMs,
   type ExecInstance,
 } from "../../src/dispatcher/index.js";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
@@ -61,8 +61,9 @@ describe("dispatcher admission", () => {
   });
 
   it("backs off exponentially up to the cap", () => {
-    expect([1, 2, 3, 4, 5].map((n) => retryBackoffMs(n, 1000, 10_000))).to.deep.equal([1000, 2000, 4000, 8000, 10_000]);
-    expect(retryBackoffMs(500, 1000, 60_000)).to.equal(60_000);
+    const config = (initial: number, max: number): { retryInitialMs: number; retryMaxMs: number } => ({ retryInitialMs: initial, retryMaxMs: max });
+    expect([1, 2, 3, 4, 5].map((n) => itemRetryDelayMs(config(1000, 10_000), n))).to.deep.equal([1000, 2000, 4000, 8000, 10_000]);
+    expect(itemRetryDelayMs(config(1000, 60_000), 500)).to.equal(60_000);
   });
 });
 

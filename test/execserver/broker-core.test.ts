@@ -8,14 +8,14 @@ import {
   WaitgroupStateSchema,
   type ConnectResponse,
 } from "../../gen/slotbroker/v1/broker_pb.js";
-import { Broker, BrokerConnection, type BrokerEffects, type JobRecord, type OfferOutcome } from "../../src/execserver/broker.js";
+import { BrokerCore, ClientConnection, type CoreEffects, type JobRecord, type OfferOutcome } from "../../src/execserver/broker-core.js";
 import { compileExecserverConfig } from "../../src/execserver/config.js";
 import { SlotLedger } from "../../src/execserver/slot-ledger.js";
 import { helloFrame, OfferEncoder } from "../../src/execserver/wire.js";
-import { durationFromMs } from "../../src/shared/proto-time.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 // The broker core driven directly, with a hand-cranked clock and effects that only record.
-class Recorder implements BrokerEffects {
+class Recorder implements CoreEffects {
   offers: JobRecord[] = [];
   ended: [string, OfferOutcome][] = [];
   started: JobRecord[] = [];
@@ -34,21 +34,21 @@ class Recorder implements BrokerEffects {
   }
 }
 
-function setup(processes = 1): { broker: Broker; fx: Recorder; clock: { now: number }; conn: (id: string) => BrokerConnection } {
+function setup(processes = 1): { broker: BrokerCore; fx: Recorder; clock: { now: number }; conn: (id: string) => ClientConnection } {
   const config = compileExecserverConfig({ waitgroups: { g: { processes } }, services: { s: { waitgroup: "g", builtin: "noop" } } }, "t");
   const clock = { now: 0 };
   const fx = new Recorder();
-  const broker = new Broker({ ...config, offerTimeoutMs: 1000, now: () => clock.now }, fx);
+  const broker = new BrokerCore({ ...config, offerTimeoutMs: 1000, now: () => clock.now }, fx);
   const sink = { send: (_frame: ConnectResponse | Uint8Array) => undefined };
-  const conn = (id: string): BrokerConnection => {
-    const c = new BrokerConnection(id, "127.0.0.1:1", "", new Date(), sink);
+  const conn = (id: string): ClientConnection => {
+    const c = new ClientConnection(id, "127.0.0.1:1", "", new Date(), sink);
     broker.connect(c);
     return c;
   };
   return { broker, fx, clock, conn };
 }
 
-describe("Broker core", () => {
+describe("broker core (execserver)", () => {
   it("expires offers in the order they were made, each freeing its slot for the next want", () => {
     const { broker, fx, clock, conn } = setup(2);
     const a = conn("a");

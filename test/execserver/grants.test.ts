@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { ErrorKind, PositionState, RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
-import { msFromDuration } from "../../src/shared/proto-time.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 import { BrokerStream, eventually, releaseAll, statusClient } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
 
@@ -15,7 +15,7 @@ describe("execserver grants over gRPC", () => {
     expect(offer.jobId).to.equal("j1");
     expect(offer.waitgroup).to.equal("one");
     expect(offer.offerToken).to.have.length.greaterThan(16);
-    expect(msFromDuration(offer.expiresIn)).to.equal(5000);
+    expect(durationMs(offer.expiresIn!)).to.equal(5000);
     a.job("j1", offer.offerToken);
     const done = await a.next("done");
     expect(done.jobId).to.equal("j1");

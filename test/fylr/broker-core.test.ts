@@ -12,7 +12,6 @@ import { encodeDecline, encodeJob, encodeQuery, encodeUnwant, encodeWant, encode
 import {
   RaceBook,
   WantRace,
-  backoffDelay,
   canTransition,
   checkTransition,
   compileBrokerConfig,
@@ -23,6 +22,7 @@ import {
   type GrowthPolicy,
 } from "../../src/fylr/broker/index.js";
 import { ConfigError } from "../../src/shared/errors.js";
+import { retryDelayMs } from "../../src/shared/retry.js";
 
 const policy: GrowthPolicy = { retryTickMs: 1000, growIntervalMs: 2000, maxConnections: 3, reprobeMs: 60_000 };
 const base: GrowthInput = { now: 100_000, oldestParkedAt: 98_000, connections: 1, pending: 0, lastGrowthAt: undefined, coveredAt: undefined };
@@ -124,9 +124,9 @@ describe("fylr broker core (pure)", () => {
 
     it("backs off exponentially, capped, with jitter below the nominal delay", () => {
       const p = { initialMs: 100, maxMs: 1000, multiplier: 2, jitter: 0.5 };
-      expect([0, 1, 2, 3, 4, 10].map((n) => backoffDelay(n, p, () => 0))).to.deep.equal([100, 200, 400, 800, 1000, 1000]);
-      expect(backoffDelay(1, p, () => 1)).to.equal(100);
-      expect(backoffDelay(1000, p, () => 0)).to.equal(1000);
+      expect([0, 1, 2, 3, 4, 10].map((n) => retryDelayMs(p, n, () => 0))).to.deep.equal([100, 200, 400, 800, 1000, 1000]);
+      expect(retryDelayMs(p, 1, () => 1)).to.equal(100);
+      expect(retryDelayMs(p, 1000, () => 0)).to.equal(1000);
     });
   });
 

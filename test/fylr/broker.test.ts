@@ -16,7 +16,7 @@ import {
   channelzLocalAddress,
   resolveLocalAddress,
   udpLocalAddress,
-  type Broker,
+  type BrokerClient,
   type Slot,
 } from "../../src/fylr/broker/index.js";
 import { Code } from "../../src/shared/errors.js";
@@ -43,7 +43,7 @@ async function sum(servers: ExecserverProcess[], client: string, field: "decline
   return total;
 }
 
-function ready(broker: Broker, instances: number): Promise<boolean> {
+function ready(broker: BrokerClient, instances: number): Promise<boolean> {
   return waitFor(`${instances} instances`, () => broker.instances().length === instances);
 }
 
@@ -60,8 +60,8 @@ describe("fylr broker client against two execserver processes", function () {
     await release(b);
   });
   // Every broker a test starts is closed after it, pass or fail.
-  const brokers: Broker[] = [];
-  const open = (input: Parameters<typeof startBroker>[0]): Broker => {
+  const brokers: BrokerClient[] = [];
+  const open = (input: Parameters<typeof startBroker>[0]): BrokerClient => {
     const started = startBroker(input);
     brokers.push(started);
     return started;

@@ -12,7 +12,7 @@ import { createQueueClient, type QueueClient } from "../../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../../src/app/index.js";
 import { release, track } from "../support/resources.js";
 import { createPgPool } from "../../src/shared/postgres.js";
-import { waitForOutput } from "../../src/shared/child-output.js";
+import { waitForOutput } from "../support/child-output.js";
 
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const cli = join(root, "src", "cli.ts");

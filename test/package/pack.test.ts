@@ -10,7 +10,7 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import { waitForOutput } from "../../src/shared/child-output.js";
+import { waitForOutput } from "../support/child-output.js";
 import { root } from "../integration/support.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../support/resources.js";

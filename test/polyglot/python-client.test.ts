@@ -8,6 +8,7 @@ import { promisify } from "node:util";
 import type { ExecserverHandle } from "../../src/app/execserver.js";
 import { startTestServer } from "../execserver/support/server.js";
 import { release } from "../support/resources.js";
+import { requireTool } from "../support/system-tools.js";
 
 const run = promisify(execFile);
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -19,6 +20,7 @@ describe("a Python client generated from the proto", function () {
   let server: ExecserverHandle | undefined;
 
   before(async () => {
+    requireTool("python3");
     python = (await run(join(root, "scripts/python-env.sh"), { timeout: 220_000 })).stdout.trim();
     stubs = mkdtempSync(join(tmpdir(), "slotbroker-py-stubs-"));
     await run(python, ["-m", "grpc_tools.protoc", "-I", "proto", `--python_out=${stubs}`, `--grpc_python_out=${stubs}`, "proto/slotbroker/v1/broker.proto"], {

@@ -10,7 +10,7 @@ import type { ExecserverConfigInput } from "../../src/execserver/index.js";
 import { freePort } from "../../src/shared/embedded-postgres.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
 import { release, track } from "./resources.js";
-import { waitForOutput } from "../../src/shared/child-output.js";
+import { waitForOutput } from "./child-output.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const StatusClient = grpcClientConstructor(BrokerService);

@@ -1,4 +1,4 @@
-import { Broker, compileBrokerConfig, type BrokerConfigInput } from "../../src/fylr/broker/index.js";
+import { BrokerClient, compileBrokerConfig, type BrokerConfigInput } from "../../src/fylr/broker/index.js";
 import { ExecClient } from "../../src/fylr/exec-client.js";
 import { startFylrHttpServer, type FylrHttpServer } from "../../src/fylr/http/index.js";
 import { PipeRegistry } from "../../src/fylr/pipes/index.js";
@@ -18,15 +18,15 @@ export const fastBroker: Omit<BrokerConfigInput, "addresses"> = {
 };
 
 /** A started broker client, tracked; closed by `release`. */
-export function startBroker(input: BrokerConfigInput, name = "broker"): Broker {
-  const broker = new Broker(compileBrokerConfig({ ...fastBroker, ...input }));
+export function startBroker(input: BrokerConfigInput, name = "broker"): BrokerClient {
+  const broker = new BrokerClient(compileBrokerConfig({ ...fastBroker, ...input }));
   broker.start();
   return track(broker, name, (b) => b.close());
 }
 
 /** One fylr replica: its broker client, pipe registry, HTTP server and exec client. */
 export interface FylrReplica {
-  readonly broker: Broker;
+  readonly broker: BrokerClient;
   readonly pipes: PipeRegistry;
   readonly http: FylrHttpServer;
   readonly exec: ExecClient;

@@ -1,7 +1,7 @@
 import { chmodSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createDatabase } from "../../src/shared/postgres.js";
+import { createDatabase } from "./databases.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../../src/shared/embedded-postgres.js";
 
 let server: Promise<LocalPostgres> | undefined;

@@ -1,3 +1,5 @@
+import { Transitions } from "../../shared/lifecycle.js";
+
 /** Sends `signal` to every process in group `pgid`; false when no such group is left. */
 export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
   try {
@@ -15,12 +17,12 @@ export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
 
 type GroupState = "running" | "terminating" | "killing" | "released";
 
-const transitions: Record<GroupState, readonly GroupState[]> = {
+const transitions = new Transitions<GroupState>("process group", {
   running: ["terminating", "released"],
   terminating: ["killing", "released"],
   killing: ["released"],
   released: [],
-};
+});
 
 /**
  * Stops a job's process group: SIGTERM, SIGKILL after `graceMs`, and if the job still has
@@ -67,7 +69,6 @@ export class ProcessGroup {
   }
 
   #setState(next: GroupState): void {
-    if (!transitions[this.#state].includes(next)) throw new Error(`process group: illegal transition ${this.#state} → ${next}`);
-    this.#state = next;
+    this.#state = transitions.check(this.#state, next);
   }
 }

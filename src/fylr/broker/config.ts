@@ -1,8 +1,10 @@
 import { hostname } from "node:os";
 import { z } from "zod";
 import { durationMs, listenAddress, parseConfig } from "../../shared/config.js";
+import { formatDuration } from "../../shared/duration.js";
 import { ConfigError } from "../../shared/errors.js";
-import type { BrokerTlsOptions, ConnectionTimings } from "./connection.js";
+import type { BrokerTlsOptions } from "./channel-setup.js";
+import { defaultConnectionTimings as timing, type ConnectionTimings } from "./connection-options.js";
 import type { GrowthPolicy } from "./pool-policy.js";
 
 /**
@@ -27,13 +29,13 @@ export const brokerConfigSchema = z.strictObject({
   maxConnectionsPerAddress: z.number().int().min(1).max(256).default(8),
   /** How long a covered pool stops growing before it probes for new instances again. */
   reprobeInterval: durationMs.prefault("60s"),
-  keepaliveTime: durationMs.prefault("10s"),
-  keepaliveTimeout: durationMs.prefault("5s"),
-  pingInterval: durationMs.prefault("10s"),
-  pingTimeout: durationMs.prefault("5s"),
-  helloTimeout: durationMs.prefault("10s"),
-  reconnectInitial: durationMs.prefault("100ms"),
-  reconnectMax: durationMs.prefault("10s"),
+  keepaliveTime: durationMs.prefault(formatDuration(timing.keepaliveTimeMs)),
+  keepaliveTimeout: durationMs.prefault(formatDuration(timing.keepaliveTimeoutMs)),
+  pingInterval: durationMs.prefault(formatDuration(timing.pingIntervalMs)),
+  pingTimeout: durationMs.prefault(formatDuration(timing.pingTimeoutMs)),
+  helloTimeout: durationMs.prefault(formatDuration(timing.helloTimeoutMs)),
+  reconnectInitial: durationMs.prefault(formatDuration(timing.backoff.initialMs)),
+  reconnectMax: durationMs.prefault(formatDuration(timing.backoff.maxMs)),
   /** How long a want waits at start-up for the first HELLOs before judging a service unknown. */
   startupGrace: durationMs.prefault("3s"),
   /**
@@ -95,7 +97,7 @@ export function compileBrokerConfig(raw: unknown, source = "execserver"): Broker
       pingIntervalMs: c.pingInterval,
       pingTimeoutMs: c.pingTimeout,
       helloTimeoutMs: c.helloTimeout,
-      backoff: { initialMs: c.reconnectInitial, maxMs: c.reconnectMax, multiplier: 2, jitter: 0.5 },
+      backoff: { ...timing.backoff, initialMs: c.reconnectInitial, maxMs: c.reconnectMax },
     },
     startupGraceMs: c.startupGrace,
     positionIntervalMs: c.positionInterval,

@@ -1,6 +1,6 @@
 import type { Done, Hello, Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
 import type { Logger } from "../../shared/log.js";
-import type { BackoffPolicy } from "./backoff.js";
+import type { RetryPolicy } from "../../shared/retry.js";
 import type { BrokerTlsOptions } from "./channel-setup.js";
 import type { ConnectionState } from "./connection-state.js";
 
@@ -16,11 +16,11 @@ export interface ConnectionTimings {
   readonly pingTimeoutMs: number;
   /** A stream that shows no HELLO this long after opening is restarted. */
   readonly helloTimeoutMs: number;
-  /** Reconnect delays. */
-  readonly backoff: BackoffPolicy;
+  /** Reconnect delays (jittered, so many fylrs do not reconnect in lockstep). */
+  readonly backoff: RetryPolicy;
 }
 
-/** Defaults for ConnectionTimings. */
+/** Defaults for ConnectionTimings; the broker config's defaults are these (one source). */
 export const defaultConnectionTimings: ConnectionTimings = {
   keepaliveTimeMs: 10_000,
   keepaliveTimeoutMs: 5_000,

@@ -1,4 +1,4 @@
-import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { Transitions } from "../../shared/lifecycle.js";
 
 /**
  * A broker connection's lifecycle. "connecting" covers dialling and waiting for the first
@@ -7,22 +7,20 @@ import { Code, SlotbrokerError } from "../../shared/errors.js";
  */
 export type ConnectionState = "idle" | "connecting" | "ready" | "backoff" | "closed";
 
-const transitions: Record<ConnectionState, readonly ConnectionState[]> = {
+const transitions = new Transitions<ConnectionState>("broker connection", {
   idle: ["connecting", "closed"],
   connecting: ["ready", "backoff", "closed"],
   ready: ["backoff", "closed"],
   backoff: ["connecting", "closed"],
   closed: [],
-};
+});
 
 /** True when `from → to` is a legal transition. */
 export function canTransition(from: ConnectionState, to: ConnectionState): boolean {
-  return transitions[from].includes(to);
+  return transitions.can(from, to);
 }
 
-/** Throws an Internal SlotbrokerError on an illegal transition. */
+/** Throws IllegalTransitionError on an illegal transition. */
 export function checkTransition(from: ConnectionState, to: ConnectionState): void {
-  if (!canTransition(from, to)) {
-    throw new SlotbrokerError(Code.Internal, `illegal broker connection transition ${from} → ${to}`);
-  }
+  transitions.check(from, to);
 }

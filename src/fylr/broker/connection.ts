@@ -11,7 +11,7 @@ import {
 } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
-import { backoffDelay } from "./backoff.js";
+import { retryDelayMs } from "../../shared/retry.js";
 import { callMetadata, channelCredentials, channelOptions, translateStreamError } from "./channel-setup.js";
 import {
   defaultConnectionTimings,
@@ -35,14 +35,14 @@ import {
 export { defaultConnectionTimings, type BrokerConnectionEvents, type BrokerConnectionOptions, type ConnectionTimings };
 export type { BrokerTlsOptions } from "./channel-setup.js";
 
-interface ParkedWant {
+interface WantEntry {
   readonly service: string;
   readonly priority: number;
   /** When the want was parked on this connection (Date.now()). */
   readonly parkedAt: number;
 }
 
-const BrokerClient = brokerClientConstructor();
+const BrokerStub = brokerClientConstructor();
 
 type ConnectCall = grpc.ClientDuplexStream<OutgoingFrame, ConnectResponse>;
 
@@ -63,7 +63,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
   private readonly options: BrokerConnectionOptions;
   private readonly timings: ConnectionTimings;
   private readonly logger: Logger;
-  private readonly parked = new Map<string, ParkedWant>();
+  private readonly parked = new Map<string, WantEntry>();
   private readonly running = new Set<string>();
   private readonly pings = new Pings();
   private client: grpc.Client | undefined;
@@ -219,7 +219,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     this.localAddressPromise = undefined;
     const { keepaliveTimeMs, keepaliveTimeoutMs } = this.timings;
     const tls = this.options.tls;
-    const client = new BrokerClient(this.address, channelCredentials(tls), channelOptions(keepaliveTimeMs, keepaliveTimeoutMs, tls));
+    const client = new BrokerStub(this.address, channelCredentials(tls), channelOptions(keepaliveTimeMs, keepaliveTimeoutMs, tls));
     this.client = client;
     const metadata = callMetadata(this.options.token, this.options.clientName);
     const call = (client as unknown as { connect(md: grpc.Metadata): ConnectCall }).connect(metadata);
@@ -336,7 +336,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     if (this.current === "closed" || this.current === "backoff") return;
     const stable = this.current === "ready" && Date.now() - this.readySince >= STABLE_MS;
     this.failures = stable ? 0 : this.failures + 1;
-    const delay = backoffDelay(Math.max(0, this.failures - 1), this.timings.backoff);
+    const delay = retryDelayMs(this.timings.backoff, this.failures - 1);
     const level = this.failures > 3 ? "warn" : "info";
     this.logger[level]({ err: error.message, delayMs: delay, failures: this.failures }, "broker stream down; reconnecting");
     this.teardown(error);

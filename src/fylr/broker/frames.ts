@@ -8,6 +8,7 @@ import {
   type JobSpec,
 } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { grpcServiceDefinition } from "../../shared/grpc.js";
+import { stringFieldSize, varintSize, writeStringField, writeVarint } from "../../shared/proto-wire.js";
 
 // The frames a fylr sends per want and per job are encoded by hand straight into one
 // Buffer instead of building message objects per frame (WANT/UNWANT go out by the
@@ -18,19 +19,20 @@ import { grpcServiceDefinition } from "../../shared/grpc.js";
 //   decline = 4 LEN Decline { job_id = 1 LEN, offer_token = 2 LEN }
 //   query   = 6 LEN Query   { job_id = 1 LEN }
 // Empty strings are left out, as proto3 does; a sub-message is written even when empty.
+// The varint and field helpers are shared with the execserver's OFFER (shared/proto-wire.ts).
 
 /** A hand-encoded ConnectRequest carrying a Want. */
 export function encodeWant(jobId: string, service: string, priority: number): Buffer {
   const idLen = Buffer.byteLength(jobId);
   const serviceLen = Buffer.byteLength(service);
   const priorityLen = priority === 0 ? 0 : 1 + varintSize(priority);
-  const inner = fieldSize(idLen) + fieldSize(serviceLen) + priorityLen;
+  const inner = stringFieldSize(idLen) + stringFieldSize(serviceLen) + priorityLen;
   const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
   let at = 0;
   out[at++] = 0x0a;
   at = writeVarint(out, at, inner);
-  at = writeString(out, at, 0x0a, jobId, idLen);
-  at = writeString(out, at, 0x12, service, serviceLen);
+  at = writeStringField(out, at, 0x0a, jobId, idLen);
+  at = writeStringField(out, at, 0x12, service, serviceLen);
   if (priority !== 0) {
     out[at++] = 0x18;
     at = writeVarint(out, at, priority);
@@ -58,13 +60,13 @@ export function encodeJob(jobId: string, offerToken: string, spec: JobSpec): Buf
   const specBytes = toBinary(JobSpecSchema, spec);
   const idLen = Buffer.byteLength(jobId);
   const tokenLen = Buffer.byteLength(offerToken);
-  const inner = fieldSize(idLen) + fieldSize(tokenLen) + 1 + varintSize(specBytes.byteLength) + specBytes.byteLength;
+  const inner = stringFieldSize(idLen) + stringFieldSize(tokenLen) + 1 + varintSize(specBytes.byteLength) + specBytes.byteLength;
   const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
   let at = 0;
   out[at++] = 0x1a;
   at = writeVarint(out, at, inner);
-  at = writeString(out, at, 0x0a, jobId, idLen);
-  at = writeString(out, at, 0x12, offerToken, tokenLen);
+  at = writeStringField(out, at, 0x0a, jobId, idLen);
+  at = writeStringField(out, at, 0x12, offerToken, tokenLen);
   out[at++] = 0x1a;
   at = writeVarint(out, at, specBytes.byteLength);
   out.set(specBytes, at);
@@ -75,55 +77,14 @@ export function encodeJob(jobId: string, offerToken: string, spec: JobSpec): Buf
 function encodeStrings(outerTag: number, first: string, second: string): Buffer {
   const firstLen = Buffer.byteLength(first);
   const secondLen = Buffer.byteLength(second);
-  const inner = fieldSize(firstLen) + fieldSize(secondLen);
+  const inner = stringFieldSize(firstLen) + stringFieldSize(secondLen);
   const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
   let at = 0;
   out[at++] = outerTag;
   at = writeVarint(out, at, inner);
-  at = writeString(out, at, 0x0a, first, firstLen);
-  writeString(out, at, 0x12, second, secondLen);
+  at = writeStringField(out, at, 0x0a, first, firstLen);
+  writeStringField(out, at, 0x12, second, secondLen);
   return out;
-}
-
-// Bytes of a string field (tag, length, data); proto3 leaves an empty string out.
-function fieldSize(len: number): number {
-  return len === 0 ? 0 : 1 + varintSize(len) + len;
-}
-
-function writeString(out: Buffer, at: number, tag: number, text: string, len: number): number {
-  if (len === 0) return at;
-  out[at++] = tag;
-  at = writeVarint(out, at, len);
-  return at + out.write(text, at);
-}
-
-// int32 varint: negative values are sign-extended to 64 bits, so they take ten bytes.
-function varintSize(value: number): number {
-  if (value < 0) return 10;
-  let size = 1;
-  while (value >= 0x80) {
-    value = Math.floor(value / 128);
-    size++;
-  }
-  return size;
-}
-
-function writeVarint(out: Buffer, at: number, value: number): number {
-  if (value < 0) {
-    let v = BigInt.asUintN(64, BigInt(value));
-    for (let i = 0; i < 9; i++) {
-      out[at++] = Number(v & 0x7fn) | 0x80;
-      v >>= 7n;
-    }
-    out[at++] = Number(v);
-    return at;
-  }
-  while (value >= 0x80) {
-    out[at++] = (value & 0x7f) | 0x80;
-    value = Math.floor(value / 128);
-  }
-  out[at++] = value;
-  return at;
 }
 
 /** What the broker stream accepts: a message, or bytes already encoded by hand. */

@@ -1,6 +1,6 @@
 // The fylr's broker client: connections, pools per address, slot acquisition.
-export { backoffDelay, type BackoffPolicy } from "./backoff.js";
-export { Broker, type AcquireOptions, type BrokerStats, type BrokerEvents } from "./broker.js";
+export { BrokerClient, type AcquireOptions } from "./broker-client.js";
+export type { BrokerClientEvents, BrokerClientStats } from "./events.js";
 export { brokerConfigSchema, compileBrokerConfig, type BrokerConfig, type BrokerConfigInput } from "./config.js";
 export {
   BrokerConnection,

@@ -1,14 +1,16 @@
 import { create } from "@bufbuild/protobuf";
 import { ReceiptSchema, type JobSpec, type Offer, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { Code, SlotbrokerError } from "../../shared/errors.js";
-import { msFromDuration } from "../../shared/proto-time.js";
+import { Transitions } from "../../shared/lifecycle.js";
 import type { BrokerConnection } from "./connection.js";
 import { ConnectionLostError } from "./errors.js";
 import type { LocalAddress } from "./local-address.js";
 import type { RunningJobs } from "./running-jobs.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 
 /** A won slot's lifecycle: offered until JOB or DECLINE is sent. */
 export type SlotState = "offered" | "started" | "declined";
+
+const transitions = new Transitions<SlotState>("slot", { offered: ["started", "declined"], started: [], declined: [] });
 
 /**
  * A slot offered to this fylr: the winning OFFER and the connection it came on. Send the
@@ -32,7 +34,7 @@ export class Slot {
     this.connection = connection;
     this.offer = offer;
     this.instanceId = connection.hello?.instanceId ?? "";
-    this.expiresAt = now + (msFromDuration(offer.expiresIn) ?? 5_000);
+    this.expiresAt = now + ((offer.expiresIn && durationMs(offer.expiresIn)) ?? 5_000);
     this.jobs = jobs;
   }
 
@@ -89,10 +91,7 @@ export class Slot {
   }
 
   private setState(next: SlotState): void {
-    if (this.current !== "offered") {
-      throw new SlotbrokerError(Code.FailedPrecondition, `slot for job ${this.jobId} is already ${this.current}`);
-    }
-    this.current = next;
+    this.current = transitions.check(this.current, next);
   }
 }
 

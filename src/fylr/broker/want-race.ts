@@ -1,4 +1,5 @@
 import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { Transitions } from "../../shared/lifecycle.js";
 
 /**
  * Where one acquisition stands: "parked" while it waits for its first offer, "won" once an
@@ -10,6 +11,8 @@ export type RaceState = "parked" | "won" | "ended";
 export type OfferVerdict<C> =
   | { readonly accept: true; /** Where the want is still parked: UNWANT there. */ readonly unwant: readonly C[] }
   | { readonly accept: false };
+
+const transitions = new Transitions<RaceState>("want race", { parked: ["won", "ended"], won: [], ended: [] });
 
 /**
  * The bookkeeping of one want parked on several connections at once, racing for the first
@@ -79,10 +82,7 @@ export class WantRace<C> {
   }
 
   private setState(next: RaceState): void {
-    if (this.current !== "parked") {
-      throw new SlotbrokerError(Code.Internal, `illegal want race transition ${this.current} → ${next} (${this.jobId})`);
-    }
-    this.current = next;
+    this.current = transitions.check(this.current, next);
   }
 }
 

@@ -1,5 +1,6 @@
 import type { OutgoingHttpHeaders } from "node:http";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { drained } from "../../shared/streams.js";
 import type { HttpRequest, HttpResponse } from "./http-types.js";
 
 /** Answers with a one-line plain-text reason (unless the response already started). */
@@ -35,28 +36,7 @@ export function isGone(res: HttpResponse): boolean {
 export function writeChunk(res: HttpResponse, chunk: Uint8Array): Promise<void> {
   if (isGone(res)) return Promise.reject(new Error("the client went away"));
   if ((res as { write(chunk: Uint8Array): boolean }).write(chunk)) return Promise.resolve();
-  return new Promise((resolve, reject) => {
-    const cleanup = (): void => {
-      res.off("drain", onDrain);
-      res.off("close", onClose);
-      res.off("error", onError);
-    };
-    const onDrain = (): void => {
-      cleanup();
-      resolve();
-    };
-    const onClose = (): void => {
-      cleanup();
-      reject(new Error("the client went away"));
-    };
-    const onError = (err: Error): void => {
-      cleanup();
-      reject(err);
-    };
-    res.on("drain", onDrain);
-    res.on("close", onClose);
-    res.on("error", onError);
-  });
+  return drained(res, () => new Error("the client went away"));
 }
 
 /**

@@ -2,7 +2,7 @@
 export { PipeError, isPipeError, abortError, type PipeErrorKind } from "./errors.js";
 export type { InPipeReader, InPipeSource } from "./in-pipe.js";
 export type { OutPipeWriter } from "./out-pipe.js";
-export { newPipeId, looksLikePipeId, PIPE_ID_BYTES } from "./pipe-id.js";
+export { newPipeId, PIPE_ID_BYTES } from "./pipe-id.js";
 export { isTerminal, shortId, type PipeHandle, type PipeState, type PipeDirection } from "./pipe-state.js";
 export {
   PipeRegistry,

@@ -1,4 +1,6 @@
 import type { Writable } from "node:stream";
+import { finished } from "node:stream/promises";
+import { drained } from "../../shared/streams.js";
 import { abortError, type PipeError } from "./errors.js";
 import { PipeBase, type PipeContext } from "./pipe-state.js";
 
@@ -49,37 +51,21 @@ export class OutPipe extends PipeBase {
     this.assertSinkUsable();
     if (chunk.byteLength === 0) return;
     this.bytes += chunk.byteLength;
-    if (!this.sink.write(chunk)) await drained(this.sink);
+    if (!this.sink.write(chunk)) {
+      const sink = this.sink;
+      await drained(sink, () => sink.errored ?? new Error("the sink closed while writing")).catch((err: unknown) => {
+        throw abortError(err);
+      });
+    }
     this.assertStreaming();
   }
 
   private async finish(): Promise<number> {
     this.assertStreaming();
     this.assertSinkUsable();
-    await new Promise<void>((resolve, reject) => {
-      const sink = this.sink;
-      const cleanup = (): void => {
-        sink.off("finish", onFinish);
-        sink.off("error", onError);
-        sink.off("close", onClose);
-      };
-      const onFinish = (): void => {
-        cleanup();
-        resolve();
-      };
-      const onError = (err: Error): void => {
-        cleanup();
-        reject(err);
-      };
-      const onClose = (): void => {
-        cleanup();
-        reject(sink.errored ?? new Error("sink closed before it finished"));
-      };
-      sink.on("finish", onFinish);
-      sink.on("error", onError);
-      sink.on("close", onClose);
-      sink.end();
-    }).catch((err: unknown) => {
+    const flushed = finished(this.sink, { readable: false, cleanup: true });
+    this.sink.end();
+    await flushed.catch((err: unknown) => {
       const error = abortError(err);
       this.fail(error);
       throw error;
@@ -94,30 +80,4 @@ export class OutPipe extends PipeBase {
     if (failure) throw abortError(failure);
     if (this.sink.destroyed || this.sink.writableEnded) throw abortError(new Error("the sink was closed by its owner"));
   }
-}
-
-/** Resolves on 'drain'; rejects when the stream errors or closes first. */
-function drained(stream: Writable): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const cleanup = (): void => {
-      stream.off("drain", onDrain);
-      stream.off("error", onError);
-      stream.off("close", onClose);
-    };
-    const onDrain = (): void => {
-      cleanup();
-      resolve();
-    };
-    const onError = (err: unknown): void => {
-      cleanup();
-      reject(abortError(err));
-    };
-    const onClose = (): void => {
-      cleanup();
-      reject(abortError(stream.errored ?? new Error("the sink closed while writing")));
-    };
-    stream.on("drain", onDrain);
-    stream.on("error", onError);
-    stream.on("close", onClose);
-  });
 }

@@ -1,3 +1,4 @@
+import { Transitions } from "../../shared/lifecycle.js";
 import type { Logger } from "../../shared/log.js";
 import { PipeError } from "./errors.js";
 
@@ -7,17 +8,17 @@ import { PipeError } from "./errors.js";
  */
 export type PipeState = "waiting" | "streaming" | "done" | "aborted" | "expired";
 
-const transitions: Record<PipeState, readonly PipeState[]> = {
+const transitions = new Transitions<PipeState>("pipe", {
   waiting: ["streaming", "expired", "aborted"],
   streaming: ["done", "aborted"],
   done: [],
   aborted: [],
   expired: [],
-};
+});
 
 /** True for the states a pipe never leaves. */
 export function isTerminal(state: PipeState): boolean {
-  return transitions[state].length === 0;
+  return transitions.isFinal(state);
 }
 
 /** Which way a pipe's bytes go, seen from the job: stdin ("in") or stdout ("out"). */
@@ -138,10 +139,7 @@ export abstract class PipeBase implements PipeHandle {
   }
 
   private setState(next: PipeState): void {
-    if (!transitions[this.current].includes(next)) {
-      throw new Error(`illegal pipe transition ${this.current} → ${next}`);
-    }
-    this.current = next;
+    this.current = transitions.check(this.current, next);
   }
 
   private settle(): void {

@@ -6,9 +6,9 @@ import { WantBook, type ParkedWant } from "./want-book.js";
 
 // The broker's pure core: connections, their job records, and per waitgroup a want-book
 // and a slot ledger. It has no sockets and no timers; everything it wants done in the
-// world goes through BrokerEffects, and the I/O layer calls back with expireDue()/finish().
+// world goes through CoreEffects, and the I/O layer calls back with expireDue()/finish().
 // Time comes from the injected clock, so tests can drive expiry without waiting.
-// Effects must not call back into the Broker synchronously.
+// Effects must not call back into the BrokerCore synchronously.
 
 /** Where a job_id stands on its connection; "ended" once it left the connection. */
 export type JobState = "parked" | "offered" | "running" | "ended";
@@ -23,7 +23,7 @@ export interface FrameSink {
 }
 
 /** One broker stream as the core sees it, with its counters for GetStatus. */
-export class BrokerConnection {
+export class ClientConnection {
   /** job_id → record, for every want of this connection that is parked, offered or running. */
   readonly jobs = new Map<string, JobRecord>();
   state: "open" | "closed" = "open";
@@ -69,7 +69,7 @@ export class JobRecord {
 
   constructor(
     readonly jobId: string,
-    readonly connection: BrokerConnection,
+    readonly connection: ClientConnection,
     readonly service: ServiceConfig,
     readonly group: Waitgroup,
     readonly priority: number,
@@ -95,7 +95,7 @@ export interface RejectInfo {
 }
 
 /** What the core asks the I/O layer to do. */
-export interface BrokerEffects {
+export interface CoreEffects {
   /**
    * A slot was reserved for `record`: send OFFER with record.offerToken, and make sure
    * expireDue() gets called by record.expiresAt (one timer for all offers will do: offers
@@ -104,7 +104,7 @@ export interface BrokerEffects {
   offered(record: JobRecord): void;
   /** An offer ended (accepted or not): count the outcome. */
   offerEnded(record: JobRecord, outcome: OfferOutcome): void;
-  /** An offer was accepted: run the job, then call Broker.finish(record, runtimeMs). */
+  /** An offer was accepted: run the job, then call BrokerCore.finish(record, runtimeMs). */
   start(record: JobRecord, job: CheckedJob): void;
   /** The running job's connection dropped or the server gave up on it: abort it. */
   cancel(record: JobRecord): void;
@@ -121,7 +121,7 @@ export interface PositionInfo {
 }
 
 /** Configuration the core needs. */
-export interface BrokerOptions {
+export interface BrokerCoreOptions {
   readonly waitgroups: Readonly<Record<string, { readonly processes: number }>>;
   readonly services: Readonly<Record<string, ServiceConfig>>;
   readonly maxWantsPerConnection: number;
@@ -132,11 +132,11 @@ export interface BrokerOptions {
 }
 
 /** The want-books and slot ledgers of one execserver, driven frame by frame. */
-export class Broker {
+export class BrokerCore {
   /** Waitgroups by name. */
   readonly waitgroups = new Map<string, Waitgroup>();
   /** Open connections by id. */
-  readonly connections = new Map<string, BrokerConnection>();
+  readonly connections = new Map<string, ClientConnection>();
   private readonly services = new Map<string, { config: ServiceConfig; group: Waitgroup }>();
   /** Every running job, including those whose connection is gone. */
   readonly runningRecords = new Set<JobRecord>();
@@ -148,8 +148,8 @@ export class Broker {
   private expiryTail: JobRecord | undefined = undefined;
 
   constructor(
-    private readonly options: BrokerOptions,
-    private readonly effects: BrokerEffects,
+    private readonly options: BrokerCoreOptions,
+    private readonly effects: CoreEffects,
   ) {
     for (const [name, wg] of Object.entries(options.waitgroups)) this.waitgroups.set(name, new Waitgroup(name, wg.processes));
     for (const [name, config] of Object.entries(options.services)) {
@@ -168,7 +168,7 @@ export class Broker {
   }
 
   /** Registers a new stream. */
-  connect(connection: BrokerConnection): void {
+  connect(connection: ClientConnection): void {
     this.connections.set(connection.id, connection);
   }
 
@@ -177,7 +177,7 @@ export class Broker {
    * next wants, its running jobs are cancelled (they still end through finish()).
    * O(this connection's jobs + waitgroups).
    */
-  disconnect(connection: BrokerConnection): void {
+  disconnect(connection: ClientConnection): void {
     if (connection.state === "closed") return;
     connection.state = "closed";
     this.connections.delete(connection.id);
@@ -191,7 +191,7 @@ export class Broker {
   }
 
   /** WANT: park a want, granting it at once when a slot is free. */
-  want(connection: BrokerConnection, jobId: string, serviceName: string, priority: number): RejectInfo | undefined {
+  want(connection: ClientConnection, jobId: string, serviceName: string, priority: number): RejectInfo | undefined {
     const badId = checkJobId(jobId);
     if (badId) return this.reject(connection, RejectCode.INVALID_ARGUMENT, badId);
     if (this.drainingFlag) return this.reject(connection, RejectCode.DRAINING, "execserver is draining; want elsewhere");
@@ -223,7 +223,7 @@ export class Broker {
   }
 
   /** UNWANT: withdraw a parked or offered want; unknown or running ids are ignored. */
-  unwant(connection: BrokerConnection, jobId: string): void {
+  unwant(connection: ClientConnection, jobId: string): void {
     const record = connection.jobs.get(jobId);
     if (!record || record.state === "running") return;
     connection.jobs.delete(jobId);
@@ -235,7 +235,7 @@ export class Broker {
   }
 
   /** JOB: accept an offer and start the job. */
-  job(connection: BrokerConnection, jobId: string, token: string, spec: JobSpec | undefined): RejectInfo | undefined {
+  job(connection: ClientConnection, jobId: string, token: string, spec: JobSpec | undefined): RejectInfo | undefined {
     const record = connection.jobs.get(jobId);
     if (record?.state === "running") return this.reject(connection, RejectCode.DUPLICATE_JOB, "job_id: already running on this connection");
     if (!record || record.state !== "offered" || record.offerToken !== token) {
@@ -258,7 +258,7 @@ export class Broker {
   }
 
   /** DECLINE: refuse an offer; the slot goes to the next want. Stale tokens are ignored. */
-  decline(connection: BrokerConnection, jobId: string, token: string): void {
+  decline(connection: ClientConnection, jobId: string, token: string): void {
     const record = connection.jobs.get(jobId);
     if (!record || record.state !== "offered" || record.offerToken !== token) return;
     connection.jobs.delete(jobId);
@@ -303,7 +303,7 @@ export class Broker {
 
 
   /** QUERY: where a job_id stands, replaying the grant rule for parked wants. */
-  position(connection: BrokerConnection, jobId: string): PositionInfo {
+  position(connection: ClientConnection, jobId: string): PositionInfo {
     const record = connection.jobs.get(jobId);
     if (!record) return { state: PositionState.UNSPECIFIED, waitgroup: "", running: 0, capacity: 0, ahead: 0, etaMs: undefined };
     const { ledger, book } = record.group;
@@ -384,7 +384,7 @@ export class Broker {
     record.expiryPrev = record.expiryNext = undefined;
   }
 
-  private reject(connection: BrokerConnection, code: RejectCode, message: string): RejectInfo {
+  private reject(connection: ClientConnection, code: RejectCode, message: string): RejectInfo {
     connection.rejects++;
     return { code, message };
   }
