@@ -3,6 +3,7 @@ import {
   ConnectResponseSchema,
   DoneSchema,
   ErrorKind,
+  OfferExpiredSchema,
   ReceiptSchema,
   type Receipt,
 } from "../../gen/slotbroker/v1/broker_pb.js";
@@ -60,7 +61,12 @@ export class BrokerIo implements CoreEffects {
   }
 
   /** @inheritdoc */
-  offerEnded(record: JobRecord, outcome: OfferOutcome): void {
+  offerEnded(record: JobRecord, outcome: OfferOutcome, offerToken: string): void {
+    // Without this frame a client whose offer lapsed could not tell its want is gone.
+    if (outcome === "expired" && record.connection.state === "open") {
+      const value = create(OfferExpiredSchema, { jobId: record.jobId, offerToken });
+      record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "offerExpired", value } }));
+    }
     this.options.events.emit("offer:ended", record, outcome);
   }
 
@@ -127,9 +133,10 @@ export class BrokerIo implements CoreEffects {
     this.broker!.finish(record);
     receipt.instanceId = this.options.instanceId;
     this.options.events.emit("job:done", record, receipt);
-    if (record.connection.state === "open") {
+    if (record.connection.state !== "closed") {
       const value = create(DoneSchema, { jobId: record.jobId, receipt });
       record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "done", value } }));
+      record.connection.sink.jobFinished?.();
     }
     this.options.jobFinished();
   }

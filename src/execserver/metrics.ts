@@ -32,8 +32,8 @@ export class ExecserverMetrics {
     const registers = [this.registry];
     const wgs = [...broker.waitgroups.values()];
     new Gauge({
-      name: "slotbroker_slots_total",
-      help: "Slots (processes) per waitgroup.",
+      name: "slotbroker_slots",
+      help: "Slots (processes) per waitgroup, busy or not.",
       labelNames: ["waitgroup"],
       registers,
       collect() {

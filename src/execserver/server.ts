@@ -7,7 +7,6 @@ import type { HealthImplementation } from "grpc-health-check";
 import {
   BrokerService,
   HelloSchema,
-  file_slotbroker_v1_broker,
   type ConnectRequest,
   type ConnectResponse,
   type GetStatusResponse,
@@ -57,7 +56,7 @@ export interface ExecserverOptions {
   readonly abortWaitMs?: number;
 }
 
-const capabilities = ["query", "position-eta"];
+const capabilities = ["query", "position-eta", "offer-expired", "half-close"];
 
 /**
  * One execserver: the gRPC server (BrokerService, health, reflection), the admin HTTP
@@ -126,7 +125,7 @@ export class Execserver implements SessionHost {
       getStatus: (call: grpc.ServerUnaryCall<unknown, GetStatusResponse>, callback: grpc.sendUnaryData<GetStatusResponse>) =>
         this.onGetStatus(call, callback),
     });
-    addReflection(this.grpcServer, [file_slotbroker_v1_broker]);
+    addReflection(this.grpcServer, [BrokerService.typeName]);
     this.health = addHealth(this.grpcServer, Object.fromEntries(healthServices.map((s) => [s, "SERVING" as const])));
     this.admin = new AdminServer(this.logger);
   }

@@ -30,7 +30,8 @@ export interface SessionHost {
   closed(session: Session, reason: string): void;
 }
 
-type Lifecycle = "open" | "closed";
+// "half-closed": the peer ended its side; the stream ends after its last running job's DONE.
+type Lifecycle = "open" | "half-closed" | "closed";
 
 /**
  * One broker stream: decodes frames into BrokerCore calls and writes the answers. It holds no
@@ -73,8 +74,8 @@ export class Session implements FrameSink {
     this.host.broker.connect(this.connection);
     this.sendHello();
     this.call.on("data", (frame: ConnectRequest) => this.onFrame(frame));
-    // A half-close from the peer is its goodbye; end our side too.
-    this.call.on("end", () => this.close("peer ended the stream"));
+    // A half-close is a goodbye that still waits for the DONE of every running job.
+    this.call.on("end", () => this.halfClosed());
     this.call.on("error", (err: Error) => this.close(`stream error: ${err.message}`));
     this.call.on("cancelled", () => this.close("cancelled"));
     this.call.on("close", () => this.close("closed"));
@@ -82,7 +83,7 @@ export class Session implements FrameSink {
 
   /** Sends a frame (a message, or pre-encoded bytes) unless the stream is gone. */
   send(frame: ConnectResponse | Uint8Array): void {
-    if (this.state !== "open") return;
+    if (this.state === "closed") return;
     try {
       // The server's Connect serializer passes Uint8Arrays through (see wire.ts).
       if (!this.call.write(frame as ConnectResponse) && this.call.writableLength > limits.maxQueuedFrames) {
@@ -102,6 +103,11 @@ export class Session implements FrameSink {
     if (this.helloVersion === this.host.helloVersion) return;
     this.helloVersion = this.host.helloVersion;
     this.send(helloFrame(shared ?? this.host.sharedHello(), this.connection.peerAddress));
+  }
+
+  /** @inheritdoc */
+  jobFinished(): void {
+    if (this.state === "half-closed" && this.connection.running === 0) this.close("peer half-closed and its last job is done");
   }
 
   /** Ends the stream (OK status) and forgets the connection. Idempotent. */
@@ -124,6 +130,14 @@ export class Session implements FrameSink {
   }
 
   private readonly onAbort = (): void => this.close("execserver stopped");
+
+  private halfClosed(): void {
+    if (this.state !== "open") return;
+    this.state = "half-closed";
+    const running = this.host.broker.halfClose(this.connection);
+    if (running === 0) this.close("peer ended the stream");
+    else this.logger.debug({ running }, "peer half-closed; ending the stream after its running jobs' DONE");
+  }
 
   private onFrame(request: ConnectRequest): void {
     if (this.state !== "open") return;

@@ -185,6 +185,27 @@ describe("QueueService on a fylr", () => {
     expect(count, "nothing was queued").to.deep.equal([]);
   });
 
+  it("refuses JSON with an unknown field (a typo) with 400 naming it, top-level or nested, and queues nothing", async () => {
+    const cases: [string, unknown, RegExp][] = [
+      ["Submit", { calls: [{ service: "wc", stdinDta: "aGVsbG8K" }], priorty: 9 }, /slotbroker\.v1\.ExecCall.*"stdinDta" is unknown/],
+      ["Submit", { calls: [{ service: "wc", stdinData: "aGVsbG8K" }], priorty: 9 }, /slotbroker\.v1\.SubmitRequest.*"priorty" is unknown/],
+      ["Submit", { local: { name: "checksum", inptu: "aGk=" } }, /slotbroker\.v1\.LocalAction.*"inptu" is unknown/],
+      ["Get", { idd: "7d5b8a2e-2f1b-4f53-9c1e-0d2b8b1c9a77" }, /slotbroker\.v1\.GetRequest.*"idd" is unknown/],
+    ];
+    for (const [method, body, message] of cases) {
+      const { status, json } = await curlJson(fylr.url, method, body);
+      expect(status, JSON.stringify(body)).to.equal(400);
+      expect(json.code).to.equal("invalid_argument");
+      expect(json.message).to.match(message);
+    }
+    expect(await fylr.dispatcher.store.countOpen(), "nothing was queued").to.deep.equal([]);
+    // Both spellings protobuf JSON defines are fields, not typos.
+    const snake = await curlJson(fylr.url, "Submit", { calls: [{ service: "wc", stdin_data: "aGVsbG8K" }], max_attempts: 2 });
+    expect(snake.status).to.equal(200);
+    const item = await finished(client, (snake.json.item as { id: string }).id);
+    expect(Buffer.from(item.output).toString().trim()).to.equal("6");
+  });
+
   it("answers NOT_FOUND for an unknown id and INVALID_ARGUMENT for a malformed one, on every call", async () => {
     const unknown = "7d5b8a2e-2f1b-4f53-9c1e-0d2b8b1c9a77";
     await expectCode(client.get({ id: unknown }), Code.NotFound, /not found/);
