@@ -15,3 +15,4 @@ export { metricsRoute, statusRoute, type FylrStatusJson } from "./fylr-routes.js
 export { demoExecserverConfig, onPath } from "./demo-services.js";
 export { stackDataDir, startLocalStack, type LocalStack, type LocalStackOptions, type LocalStackPorts } from "./local-stack.js";
 export { checkPortsFree, type PortClaim } from "./ports.js";
+export { readUpState, removeUpState, resolveApi, upStateFile, writeUpState, type ApiTarget, type UpState } from "./up-state.js";
