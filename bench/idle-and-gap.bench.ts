@@ -28,6 +28,7 @@ import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
 import { BrokerClient, compileBrokerConfig, ExecClient, LegacyClient, PipeRegistry, startFylrHttpServer } from "../src/fylr/index.js";
 import { waitForOutput } from "../test/support/child-output.js";
+import { add, delta, quantileMs, scrape, zero, type Counts } from "./lib/exec-metrics.js";
 import { emit } from "./lib/figure.js";
 
 const slotsPerExec = 4;
@@ -55,18 +56,6 @@ interface Exec {
   readonly admin: string;
 }
 
-/** One scrape of the counters that matter, summed over both execservers. */
-interface Counts {
-  /** Broker frames received, Pings excluded. */
-  frames: number;
-  pings: number;
-  legacy: number;
-  /** slot idle gap histogram: cumulative count per `le`, and sum/count. */
-  gapBuckets: Map<number, number>;
-  gapSum: number;
-  gapCount: number;
-}
-
 async function startExec(dir: string, name: string): Promise<Exec> {
   const config = join(dir, `${name}.yaml`);
   writeFileSync(
@@ -84,69 +73,6 @@ async function startExec(dir: string, name: string): Promise<Exec> {
   const child = spawn(process.execPath, ["--import", "tsx", cli, "execserver", "--config", config], { stdio: ["ignore", "pipe", "inherit"] });
   const m = await waitForOutput(child, /listening grpc=(\S+) admin=(\S+)/, { timeoutMs: 60_000 });
   return { child, grpc: m[1]!, admin: m[2]! };
-}
-
-async function scrape(execs: readonly Exec[]): Promise<Counts> {
-  const counts: Counts = { frames: 0, pings: 0, legacy: 0, gapBuckets: new Map(), gapSum: 0, gapCount: 0 };
-  for (const exec of execs) {
-    const text = await (await fetch(`http://${exec.admin}/metrics`)).text();
-    for (const line of text.split("\n")) {
-      const value = Number(line.slice(line.lastIndexOf(" ") + 1));
-      if (line.startsWith("slotbroker_frames_received_total{")) {
-        if (line.includes('kind="ping"')) counts.pings += value;
-        else counts.frames += value;
-      } else if (line.startsWith("slotbroker_legacy_requests_total{")) counts.legacy += value;
-      else if (line.startsWith("slotbroker_slot_idle_gap_seconds_bucket{")) {
-        const le = /le="([^"]+)"/.exec(line)![1]!;
-        const key = le === "+Inf" ? Infinity : Number(le);
-        counts.gapBuckets.set(key, (counts.gapBuckets.get(key) ?? 0) + value);
-      } else if (line.startsWith("slotbroker_slot_idle_gap_seconds_sum{")) counts.gapSum += value;
-      else if (line.startsWith("slotbroker_slot_idle_gap_seconds_count{")) counts.gapCount += value;
-    }
-  }
-  return counts;
-}
-
-function delta(after: Counts, before: Counts): Counts {
-  const gapBuckets = new Map<number, number>();
-  for (const [le, n] of after.gapBuckets) gapBuckets.set(le, n - (before.gapBuckets.get(le) ?? 0));
-  return {
-    frames: after.frames - before.frames,
-    pings: after.pings - before.pings,
-    legacy: after.legacy - before.legacy,
-    gapBuckets,
-    gapSum: after.gapSum - before.gapSum,
-    gapCount: after.gapCount - before.gapCount,
-  };
-}
-
-function add(a: Counts, b: Counts): Counts {
-  const gapBuckets = new Map(a.gapBuckets);
-  for (const [le, n] of b.gapBuckets) gapBuckets.set(le, (gapBuckets.get(le) ?? 0) + n);
-  return { frames: a.frames + b.frames, pings: a.pings + b.pings, legacy: a.legacy + b.legacy, gapBuckets, gapSum: a.gapSum + b.gapSum, gapCount: a.gapCount + b.gapCount };
-}
-
-const zero = (): Counts => ({ frames: 0, pings: 0, legacy: 0, gapBuckets: new Map(), gapSum: 0, gapCount: 0 });
-
-/** The q-quantile (0..1) of a cumulative histogram, interpolated linearly within its bucket (ms). */
-function quantileMs(buckets: Map<number, number>, q: number): number {
-  const sorted = [...buckets.entries()].sort((x, y) => x[0] - y[0]);
-  const total = sorted.at(-1)?.[1] ?? 0;
-  if (total === 0) return 0;
-  const rank = q * total;
-  let lower = 0;
-  let below = 0;
-  for (const [le, cumulative] of sorted) {
-    if (cumulative >= rank) {
-      if (le === Infinity) return lower * 1000;
-      const inBucket = cumulative - below;
-      const fraction = inBucket === 0 ? 0 : (rank - below) / inBucket;
-      return (lower + (le - lower) * fraction) * 1000;
-    }
-    lower = le;
-    below = cumulative;
-  }
-  return lower * 1000;
 }
 
 /** Runs one job on the given transport; `onStart` when it got its slot. */
@@ -178,10 +104,10 @@ async function idlePhase(execs: readonly Exec[], run: RunOne): Promise<{ counts:
   await waitUntil("every slot running", async () => (await running(execs)) === slots);
   // Let the waiting jobs settle into their steady state (parked, or polling).
   await new Promise((r) => setTimeout(r, 300));
-  const before = await scrape(execs);
+  const before = await scrape(execs.map((e) => e.admin));
   const start = performance.now();
   await new Promise((r) => setTimeout(r, idleWindowMs));
-  const counts = delta(await scrape(execs), before);
+  const counts = delta(await scrape(execs.map((e) => e.admin)), before);
   const seconds = (performance.now() - start) / 1000;
   stop.abort();
   await Promise.all(jobs);
@@ -196,7 +122,7 @@ async function idlePhase(execs: readonly Exec[], run: RunOne): Promise<{ counts:
  */
 async function backlogPhase(execs: readonly Exec[], run: RunOne, offsets: readonly number[]): Promise<{ counts: Counts; seconds: number; jobs: number }> {
   const slots = slotsPerExec * execs.length;
-  const before = await scrape(execs);
+  const before = await scrape(execs.map((e) => e.admin));
   const start = performance.now();
   const blockers = Array.from({ length: slots }, () => run(blockerS));
   await waitUntil("every slot running a blocker", async () => (await running(execs)) === slots);
@@ -206,15 +132,15 @@ async function backlogPhase(execs: readonly Exec[], run: RunOne, offsets: readon
   });
   await Promise.all([...blockers, ...queued]);
   const seconds = (performance.now() - start) / 1000;
-  return { counts: delta(await scrape(execs), before), seconds, jobs: slots + offsets.length };
+  return { counts: delta(await scrape(execs.map((e) => e.admin)), before), seconds, jobs: slots + offsets.length };
 }
 
 /** No work at all. */
 async function quietPhase(execs: readonly Exec[]): Promise<{ counts: Counts; seconds: number }> {
-  const before = await scrape(execs);
+  const before = await scrape(execs.map((e) => e.admin));
   const start = performance.now();
   await new Promise((r) => setTimeout(r, quietMs));
-  return { counts: delta(await scrape(execs), before), seconds: (performance.now() - start) / 1000 };
+  return { counts: delta(await scrape(execs.map((e) => e.admin)), before), seconds: (performance.now() - start) / 1000 };
 }
 
 // A small deterministic PRNG (mulberry32), so both transports get the same work.
@@ -243,7 +169,7 @@ function offsetsFor(seed: number): number[] {
 async function oneWaiterPhase(execs: readonly Exec[], run: RunOne, seed: number): Promise<{ counts: Counts; seconds: number; jobs: number }> {
   const slots = slotsPerExec * execs.length;
   const durations = randoms(seed, slots + oneWaiterJobs).map((r) => Math.round((1 + r) * 100) / 100);
-  const before = await scrape(execs);
+  const before = await scrape(execs.map((e) => e.admin));
   const start = performance.now();
   const jobs: Promise<void>[] = [];
   let launched = 0;
@@ -267,7 +193,7 @@ async function oneWaiterPhase(execs: readonly Exec[], run: RunOne, seed: number)
   }
   await Promise.all(jobs);
   const seconds = (performance.now() - start) / 1000;
-  return { counts: delta(await scrape(execs), before), seconds, jobs: durations.length };
+  return { counts: delta(await scrape(execs.map((e) => e.admin)), before), seconds, jobs: durations.length };
 }
 
 async function main(): Promise<void> {
