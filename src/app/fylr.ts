@@ -15,6 +15,7 @@ import type { FylrConfig } from "./fylr-config.js";
 import { createFylrMetrics } from "./fylr-metrics.js";
 import { metricsRoute, statusRoute } from "./fylr-routes.js";
 import { createFylrStatusPage } from "./fylr-status-page.js";
+import { storeRoutes } from "./store-routes.js";
 import { createPgPool } from "../shared/postgres.js";
 
 /** A fylr's lifecycle. */
@@ -61,7 +62,14 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
   const pool = createPgPool({ connectionString: config.databaseUrl, max: config.databasePoolSize }, (err) =>
     log.warn({ err: err.message }, "idle database connection failed"),
   );
-  const cleanup: (() => unknown)[] = [() => pool.end()];
+  // Streams of stored data hold a connection (and a transaction) for as long as they run:
+  // a pool of their own, so a busy upload never delays a heartbeat. A transaction left idle
+  // by a stalled client is ended by the server.
+  const blobPool = createPgPool(
+    { connectionString: config.databaseUrl, max: config.store.poolSize, idle_in_transaction_session_timeout: config.store.stallTimeoutMs },
+    (err) => log.warn({ err: err.message }, "idle database connection of the store failed"),
+  );
+  const cleanup: (() => unknown)[] = [() => pool.end(), () => blobPool.end()];
   try {
     await migrate(pool, { logger });
     const broker = new BrokerClient(config.broker, { logger });
@@ -79,6 +87,8 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
       backend,
       actions: options.actions,
       config: config.dispatcher,
+      store: config.store,
+      blobPool,
       logger,
       fylrId: config.id,
       migrate: false,
@@ -109,7 +119,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
           shutdown: shutdown.signal,
           logger,
         }),
-      rawRoutes: [metricsRoute(metrics), statusRoute(dispatcher, broker), ...statusPage.routes, ...(options.rawRoutes ?? [])],
+      rawRoutes: [metricsRoute(metrics), statusRoute(dispatcher, broker), ...storeRoutes(dispatcher), ...statusPage.routes, ...(options.rawRoutes ?? [])],
       health: () => ({
         ok: dispatcher.state === "running",
         detail: dispatcher.state === "running" ? `ok (${broker.instances().length} execserver instance(s) connected)` : dispatcher.state,
@@ -120,7 +130,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     late.backend = execBackend(new ExecClient({ broker, pipes, pipePort: http.port, logger }));
     broker.start();
     await dispatcher.start();
-    return assemble({ config, log, pool, broker, pipes, load, shutdown, dispatcher, http, alsoClose: [() => statusPage.close()] });
+    return assemble({ config, log, pool, blobPool, broker, pipes, load, shutdown, dispatcher, http, alsoClose: [() => statusPage.close()] });
   } catch (err) {
     for (const step of cleanup) await Promise.resolve(step()).catch(() => undefined);
     throw err;
@@ -131,6 +141,7 @@ interface Parts {
   readonly config: FylrConfig;
   readonly log: Logger;
   readonly pool: pg.Pool;
+  readonly blobPool: pg.Pool;
   readonly broker: BrokerClient;
   readonly pipes: PipeRegistry;
   readonly load: ExecserverLoad;
@@ -170,6 +181,7 @@ function assemble(p: Parts): FylrHandle {
       for (const close of p.alsoClose) await step(close);
       p.pipes.close();
       await step(() => p.pool.end());
+      await step(() => p.blobPool.end());
       setState("stopped");
       p.log.info("fylr stopped");
       if (errors.length > 0) throw errors[0];

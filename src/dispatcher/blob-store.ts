@@ -237,6 +237,13 @@ export class BlobWriter extends Writable {
   private readonly hash = createHash("sha256");
   private inflight: Promise<unknown> = Promise.resolve();
   private committed = false;
+  private openedResolve!: () => void;
+  /**
+   * Resolves once the write transaction is open and the limits passed (an announced size
+   * that does not fit fails the writer before any byte is taken: await this before
+   * accepting a body). Never rejects; errors arrive as the writer's 'error'.
+   */
+  readonly opened = new Promise<void>((resolve) => (this.openedResolve = resolve));
   private written: WrittenBlob | undefined;
 
   constructor(
@@ -258,7 +265,16 @@ export class BlobWriter extends Writable {
   }
 
   override _construct(callback: (error?: Error | null) => void): void {
-    this.open().then(() => callback(), (err: unknown) => callback(err as Error));
+    this.open().then(
+      () => {
+        callback();
+        this.openedResolve();
+      },
+      (err: unknown) => {
+        callback(err as Error);
+        this.openedResolve();
+      },
+    );
   }
 
   private async open(): Promise<void> {
