@@ -66,7 +66,12 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
   // a pool of their own, so a busy upload never delays a heartbeat. A transaction left idle
   // by a stalled client is ended by the server.
   const blobPool = createPgPool(
-    { connectionString: config.databaseUrl, max: config.store.poolSize, idle_in_transaction_session_timeout: config.store.stallTimeoutMs },
+    {
+      connectionString: config.databaseUrl,
+      max: config.store.poolSize,
+      idle_in_transaction_session_timeout: config.store.stallTimeoutMs,
+      application_name: `slotbroker-store ${config.id}`,
+    },
     (err) => log.warn({ err: err.message }, "idle database connection of the store failed"),
   );
   const cleanup: (() => unknown)[] = [() => pool.end(), () => blobPool.end()];

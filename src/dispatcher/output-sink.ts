@@ -36,8 +36,12 @@ export interface OutputSinkOptions {
 /** A Writable for one call's stdout; `output` describes it once it ended. */
 export class OutputSink extends Writable {
   private readonly hash = createHash("sha256");
+  // Held in memory until the output passes the inline size.
   private readonly head: Buffer[] = [];
   private headBytes = 0;
+  // The first inlineBytes bytes, kept for the item row whatever happens.
+  private readonly prefix: Buffer[] = [];
+  private prefixBytes = 0;
   private bytes = 0;
   private blob: BlobWriter | undefined;
   private result: ItemOutput | undefined;
@@ -64,6 +68,11 @@ export class OutputSink extends Writable {
       return callback(this.storeError);
     }
     this.hash.update(chunk);
+    if (this.prefixBytes < this.options.inlineBytes) {
+      const part = chunk.subarray(0, this.options.inlineBytes - this.prefixBytes);
+      this.prefix.push(part);
+      this.prefixBytes += part.length;
+    }
     if (!this.blob && this.headBytes + chunk.length <= this.options.inlineBytes) {
       this.head.push(chunk);
       this.headBytes += chunk.length;
@@ -108,7 +117,7 @@ export class OutputSink extends Writable {
     if (!written || written.size !== this.bytes || written.sha256 !== sha256) {
       throw new Error(`the stored output does not match what was written (${written?.size ?? "?"} of ${this.bytes} bytes)`);
     }
-    this.result = { bytes: head.subarray(0, this.options.inlineBytes), size: this.bytes, sha256, blobId: blob.id };
+    this.result = { bytes: Buffer.concat(this.prefix, this.prefixBytes), size: this.bytes, sha256, blobId: blob.id };
   }
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
