@@ -231,6 +231,10 @@ export class BlobWriter extends Writable {
   readonly id = randomUUID();
   private client: pg.PoolClient | undefined;
   private chunk: Buffer;
+  // The other of two chunk buffers: node-postgres copies a query's parameters into its
+  // own message as the query is sent (the connection is idle then: one insert at a time),
+  // so a buffer can be refilled as soon as its insert went out.
+  private spare: Buffer;
   private filled = 0;
   private seq = 0;
   private bytes = 0;
@@ -250,8 +254,9 @@ export class BlobWriter extends Writable {
     private readonly store: BlobStore,
     private readonly options: BlobWriteOptions,
   ) {
-    super({ highWaterMark: 1 << 20 });
+    super({ highWaterMark: 256 << 10 });
     this.chunk = Buffer.allocUnsafe(store.config.chunkBytes);
+    this.spare = Buffer.allocUnsafe(store.config.chunkBytes);
   }
 
   /** Bytes taken so far. */
@@ -312,10 +317,10 @@ export class BlobWriter extends Writable {
 
   // One insert in flight while the next chunk fills: the pipe keeps moving, memory stays at two chunks.
   private async flushChunk(): Promise<void> {
-    const full = this.filled === this.chunk.length ? this.chunk : this.chunk.subarray(0, this.filled);
-    this.chunk = Buffer.allocUnsafe(this.store.config.chunkBytes);
-    this.filled = 0;
     await this.inflight;
+    const full = this.filled === this.chunk.length ? this.chunk : this.chunk.subarray(0, this.filled);
+    [this.chunk, this.spare] = [this.spare, this.chunk];
+    this.filled = 0;
     const insert = this.run("store data", sql.insertChunk, [this.id, this.seq++, full]);
     insert.catch(() => undefined);
     this.inflight = insert;

@@ -24,7 +24,7 @@ export interface StoreConfig {
   readonly sweepIntervalMs: number;
   /** Database connections for streaming stored data, apart from the dispatcher's (default 4). */
   readonly poolSize: number;
-  /** Bytes per chunk row (default 1 MiB). */
+  /** Bytes per chunk row (default 256 KiB). */
   readonly chunkBytes: number;
 }
 
@@ -41,7 +41,7 @@ export const storeConfigSchema = z
     stallTimeout: durationMs.prefault("60s"),
     sweepInterval: durationMs.prefault("1m"),
     poolSize: z.number().int().min(1).max(1000).default(4),
-    chunkBytes: byteSize.prefault("1MiB"),
+    chunkBytes: byteSize.prefault("256KiB"),
   })
   .superRefine((c, ctx) => {
     if (c.inlineBytes > 16 * MiB) ctx.addIssue({ code: "custom", path: ["inlineBytes"], message: "must be at most 16MiB (it is kept in the item row)" });
