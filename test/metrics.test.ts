@@ -6,6 +6,8 @@ import { startTestServer } from "./execserver/support/server.js";
 import { createTestDatabase } from "./support/postgres.js";
 import { track } from "./support/resources.js";
 import { createPgPool } from "../src/shared/postgres.js";
+import { readFileSync } from "node:fs";
+import { metricFamilies, metricNameProblems } from "./support/metric-names.js";
 
 /** One sample of the Prometheus text format. */
 interface Sample {
@@ -42,6 +44,47 @@ async function scrape(url: string): Promise<Sample[]> {
   return parseMetrics(await res.text());
 }
 
+const operatorGuide = readFileSync(new URL("../docs/operator-guide.md", import.meta.url), "utf8");
+
+/** Every family a real /metrics serves follows the Prometheus naming rules and is documented. */
+async function checkNames(url: string): Promise<void> {
+  const families = metricFamilies(await (await fetch(url)).text());
+  expect(families.length).to.be.greaterThan(3);
+  expect(families.flatMap((f) => metricNameProblems(f))).to.deep.equal([]);
+  const undocumented = families.filter((f) => !operatorGuide.includes(`\`${f.name}\``)).map((f) => f.name);
+  expect(undocumented, "metrics missing from docs/operator-guide.md").to.deep.equal([]);
+}
+
+describe("metric naming rules", () => {
+  it("flag a gauge with a counter's suffix, a counter without one, non-base units and bad labels", () => {
+    const f = (name: string, type: string, labels: string[] = [], help = "x") => metricNameProblems({ name, type, help, labels });
+    expect(f("slotbroker_slots_total", "gauge")).to.deep.equal(["slotbroker_slots_total: a gauge must not end in _total"]);
+    expect(f("slotbroker_claims", "counter")).to.deep.equal(["slotbroker_claims: a counter must end in _total"]);
+    expect(f("slotbroker_latency_ms", "histogram")[0]).to.match(/non-base unit "ms"/);
+    expect(f("slotbroker_x", "gauge", ["waitGroup"])[0]).to.match(/label "waitGroup"/);
+    expect(f("other_x", "gauge")[0]).to.match(/does not start with "slotbroker_"/);
+    expect(f("slotbroker_a:b", "gauge")[0]).to.match(/snake_case/);
+    expect(f("slotbroker_x", "gauge", [], "")[0]).to.match(/no HELP/);
+    expect(f("slotbroker_grant_latency_seconds", "histogram", ["waitgroup", "le"])).to.deep.equal([]);
+  });
+
+  it("read families, types and label names from a text exposition", () => {
+    const text = [
+      "# HELP slotbroker_h h",
+      "# TYPE slotbroker_h histogram",
+      'slotbroker_h_bucket{le="1",waitgroup="a"} 1',
+      'slotbroker_h_count{waitgroup="a"} 1',
+      "# HELP slotbroker_g g",
+      "# TYPE slotbroker_g gauge",
+      'slotbroker_g{state="x"} 2',
+    ].join("\n");
+    expect(metricFamilies(text)).to.deep.equal([
+      { name: "slotbroker_h", type: "histogram", help: "h", labels: ["le", "waitgroup"] },
+      { name: "slotbroker_g", type: "gauge", help: "g", labels: ["state"] },
+    ]);
+  });
+});
+
 describe("metrics", function () {
   this.timeout(60_000);
   afterEach(releaseAll);
@@ -69,7 +112,7 @@ describe("metrics", function () {
 
     const m = await scrape(`${server.adminUrl}/metrics`);
     const id = { instance_id: "test-exec" };
-    expect([1, 2, 1]).to.deep.equal(["one", "two", "slow"].map((waitgroup) => sample(m, "slotbroker_slots_total", { ...id, waitgroup })));
+    expect([1, 2, 1]).to.deep.equal(["one", "two", "slow"].map((waitgroup) => sample(m, "slotbroker_slots", { ...id, waitgroup })));
     expect(sample(m, "slotbroker_slots_used", { waitgroup: "slow", state: "running" })).to.equal(1);
     expect(sample(m, "slotbroker_slots_used", { waitgroup: "slow", state: "offered" })).to.equal(0);
     expect(sample(m, "slotbroker_slots_used", { waitgroup: "one", state: "running" })).to.equal(0);
@@ -86,6 +129,7 @@ describe("metrics", function () {
     expect(sample(m, "slotbroker_offer_outcomes_total", { outcome: "withdrawn" })).to.equal(0);
     expect(sample(m, "slotbroker_connections", id)).to.equal(3);
     expect(sample(m, "slotbroker_jobs_done_total", { waitgroup: "one" })).to.equal(3);
+    await checkNames(`${server.adminUrl}/metrics`);
   });
 
   it("fylr: pool size, claims, requeues and orphan rescues", async () => {
@@ -142,5 +186,6 @@ describe("metrics", function () {
     // Capacity 4 slots, one client, headroom 2.
     expect(sample(m, "slotbroker_fylr_exec_items", { kind: "admission" })).to.equal(6);
     expect(sample(m, "slotbroker_fylr_exec_items", { kind: "held" })).to.equal(fylr.dispatcher.stats().execHeld);
+    await checkNames(`${fylr.url}/metrics`);
   });
 });

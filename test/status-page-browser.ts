@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { closeLater } from "./execserver/support/broker-stream.js";
 import { track } from "./support/resources.js";
+import { requireTool } from "./support/system-tools.js";
 
 // Background networking off: on a closed network Chromium would keep trying to reach Google.
 const chromiumArgs = [
@@ -23,7 +24,7 @@ const chromiumArgs = [
 
 /** Launches Debian's Chromium (SLOTBROKER_CHROMIUM overrides the path); close with `release`. */
 export async function launchBrowser(): Promise<Browser> {
-  const browser = await chromium.launch({ executablePath: process.env.SLOTBROKER_CHROMIUM ?? "/usr/bin/chromium", args: chromiumArgs });
+  const browser = await chromium.launch({ executablePath: requireTool("chromium"), args: chromiumArgs });
   return track(browser, "chromium", (b) => b.close());
 }
 

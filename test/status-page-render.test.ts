@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { expect } from "chai";
 import { ConnectionStatusSchema, GetStatusResponseSchema, type GetStatusResponse } from "../gen/slotbroker/v1/broker_pb.js";
-import { durationFromMs, timestampFromDate } from "../src/shared/proto-time.js";
+import { durationFromMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
   boxRow,
   escapeHtml,

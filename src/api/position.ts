@@ -11,7 +11,7 @@ import { create } from "@bufbuild/protobuf";
 import { PositionState, type Position } from "../../gen/slotbroker/v1/broker_pb.js";
 import { QueuePositionSchema, type QueuePosition } from "../../gen/slotbroker/v1/queue_pb.js";
 import { itemStateToProto, type ItemKind, type ItemState, type LiveItem } from "../dispatcher/index.js";
-import { durationFromMs, msFromDuration } from "../shared/proto-time.js";
+import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
 
 /** The execservers' figures for the waitgroup of one service (from GetStatus). */
 export interface ServiceLoad {
@@ -98,7 +98,7 @@ function describe(f: PositionFacts): Line {
 
 function atExecserver(f: PositionFacts, p: Position): Line {
   const mean = f.meanRuntimeMs ?? f.load?.meanRuntimeMs;
-  const etaMs = msFromDuration(p.eta) ?? estimateMs(p.ahead, p.running, p.capacity, mean);
+  const etaMs = (p.eta && durationMs(p.eta)) ?? estimateMs(p.ahead, p.running, p.capacity, mean);
   const line = { running: p.running, capacity: p.capacity, aheadInQueue: 0, aheadAtExecserver: p.ahead, etaMs };
   if (p.state === PositionState.OFFERED) return { ...line, summary: `${p.running} running - a slot is being offered to you` };
   return { ...line, summary: lineSummary(p.running, p.ahead, etaMs) };

@@ -3,7 +3,7 @@
  * ETA hint of a queue position multiplies it by the line ahead; a hint, never a promise.
  */
 import type { ExecBackend } from "../dispatcher/index.js";
-import { msFromDuration } from "../shared/proto-time.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 
 /** The last `window` runtimes of each service, averaged. Pure: no timers, no I/O. */
 export class RuntimeMeans {
@@ -38,7 +38,7 @@ export function measuredBackend(backend: ExecBackend, means: RuntimeMeans): Exec
   return {
     async run(request, options) {
       const result = await backend.run(request, options);
-      const ms = msFromDuration(result.receipt.duration);
+      const ms = result.receipt.duration && durationMs(result.receipt.duration);
       if (ms !== undefined) means.record(request.service, ms);
       return result;
     },

@@ -25,7 +25,7 @@ export async function* watchItem(deps: ItemViewDeps, id: string, options: WatchO
   const controller = linkedAbortController(options.signal, options.shutdown);
   const signal = controller.signal;
   const wakeup = new Wakeup();
-  const unsubscribe = deps.dispatcher.subscribe((live) => {
+  const unsubscribe = deps.dispatcher.events.on("item:changed", (live) => {
     if (live.id === id) wakeup.notify();
   });
   try {

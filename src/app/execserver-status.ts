@@ -8,7 +8,7 @@ import type { ExecLoadSource, ServiceLoad } from "../api/index.js";
 import { callMetadata, channelCredentials, type BrokerTlsOptions } from "../fylr/index.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { grpcClientConstructor } from "../shared/grpc.js";
-import { msFromDuration } from "../shared/proto-time.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 
 const StatusClient = grpcClientConstructor(BrokerService);
 
@@ -86,7 +86,7 @@ export function serviceLoad(statuses: readonly GetStatusResponse[], service: str
     running += wg.running + wg.offered;
     capacity += wg.processes;
     waiting += Number(wg.waiting);
-    const mean = msFromDuration(wg.meanRuntime);
+    const mean = wg.meanRuntime && durationMs(wg.meanRuntime);
     if (mean !== undefined) {
       // Weighted by jobs completed, so a fresh instance's few samples count for little.
       const n = Math.max(1, Number(wg.completed));

@@ -36,7 +36,7 @@ export class FylrStatusSource {
 
   constructor(private readonly options: FylrStatusSourceOptions) {
     const keep = options.recent ?? 12;
-    this.unsubscribe = options.dispatcher.subscribe((item) => {
+    this.unsubscribe = options.dispatcher.events.on("item:changed", (item) => {
       const prev = this.recentIds.get(item.id);
       const seen = { kind: item.kind, priority: item.priority, service: item.service ?? prev?.service, instanceId: item.instanceId ?? prev?.instanceId };
       // A fresh claim moves the item to the end; later phases update it in place.

@@ -2,7 +2,7 @@
 import type { GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
 import type { FylrStatusJson } from "../app/index.js";
 import { formatMs } from "../api/index.js";
-import { msFromDuration } from "../shared/proto-time.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 
 type Cell = string | number | bigint;
 
@@ -26,7 +26,7 @@ export function execserverSection(address: string, s: GetStatusResponse): string
     formatTable(
       ["WAITGROUP", "SLOTS", "RUNNING", "OFFERED", "FREE", "WAITING", "DONE", "MEAN RUNTIME"],
       s.waitgroups.map((w) => {
-        const mean = msFromDuration(w.meanRuntime);
+        const mean = w.meanRuntime && durationMs(w.meanRuntime);
         return [w.name, w.processes, w.running, w.offered, w.free, w.waiting, w.completed, mean === undefined ? "-" : formatMs(mean)];
       }),
     ),

@@ -11,7 +11,7 @@ import { create } from "@bufbuild/protobuf";
 import { ExecCallSchema, LocalActionSchema, SubmitRequestSchema, type ExecCall, type SubmitRequest } from "../../gen/slotbroker/v1/queue_pb.js";
 import { parseArgs } from "node:util";
 import { parseDuration } from "../shared/duration.js";
-import { durationFromMs, timestampFromDate } from "../shared/proto-time.js";
+import { durationFromMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
 
 /** What the command line asks for. */
 export interface SubmitPlan {

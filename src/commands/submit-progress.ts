@@ -2,7 +2,7 @@
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
 import { ItemState, type Item, type WatchResponse } from "../../gen/slotbroker/v1/queue_pb.js";
 import { formatMs } from "../api/index.js";
-import { msFromDuration } from "../shared/proto-time.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 
 const stateNames: Record<ItemState, string> = {
   [ItemState.UNSPECIFIED]: "unknown",
@@ -36,7 +36,7 @@ export function receiptLines(item: Item): string[] {
     const r = result.receipt;
     if (!r) return `calls[${i}] ${result.service}: no receipt`;
     const how = r.error !== ErrorKind.UNSPECIFIED ? ErrorKind[r.error].toLowerCase() : r.signal ? `killed by ${r.signal}` : `exit ${r.exitCode ?? "?"}`;
-    const ms = msFromDuration(r.duration);
+    const ms = r.duration && durationMs(r.duration);
     const took = ms === undefined ? "" : ` in ${formatMs(ms)}`;
     const where = r.instanceId ? ` on ${r.instanceId}` : "";
     const detail = r.errorMessage || r.stderrLine;

@@ -7,8 +7,9 @@
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import type pg from "pg";
-import { AbortReason, linkedAbortController, sleep } from "../shared/abort.js";
+import { AbortReason } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
+import { Events } from "../shared/events.js";
 import { IllegalTransitionError, Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { execAdmission, type ExecAdmission, type InstanceShare } from "./admission.js";
@@ -16,21 +17,21 @@ import { BlobStore } from "./blob-store.js";
 import type { CapacitySource } from "./capacity.js";
 import { CompletionBatcher } from "./completion-batcher.js";
 import { dispatcherConfig, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
+import type { DispatcherEvents, DispatcherState } from "./events.js";
 import type { ExecBackend } from "./exec-backend.js";
-import { runItem } from "./item-runner.js";
-import { LiveItems, type LiveItem, type LiveListener } from "./live.js";
+import { ItemTasks } from "./item-tasks.js";
+import { LiveItems, type LiveItem } from "./live.js";
 import { createDefaultActions, type LocalActionRegistry } from "./local-actions.js";
-import { LocalPermits, type Permit } from "./local-permits.js";
+import { LocalPermits } from "./local-permits.js";
 import { migrate } from "./migrate.js";
 import { normalizeSubmit } from "./payload.js";
-import { newCounters, settle, type DispatcherCounters } from "./settle.js";
+import { newCounters, type DispatcherCounters } from "./settle.js";
 import { QueueStore, type StoredPosition } from "./store.js";
 import { storeConfig, type StoreConfig } from "./store-config.js";
-import type { ClaimedItem, QueueItem, SubmitInput } from "./types.js";
+import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
 
-/** The loop's lifecycle. */
-export type DispatcherState = "idle" | "running" | "stopping" | "stopped";
+export type { DispatcherState };
 
 const transitions = new Transitions<DispatcherState>("dispatcher", {
   idle: ["running", "stopped"],
@@ -100,12 +101,14 @@ export class Dispatcher {
   /** Stored inputs and outputs: every fylr of the queue reads what any wrote. */
   readonly blobs: BlobStore;
   readonly config: DispatcherConfig;
-  private readonly completer: CompletionBatcher;
   readonly fylrId: string;
+  /** Lifecycle events: claims, starts, outcomes, requeues, wakeups, passes, state. */
+  readonly events: Events<DispatcherEvents>;
   private readonly log: Logger;
   private readonly actions: LocalActionRegistry;
   private readonly permits: LocalPermits;
-  private readonly live = new LiveItems();
+  private readonly live: LiveItems;
+  private readonly tasks: ItemTasks;
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
   private readonly loopAbort = new AbortController();
@@ -113,12 +116,7 @@ export class Dispatcher {
   private readonly writesAbort = new AbortController();
   // Aborted by a stop({ graceMs: 0 }) that arrives while a graceful stop is waiting.
   private readonly graceCut = new AbortController();
-  private readonly tasks = new Set<Promise<void>>();
-  // One per running task, aborted directly (not linked to a parent signal: a linked child
-  // leaves a listener on the parent for as long as the parent lives).
-  private readonly controllers = new Set<AbortController>();
   private currentState: DispatcherState = "idle";
-  private execHeld = 0;
   private admission: ExecAdmission = { admission: 0, held: 0, free: 0, shares: [] };
   private lastBeatAt = -Infinity;
   private lastBlobSweepAt = -Infinity;
@@ -130,12 +128,27 @@ export class Dispatcher {
   constructor(private readonly options: DispatcherOptions) {
     this.config = dispatcherConfig(options.config);
     this.store = new QueueStore(options.pool);
-    this.completer = new CompletionBatcher(this.store);
     this.fylrId = options.fylrId ?? randomUUID();
     this.blobs = new BlobStore(options.blobPool ?? options.pool, storeConfig(options.store), this.fylrId);
     this.actions = options.actions ?? createDefaultActions();
     this.permits = new LocalPermits(effectiveLocalSlots(this.config));
     this.log = (options.logger ?? silentLogger).child({ component: "dispatcher", fylrId: this.fylrId });
+    this.events = new Events((err, event) => this.log.error({ err, event }, "a dispatcher event listener threw"));
+    this.live = new LiveItems((item, removed) => this.events.emit("item:changed", item, removed));
+    this.tasks = new ItemTasks({
+      store: this.store,
+      completer: new CompletionBatcher(this.store),
+      backend: options.backend,
+      actions: this.actions,
+      live: this.live,
+      blobs: this.blobs,
+      config: this.config,
+      counters: this.counters,
+      events: this.events,
+      log: this.log,
+      writes: this.writesAbort.signal,
+      finished: () => this.wakeup.notify("finished"),
+    });
   }
 
   /** The lifecycle state. */
@@ -144,7 +157,9 @@ export class Dispatcher {
   }
 
   private setState(next: DispatcherState): void {
-    this.currentState = transitions.check(this.currentState, next);
+    const previous = this.currentState;
+    this.currentState = transitions.check(previous, next);
+    this.events.emit("state", next, previous);
   }
 
   /** Migrates (unless disabled), registers this fylr and starts the loop. Aborting `signal` stops it. */
@@ -153,7 +168,7 @@ export class Dispatcher {
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
     await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
     this.setState("running");
-    this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify());
+    this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify("capacity"));
     this.loopDone = this.loop();
     this.log.info({ localSlots: this.permits.capacity, headroom: this.config.headroom }, "dispatcher started");
     const stopOnAbort = (): void => void this.stop().catch((err: unknown) => this.log.error({ err }, "stop failed"));
@@ -180,11 +195,11 @@ export class Dispatcher {
     this.unsubscribeCapacity();
     this.loopAbort.abort(new AbortReason("shutdown", "dispatcher stopping"));
     await this.loopDone;
-    let left = await this.settled(graceMs, this.graceCut.signal);
+    let left = await this.tasks.settled(graceMs, this.graceCut.signal);
     if (left > 0) {
       this.log.warn({ left, graceMs }, "items still running after the grace period; aborting and giving them back");
-      this.abortTasks(new AbortReason("shutdown", "dispatcher stopped before the item finished"));
-      left = await this.settled(forceTimeoutMs);
+      this.tasks.abortAll(new AbortReason("shutdown", "dispatcher stopped before the item finished"));
+      left = await this.tasks.settled(forceTimeoutMs);
     }
     try {
       await this.store.deregisterFylr(this.fylrId);
@@ -198,13 +213,6 @@ export class Dispatcher {
     if (left > 0) throw new DispatcherStopTimeoutError(left, forceTimeoutMs);
   }
 
-  private async settled(ms: number, cut?: AbortSignal): Promise<number> {
-    const timeout = linkedAbortController(cut);
-    await Promise.race([Promise.allSettled([...this.tasks]), sleep(ms, timeout.signal).catch(() => undefined)]);
-    timeout.abort();
-    return this.tasks.size;
-  }
-
   /** Validates and enqueues an item (or returns the one holding its idempotency key). */
   async submit(input: SubmitInput): Promise<{ item: QueueItem; created: boolean }> {
     const normalized = normalizeSubmit(input, this.actions, {
@@ -212,7 +220,7 @@ export class Dispatcher {
       defaultMaxAttempts: this.config.maxAttempts,
     });
     const result = await this.store.submit(normalized);
-    if (result.created) this.wakeup.notify();
+    if (result.created) this.wakeup.notify("submit");
     return result;
   }
 
@@ -232,14 +240,9 @@ export class Dispatcher {
     return this.live.get(id);
   }
 
-  /** Follows changes of the items this fylr holds; returns the unsubscribe function. */
-  subscribe(listener: LiveListener): () => void {
-    return this.live.subscribe(listener);
-  }
-
-  /** Asks for an extra loop pass soon (e.g. after a submit through another path). */
+  /** Asks for an extra loop pass soon (as a notification from another fylr would). */
   poke(): void {
-    this.wakeup.notify();
+    this.wakeup.notify("notify");
   }
 
   /** A snapshot of admission, holdings and counters. */
@@ -248,7 +251,7 @@ export class Dispatcher {
     return {
       fylrId: this.fylrId,
       state: this.currentState,
-      execHeld: this.execHeld,
+      execHeld: this.tasks.execHeld,
       execAdmission: this.admission.admission,
       shares: this.admission.shares,
       localRunning: permits.held,
@@ -263,7 +266,7 @@ export class Dispatcher {
     while (!signal.aborted) {
       await this.pass(signal);
       try {
-        await this.wakeup.wait(this.config.pollIntervalMs, signal);
+        this.events.emit("wakeup", await this.wakeup.wait(this.config.pollIntervalMs, signal));
       } catch {
         return;
       }
@@ -271,6 +274,7 @@ export class Dispatcher {
   }
 
   private async pass(signal: AbortSignal): Promise<void> {
+    const claimedBefore = this.counters.claimed;
     try {
       if (performance.now() - this.lastBeatAt >= this.config.heartbeatIntervalMs) {
         await this.heartbeat();
@@ -289,6 +293,7 @@ export class Dispatcher {
       this.log[level]({ err, failures: this.dbFailures }, "dispatcher pass failed; retrying next poll");
     } finally {
       this.counters.passes += 1;
+      this.events.emit("pass", this.counters.claimed - claimedBefore);
     }
   }
 
@@ -299,9 +304,9 @@ export class Dispatcher {
     // A sibling found our heartbeat stale (a long pause, a lost database connection) and
     // requeued our claims. Whatever we still run belongs to someone else now: abort it all
     // and come back as a fresh member.
-    const held = this.controllers.size;
+    const held = this.tasks.size;
     this.log.error({ incident: "declared-dead", held }, "this fylr was declared dead by a sibling; abandoning held items and re-registering");
-    this.abortTasks(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
+    this.tasks.abortAll(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
     await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
   }
 
@@ -310,6 +315,7 @@ export class Dispatcher {
     const rescued = reaped.requeued.length + reaped.failed.length;
     this.counters.orphansRescued += rescued;
     if (reaped.deadFylrs.length > 0 || rescued > 0) {
+      this.events.emit("orphans:rescued", reaped);
       this.log.warn(
         { deadFylrs: reaped.deadFylrs, requeued: reaped.requeued.length, failed: reaped.failed.map((f) => f.id) },
         "requeued the claims of fylrs whose heartbeat went stale",
@@ -331,12 +337,12 @@ export class Dispatcher {
   }
 
   private async claimExec(): Promise<void> {
-    this.admission = execAdmission(this.options.capacity.instances(), this.execHeld, this.config.headroom);
+    this.admission = execAdmission(this.options.capacity.instances(), this.tasks.execHeld, this.config.headroom);
     const want = Math.min(this.admission.free, this.config.maxClaimBatch);
     if (want === 0) return;
     const items = await this.store.claim(this.fylrId, "exec", minPriority, want);
-    for (const item of items) this.spawn(item, undefined);
-    if (items.length === want && this.admission.free > want) this.wakeup.notify();
+    for (const item of items) this.tasks.spawn(item, undefined);
+    if (items.length === want && this.admission.free > want) this.wakeup.notify("backlog");
   }
 
   private async claimLocal(): Promise<void> {
@@ -349,83 +355,12 @@ export class Dispatcher {
     for (const item of items) {
       const permit = this.permits.tryReserve(item.priority);
       if (permit) {
-        this.spawn(item, permit);
+        this.tasks.spawn(item, permit);
         continue;
       }
       // Cannot happen while the query and LocalPermits agree; never run without a permit.
       this.log.error({ itemId: item.id, priority: item.priority }, "claimed a local item without a free permit; giving it back");
       void this.store.release(item, 0).catch((err: unknown) => this.log.error({ err, itemId: item.id }, "could not give the item back"));
-    }
-  }
-
-  private spawn(item: ClaimedItem, permit: Permit | undefined): void {
-    this.counters.claimed += 1;
-    const task = this.runTask(item, permit).finally(() => {
-      this.tasks.delete(task);
-      this.wakeup.notify();
-    });
-    this.tasks.add(task);
-  }
-
-  private async runTask(item: ClaimedItem, permit: Permit | undefined): Promise<void> {
-    const log = this.log.child({ itemId: item.id, lease: item.lease, kind: item.kind });
-    const controller = new AbortController();
-    this.controllers.add(controller);
-    this.live.add({ id: item.id, kind: item.kind, priority: item.priority, lease: item.lease, callCount: item.calls.length });
-    if (item.kind === "exec") this.execHeld += 1;
-    let marking: Promise<void> | undefined;
-    // Local items are claimed straight into 'running'; exec items wait for a slot first.
-    const onStart = (): void => {
-      if (item.state === "claimed") marking ??= this.markRunning(item, controller, log);
-    };
-    const runner = {
-      backend: this.options.backend,
-      actions: this.actions,
-      live: this.live,
-      blobs: this.blobs,
-      inlineBytes: this.blobs.config.inlineBytes,
-      maxOutputBytes: this.config.maxOutputBytes,
-      onStart,
-    };
-    const writer = {
-      store: this.store,
-      completer: this.completer,
-      config: this.config,
-      counters: this.counters,
-      signal: this.writesAbort.signal,
-    };
-    try {
-      permit?.markUsed();
-      const outcome = await runItem(item, runner, controller.signal);
-      await marking;
-      this.live.setPhase(item.id, item.lease, "finishing");
-      await settle(item, outcome, writer, log);
-    } catch (err) {
-      // A bug, not an outcome: give the item back rather than leave it claimed by a live fylr.
-      log.error({ err }, "item task failed unexpectedly; giving the item back");
-      await this.store.release(item, 0).catch(() => undefined);
-    } finally {
-      if (item.kind === "exec") this.execHeld -= 1;
-      permit?.release();
-      this.live.remove(item.id, item.lease);
-      this.controllers.delete(controller);
-    }
-  }
-
-  private abortTasks(reason: AbortReason): void {
-    for (const controller of this.controllers) controller.abort(reason);
-  }
-
-  private async markRunning(item: ClaimedItem, controller: AbortController, log: Logger): Promise<void> {
-    try {
-      const ok = await this.store.markRunning({ id: item.id, claimedBy: item.claimedBy, lease: item.lease });
-      if (ok) return;
-      this.counters.fenced += 1;
-      log.error({ incident: "lease-fenced" }, "mark running refused by the lease fence: the claim was taken back; aborting this run");
-      controller.abort(new AbortReason("cancelled", "the claim was taken back (lease fenced)"));
-    } catch (err) {
-      // Cosmetic: the item still completes from "claimed". Not worth failing the run over.
-      log.warn({ err }, "could not mark the item running");
     }
   }
 }

@@ -29,6 +29,7 @@ export {
 export { type ExecBackend, type ExecRequest, type ExecResult, type ExecRunOptions } from "./exec-backend.js";
 export { describeFailure, runItem, type Outcome } from "./item-runner.js";
 export { LiveItems, type LiveItem, type LiveListener, type LivePhase } from "./live.js";
+export type { DispatcherEvents, RequeueReason, WakeSource } from "./events.js";
 export {
   LocalActionRegistry,
   checksumAction,

@@ -46,14 +46,16 @@ export interface LiveItem {
 export type LiveListener = (item: LiveItem, removed: boolean) => void;
 
 /**
- * The table of held items, with checked phase transitions and change listeners. Keyed by
+ * The table of held items, with checked phase transitions; every change goes to `onChange`
+ * (the dispatcher's "item:changed" event). Keyed by
  * item id; every update names the lease it is about, because after a requeue this fylr can
  * claim an item again while the task of its older claim is still winding down, and that
  * task must not touch the newer claim's entry.
  */
 export class LiveItems {
   private readonly items = new Map<string, LiveItem>();
-  private readonly listeners = new Set<LiveListener>();
+
+  constructor(private readonly onChange: LiveListener = () => undefined) {}
 
   /** Starts tracking a freshly claimed item. */
   add(init: Pick<LiveItem, "id" | "kind" | "priority" | "lease" | "callCount">): void {
@@ -95,12 +97,6 @@ export class LiveItems {
     return [...this.items.values()];
   }
 
-  /** Registers a change listener; returns a function that removes it. */
-  subscribe(listener: LiveListener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-
   private current(id: string, lease: number): LiveItem | undefined {
     const item = this.items.get(id);
     return item?.lease === lease ? item : undefined;
@@ -112,12 +108,6 @@ export class LiveItems {
   }
 
   private emit(item: LiveItem, removed: boolean): void {
-    for (const listener of [...this.listeners]) {
-      try {
-        listener(item, removed);
-      } catch {
-        // A listener's failure is its own; the runner must not trip over it.
-      }
-    }
+    this.onChange(item, removed);
   }
 }

@@ -17,9 +17,9 @@ import {
   type StatsResponse,
   type SubmitRequest,
 } from "../../gen/slotbroker/v1/queue_pb.js";
-import { dateFromTimestamp, durationFromMs, msFromDuration, timestampFromDate } from "../shared/proto-time.js";
 import type { DispatcherStats } from "./dispatcher.js";
 import type { ExecCallSpec, ItemKind, ItemState, QueueItem, StdinSource, SubmitInput } from "./types.js";
+import { durationFromMs, durationMs, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 
 const kinds: Record<ItemKind, ProtoItemKind> = { exec: ProtoItemKind.EXEC, local: ProtoItemKind.LOCAL };
 
@@ -59,13 +59,13 @@ export function submitInputFromProto(req: SubmitRequest): SubmitInput {
         service: c.service,
         args: c.args,
         env: c.env,
-        timeoutMs: msFromDuration(c.timeout),
+        timeoutMs: c.timeout && durationMs(c.timeout),
         stdin: stdinFromProto(c),
       }),
     ),
     local: req.local ? { name: req.local.name, params: req.local.params, input: Buffer.from(req.local.input) } : undefined,
     priority: req.priority,
-    startAfter: dateFromTimestamp(req.startAfter),
+    startAfter: req.startAfter && timestampDate(req.startAfter),
     idempotencyKey: req.idempotencyKey || undefined,
     maxAttempts: req.maxAttempts || undefined,
   };

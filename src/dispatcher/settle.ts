@@ -5,10 +5,12 @@
  * ran it — the work ran twice — so it is logged at error level as an incident and dropped.
  */
 import { AbortReason } from "../shared/abort.js";
+import type { Events } from "../shared/events.js";
 import type { Logger } from "../shared/log.js";
 import { retry, retryDelayMs, type RetryPolicy } from "../shared/retry.js";
 import type { DispatcherConfig } from "./config.js";
 import type { CompletionBatcher } from "./completion-batcher.js";
+import type { DispatcherEvents } from "./events.js";
 import type { Outcome } from "./item-runner.js";
 import { isTransient } from "./pg-errors.js";
 import type { QueueStore } from "./store.js";
@@ -41,6 +43,7 @@ export interface SettleDeps {
   readonly completer: CompletionBatcher;
   readonly config: DispatcherConfig;
   readonly counters: DispatcherCounters;
+  readonly events: Events<DispatcherEvents>;
   /** Aborted when the dispatcher has stopped: writes are no longer retried. */
   readonly signal: AbortSignal;
 }
@@ -48,13 +51,14 @@ export interface SettleDeps {
 /** Records one attempt's outcome in the database. Never rejects. */
 export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDeps, log: Logger): Promise<void> {
   const fence: Fence = { id: item.id, claimedBy: item.claimedBy, lease: item.lease };
-  const { store, config, counters } = deps;
+  const { store, config, counters, events } = deps;
   try {
     switch (outcome.kind) {
       case "succeeded": {
         const ok = await retrying(deps, log, "complete", () => deps.completer.complete(fence, outcome.results, outcome.output));
-        if (!ok) return refused(deps, log, "completion");
+        if (!ok) return refused(item, deps, log, "completion");
         counters.succeeded += 1;
+        events.emit("item:succeeded", item);
         // debug: a busy fylr finishes thousands a second; failures and requeues are the news.
         log.debug({ attempts: item.attempts, outputBytes: outcome.output.size }, "item succeeded");
         return;
@@ -64,20 +68,23 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
         const state = await retrying(deps, log, "fail attempt", () =>
           store.failAttempt(fence, outcome.results, outcome.error, delayMs, outcome.permanent),
         );
-        if (state === undefined) return refused(deps, log, "failure");
+        if (state === undefined) return refused(item, deps, log, "failure");
         if (state === "queued") {
           counters.requeued += 1;
+          events.emit("item:requeued", item, "retry");
           log.warn({ attempts: item.attempts, maxAttempts: item.maxAttempts, retryInMs: delayMs, error: outcome.error }, "attempt failed; will retry");
         } else {
           counters.failed += 1;
+          events.emit("item:failed", item, outcome.error);
           log.warn({ attempts: item.attempts, permanent: outcome.permanent, error: outcome.error }, "item failed");
         }
         return;
       }
       case "no-slot": {
         const ok = await retrying(deps, log, "release", () => store.release(fence, config.noSlotDelayMs));
-        if (!ok) return refused(deps, log, "no-slot requeue");
+        if (!ok) return refused(item, deps, log, "no-slot requeue");
         counters.requeued += 1;
+        events.emit("item:requeued", item, "no-slot");
         // Expected under load and not a fault: info, not a warning.
         log.info({ delayMs: config.noSlotDelayMs, reason: outcome.error.message }, "no slot in time; requeued with the attempt given back");
         return;
@@ -98,15 +105,19 @@ async function givenUp(item: ClaimedItem, fence: Fence, reason: unknown, deps: S
     // Stopping, or declared dead: give it back now. After a sweep already requeued it the
     // fence refuses this, which is expected here and not an incident.
     const ok = await retrying(deps, log, "release", () => deps.store.release(fence, 0));
-    if (ok) deps.counters.requeued += 1;
+    if (ok) {
+      deps.counters.requeued += 1;
+      deps.events.emit("item:requeued", item, "given-back");
+    }
     log.info({ given: ok, reason: kind, attempts: item.attempts }, ok ? "gave the item back to the queue" : "item was already taken back");
     return;
   }
   log.warn({ reason: String(reason) }, "item run abandoned without a write");
 }
 
-function refused(deps: SettleDeps, log: Logger, what: string): void {
+function refused(item: ClaimedItem, deps: SettleDeps, log: Logger, what: string): void {
   deps.counters.fenced += 1;
+  deps.events.emit("item:fenced", item);
   log.error({ incident: "lease-fenced" }, `${what} refused by the lease fence: the item was requeued after this fylr's heartbeat went stale, and may have run twice`);
 }
 

@@ -1,24 +1,27 @@
+import type { WakeSource } from "./events.js";
+
 /**
  * Wakes the dispatcher loop early. A `notify()` that arrives while the loop is busy is kept
  * until the next `wait()`, which then returns at once: an item that finished mid-pass is
  * never missed until the next poll.
  */
 export class Wakeup {
-  private pending = false;
-  private waiter: (() => void) | undefined;
+  private pending: WakeSource | undefined;
+  private waiter: ((source: WakeSource) => void) | undefined;
 
   /** Ends the current wait, or the next one if nobody is waiting. */
-  notify(): void {
-    if (this.waiter) this.waiter();
-    else this.pending = true;
+  notify(source: WakeSource = "notify"): void {
+    if (this.waiter) this.waiter(source);
+    else this.pending ??= source;
   }
 
-  /** Resolves after `ms`, on notify, or rejects with the signal's reason. */
-  wait(ms: number, signal: AbortSignal): Promise<void> {
+  /** Resolves with what woke it: a notify's source, or "poll" after `ms`; rejects with the signal's reason. */
+  wait(ms: number, signal: AbortSignal): Promise<WakeSource> {
     if (signal.aborted) return Promise.reject(signal.reason as Error);
-    if (this.pending) {
-      this.pending = false;
-      return Promise.resolve();
+    const pending = this.pending;
+    if (pending) {
+      this.pending = undefined;
+      return Promise.resolve(pending);
     }
     return new Promise((resolve, reject) => {
       const done = (): void => {
@@ -28,16 +31,16 @@ export class Wakeup {
       };
       const timer = setTimeout(() => {
         done();
-        resolve();
+        resolve("poll");
       }, ms);
       const onAbort = (): void => {
         done();
         reject(signal.reason as Error);
       };
       signal.addEventListener("abort", onAbort, { once: true });
-      this.waiter = () => {
+      this.waiter = (source) => {
         done();
-        resolve();
+        resolve(source);
       };
     });
   }

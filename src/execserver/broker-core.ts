@@ -20,13 +20,21 @@ export type OfferOutcome = "accepted" | "declined" | "expired" | "withdrawn" | "
 export interface FrameSink {
   /** Queues one frame to the peer, as a message or already encoded; never throws. */
   send(frame: ConnectResponse | Uint8Array): void;
+  /** One of this connection's jobs finished and its DONE is queued (a half-closed stream ends after the last). */
+  jobFinished?(): void;
 }
+
+/**
+ * A connection's lifecycle: "half-closed" once the peer ended its side — it sends no more
+ * frames but still gets the DONE of every job it started — and "closed" once it is gone.
+ */
+export type ConnectionLifecycle = "open" | "half-closed" | "closed";
 
 /** One broker stream as the core sees it, with its counters for GetStatus. */
 export class ClientConnection {
   /** job_id → record, for every want of this connection that is parked, offered or running. */
   readonly jobs = new Map<string, JobRecord>();
-  state: "open" | "closed" = "open";
+  state: ConnectionLifecycle = "open";
   wantsParked = 0;
   offers = 0;
   grants = 0;
@@ -102,8 +110,8 @@ export interface CoreEffects {
    * expire in the order they were made).
    */
   offered(record: JobRecord): void;
-  /** An offer ended (accepted or not): count the outcome. */
-  offerEnded(record: JobRecord, outcome: OfferOutcome): void;
+  /** An offer ended (accepted or not): count the outcome; tell the peer when it expired. */
+  offerEnded(record: JobRecord, outcome: OfferOutcome, offerToken: string): void;
   /** An offer was accepted: run the job, then call BrokerCore.finish(record, runtimeMs). */
   start(record: JobRecord, job: CheckedJob): void;
   /** The running job's connection dropped or the server gave up on it: abort it. */
@@ -190,6 +198,24 @@ export class BrokerCore {
     for (const wg of this.waitgroups.values()) this.pump(wg);
   }
 
+  /**
+   * The peer half-closed its side: it can answer no offer any more, so its parked wants
+   * leave the books and its offers are withdrawn (their slots move on), while its running
+   * jobs go on and still report DONE. Returns how many jobs still run.
+   */
+  halfClose(connection: ClientConnection): number {
+    if (connection.state !== "open") return connection.running;
+    connection.state = "half-closed";
+    for (const record of [...connection.jobs.values()]) {
+      if (record.state === "running") continue;
+      connection.jobs.delete(record.jobId);
+      if (record.state === "parked") this.unpark(record);
+      else this.endOffer(record, "withdrawn");
+    }
+    for (const wg of this.waitgroups.values()) this.pump(wg);
+    return connection.running;
+  }
+
   /** WANT: park a want, granting it at once when a slot is free. */
   want(connection: ClientConnection, jobId: string, serviceName: string, priority: number): RejectInfo | undefined {
     const badId = checkJobId(jobId);
@@ -245,7 +271,7 @@ export class BrokerCore {
     const checked = checkJobSpec(spec, record.service);
     if ("error" in checked) return this.withdraw(record, RejectCode.INVALID_ARGUMENT, `${checked.error}; the offer is withdrawn`);
     this.unlinkExpiry(record);
-    this.effects.offerEnded(record, "accepted");
+    this.effects.offerEnded(record, "accepted", token);
     record.group.ledger.accept();
     record.state = "running";
     record.offerToken = "";
@@ -353,11 +379,12 @@ export class BrokerCore {
   }
 
   private endOffer(record: JobRecord, outcome: OfferOutcome): void {
+    const token = record.offerToken;
     this.unlinkExpiry(record);
     record.group.ledger.withdraw();
     record.offerToken = "";
     record.state = "ended";
-    this.effects.offerEnded(record, outcome);
+    this.effects.offerEnded(record, outcome, token);
   }
 
   // A JOB that cannot run: the offer is withdrawn and its slot moves on.

@@ -3,18 +3,20 @@ import {
   ConnectResponseSchema,
   DoneSchema,
   ErrorKind,
+  OfferExpiredSchema,
   ReceiptSchema,
   type Receipt,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
+import type { Events } from "../shared/events.js";
 import type { Logger } from "../shared/log.js";
-import { durationFromMs } from "../shared/proto-time.js";
 import type { BrokerCore, CoreEffects, JobRecord, OfferOutcome } from "./broker-core.js";
 import type { BuiltinService } from "./config.js";
+import type { ExecserverEvents } from "./events.js";
 import type { CheckedJob } from "./limits.js";
-import type { ExecserverMetrics } from "./metrics.js";
 import { runJob as defaultRunJob, type RunJob } from "./runner/index.js";
 import { OfferEncoder } from "./wire.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** Options of the I/O side of the broker. */
 export interface EffectsOptions {
@@ -27,6 +29,8 @@ export interface EffectsOptions {
   readonly now: () => number;
   /** Called after each finished job (drain waits on it). */
   readonly jobFinished: () => void;
+  /** Where offers, their outcomes and jobs are told (metrics listen here). */
+  readonly events: Events<ExecserverEvents>;
 }
 
 /**
@@ -36,7 +40,6 @@ export interface EffectsOptions {
  */
 export class BrokerIo implements CoreEffects {
   private broker: BrokerCore | undefined;
-  private metrics: ExecserverMetrics | undefined;
   private readonly offers: OfferEncoder;
   private expiryTimer: NodeJS.Timeout | undefined;
   private expiryAt = Infinity;
@@ -45,22 +48,26 @@ export class BrokerIo implements CoreEffects {
     this.offers = new OfferEncoder(options.offerTimeoutMs);
   }
 
-  /** Connects the broker these effects serve and its metrics (both are made after this). */
-  attach(broker: BrokerCore, metrics: ExecserverMetrics): void {
+  /** Connects the core these effects serve (it is made after this). */
+  attach(broker: BrokerCore): void {
     this.broker = broker;
-    this.metrics = metrics;
   }
 
   /** @inheritdoc */
   offered(record: JobRecord): void {
     record.connection.sink.send(this.offers.encode(record.jobId, record.offerToken, record.group.name));
-    this.metrics!.granted(record.group.name, (this.options.now() - record.wantedAt) / 1000);
     if (record.expiresAt < this.expiryAt) this.armExpiry(record.expiresAt);
+    this.options.events.emit("offered", record);
   }
 
   /** @inheritdoc */
-  offerEnded(_record: JobRecord, outcome: OfferOutcome): void {
-    this.metrics!.offerEnded(outcome);
+  offerEnded(record: JobRecord, outcome: OfferOutcome, offerToken: string): void {
+    // Without this frame a client whose offer lapsed could not tell its want is gone.
+    if (outcome === "expired" && record.connection.state === "open") {
+      const value = create(OfferExpiredSchema, { jobId: record.jobId, offerToken });
+      record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "offerExpired", value } }));
+    }
+    this.options.events.emit("offer:ended", record, outcome);
   }
 
   /** Stops the expiry timer (server shutdown). */
@@ -88,6 +95,7 @@ export class BrokerIo implements CoreEffects {
 
   /** @inheritdoc */
   start(record: JobRecord, job: CheckedJob): void {
+    this.options.events.emit("job:started", record);
     const service = record.service;
     if (service.kind === "builtin") {
       // Built-ins finish at once and cannot be cancelled: no controller, no promise chain.
@@ -123,11 +131,12 @@ export class BrokerIo implements CoreEffects {
 
   private finished(record: JobRecord, receipt: Receipt): void {
     this.broker!.finish(record);
-    this.metrics!.jobDone(record.group.name);
     receipt.instanceId = this.options.instanceId;
-    if (record.connection.state === "open") {
+    this.options.events.emit("job:done", record, receipt);
+    if (record.connection.state !== "closed") {
       const value = create(DoneSchema, { jobId: record.jobId, receipt });
       record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "done", value } }));
+      record.connection.sink.jobFinished?.();
     }
     this.options.jobFinished();
   }

@@ -18,6 +18,7 @@ export {
   type ServiceConfig,
 } from "./config.js";
 export { limits } from "./limits.js";
-export { Execserver, healthServices, type ExecserverOptions, type ExecserverState } from "./server.js";
+export { Execserver, healthServices, type ExecserverOptions } from "./server.js";
+export type { ExecserverEvents, ExecserverState } from "./events.js";
 export { RollingMean, SlotLedger, TokenSource } from "./slot-ledger.js";
 export { WantBook, ParkedWant, type PriorityDepthEntry } from "./want-book.js";

@@ -1,6 +1,6 @@
 import type { JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
-import { msFromDuration } from "../shared/proto-time.js";
 import type { ServiceConfig } from "./config.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 
 /**
  * Size limits on what a peer may send. They bound the memory one frame can pin; a frame
@@ -86,7 +86,7 @@ export function checkJobSpec(spec: JobSpec | undefined, service: ServiceConfig):
     if (!/^https?:\/\//i.test(url) || !URL.canParse(url)) return { error: `${field}: expected an http(s) URL` };
   }
 
-  const requested = msFromDuration(spec?.timeout);
+  const requested = spec?.timeout && durationMs(spec.timeout);
   if (requested !== undefined && requested <= 0) return { error: "spec.timeout: must be more than 0" };
   const timeoutMs = requested === undefined ? service.timeoutMs : Math.min(requested, service.timeoutMs);
   return { args, env, timeoutMs, stdinUrl, stdoutUrl };

@@ -1,5 +1,7 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { Events } from "../shared/events.js";
 import type { BrokerCore, OfferOutcome } from "./broker-core.js";
+import type { ExecserverEvents } from "./events.js";
 
 // Latency samples buffered between scrapes before they are folded in early.
 const maxPending = 4096;
@@ -8,9 +10,10 @@ const outcomes: readonly OfferOutcome[] = ["accepted", "declined", "expired", "w
 
 /**
  * Prometheus metrics of one execserver, in a registry of its own (several servers can
- * live in one process). Gauges read the broker at scrape time. Events on the grant path
- * are only appended to a buffer and folded into prom-client at scrape time (or when the
- * buffer fills), so an idle-slot grant pays a few array writes, not label hashing.
+ * live in one process). Gauges read the broker at scrape time; counters and the latency
+ * histogram follow the execserver's events. Events on the grant path are only appended to
+ * a buffer and folded into prom-client at scrape time (or when the buffer fills), so an
+ * idle-slot grant pays a few array writes, not label hashing.
  */
 export class ExecserverMetrics {
   /** The registry `/metrics` renders. */
@@ -24,13 +27,13 @@ export class ExecserverMetrics {
   private readonly pendingOutcomes = new Map<OfferOutcome, number>();
   private readonly pendingDone = new Map<string, number>();
 
-  constructor(broker: BrokerCore, instanceId: string) {
+  constructor(broker: BrokerCore, instanceId: string, events: Events<ExecserverEvents>, now: () => number) {
     this.registry.setDefaultLabels({ instance_id: instanceId });
     const registers = [this.registry];
     const wgs = [...broker.waitgroups.values()];
     new Gauge({
-      name: "slotbroker_slots_total",
-      help: "Slots (processes) per waitgroup.",
+      name: "slotbroker_slots",
+      help: "Slots (processes) per waitgroup, busy or not.",
       labelNames: ["waitgroup"],
       registers,
       collect() {
@@ -85,6 +88,9 @@ export class ExecserverMetrics {
       this.jobsDone.inc({ waitgroup: wg.name }, 0);
     }
     for (const o of outcomes) outcome.inc({ outcome: o }, 0);
+    events.on("offered", (record) => this.granted(record.group.name, (now() - record.wantedAt) / 1000));
+    events.on("offer:ended", (_record, o) => this.offerEnded(o));
+    events.on("job:done", (record) => this.jobDone(record.group.name));
   }
 
   /** Records the WANT→OFFER time of one grant. */

@@ -7,13 +7,13 @@ import type { HealthImplementation } from "grpc-health-check";
 import {
   BrokerService,
   HelloSchema,
-  file_slotbroker_v1_broker,
   type ConnectRequest,
   type ConnectResponse,
   type GetStatusResponse,
   type Hello,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
+import { Events } from "../shared/events.js";
 import { isLoopbackHost, splitHostPort } from "../shared/config.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { addHealth, addReflection, bindServer, toGrpcError } from "../shared/grpc.js";
@@ -24,6 +24,7 @@ import { BearerAuth } from "./auth.js";
 import { BrokerCore } from "./broker-core.js";
 import type { ExecserverConfig } from "./config.js";
 import { BrokerIo } from "./effects.js";
+import type { ExecserverEvents, ExecserverState } from "./events.js";
 import { limits } from "./limits.js";
 import { ExecserverMetrics } from "./metrics.js";
 import type { RunJob } from "./runner/index.js";
@@ -31,8 +32,7 @@ import { Session, type SessionHost } from "./session.js";
 import { buildStatus, helloWaitgroups } from "./status.js";
 import { serverServiceDefinition } from "./wire.js";
 
-/** Lifecycle of an execserver. */
-export type ExecserverState = "created" | "serving" | "draining" | "stopped";
+export type { ExecserverState };
 
 const transitions = new Transitions<ExecserverState>("execserver", {
   created: ["serving", "stopped"],
@@ -55,13 +55,15 @@ export interface ExecserverOptions {
   readonly abortWaitMs?: number;
 }
 
-const capabilities = ["query", "position-eta"];
+const capabilities = ["query", "position-eta", "offer-expired", "half-close"];
 
 /**
  * One execserver: the gRPC server (BrokerService, health, reflection), the admin HTTP
  * listener and the broker core, with a checked lifecycle and graceful/forceful shutdown.
  */
 export class Execserver implements SessionHost {
+  /** Lifecycle events: connections, offers and their outcomes, jobs, state. */
+  readonly events: Events<ExecserverEvents>;
   readonly broker: BrokerCore;
   readonly metrics: ExecserverMetrics;
   readonly admin: AdminServer;
@@ -93,7 +95,9 @@ export class Execserver implements SessionHost {
     // One listener per session; thousands are expected.
     setMaxListeners(0, this.shutdown.signal);
     for (const [name, s] of Object.entries(config.services)) this.services[name] = s.waitgroup;
+    this.events = new Events((err, event) => this.logger.error({ err, event }, "an execserver event listener threw"));
     this.io = new BrokerIo({
+      events: this.events,
       instanceId: config.instanceId,
       offerTimeoutMs: config.offerTimeoutMs,
       logger: this.logger,
@@ -102,8 +106,8 @@ export class Execserver implements SessionHost {
       jobFinished: () => this.jobFinished(),
     });
     this.broker = new BrokerCore({ ...config, now: () => this.now() }, this.io);
-    this.metrics = new ExecserverMetrics(this.broker, config.instanceId);
-    this.io.attach(this.broker, this.metrics);
+    this.metrics = new ExecserverMetrics(this.broker, config.instanceId, this.events, () => this.now());
+    this.io.attach(this.broker);
     this.auth = new BearerAuth(config.token);
     this.grpcServer = new grpc.Server({
       "grpc.max_receive_message_length": limits.maxFrameBytes,
@@ -117,7 +121,7 @@ export class Execserver implements SessionHost {
       getStatus: (call: grpc.ServerUnaryCall<unknown, GetStatusResponse>, callback: grpc.sendUnaryData<GetStatusResponse>) =>
         this.onGetStatus(call, callback),
     });
-    addReflection(this.grpcServer, [file_slotbroker_v1_broker]);
+    addReflection(this.grpcServer, [BrokerService.typeName]);
     this.health = addHealth(this.grpcServer, Object.fromEntries(healthServices.map((s) => [s, "SERVING" as const])));
     this.admin = new AdminServer(this.logger);
   }
@@ -175,8 +179,10 @@ export class Execserver implements SessionHost {
   }
 
   /** @inheritdoc */
-  closed(session: Session): void {
-    if (this.sessions.delete(session)) this.helloChanged();
+  closed(session: Session, reason: string): void {
+    if (!this.sessions.delete(session)) return;
+    this.helloChanged();
+    this.events.emit("connection:down", session.connection, reason);
   }
 
   /** The GetStatus snapshot. */
@@ -251,7 +257,9 @@ export class Execserver implements SessionHost {
   }
 
   private setState(next: ExecserverState): void {
-    this.stateValue = transitions.check(this.stateValue, next);
+    const previous = this.stateValue;
+    this.stateValue = transitions.check(previous, next);
+    this.events.emit("state", next, previous);
   }
 
   private onConnect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {
@@ -270,6 +278,7 @@ export class Execserver implements SessionHost {
       // The newcomer's own Hello already counts it; everyone else hears about it shortly.
       this.helloChanged();
       session.start();
+      if (this.sessions.has(session)) this.events.emit("connection:up", session.connection);
     } catch (err) {
       this.logger.error({ err }, "connect handler failed");
       call.emit("error", toGrpcError(err));

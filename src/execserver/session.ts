@@ -11,10 +11,10 @@ import {
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { toGrpcError } from "../shared/grpc.js";
 import type { Logger } from "../shared/log.js";
-import { durationFromMs } from "../shared/proto-time.js";
 import { ClientConnection, type BrokerCore, type FrameSink, type RejectInfo } from "./broker-core.js";
 import { limits } from "./limits.js";
 import { helloFrame } from "./wire.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** What a session needs from the server around it. */
 export interface SessionHost {
@@ -26,10 +26,11 @@ export interface SessionHost {
   /** The clock for grant latency and runtimes (ms, monotonic). */
   now(): number;
   /** Called once when the stream is gone. */
-  closed(session: Session): void;
+  closed(session: Session, reason: string): void;
 }
 
-type Lifecycle = "open" | "closed";
+// "half-closed": the peer ended its side; the stream ends after its last running job's DONE.
+type Lifecycle = "open" | "half-closed" | "closed";
 
 /**
  * One broker stream: decodes frames into BrokerCore calls and writes the answers. It holds no
@@ -69,8 +70,8 @@ export class Session implements FrameSink {
     this.host.broker.connect(this.connection);
     this.sendHello();
     this.call.on("data", (frame: ConnectRequest) => this.onFrame(frame));
-    // A half-close from the peer is its goodbye; end our side too.
-    this.call.on("end", () => this.close("peer ended the stream"));
+    // A half-close is a goodbye that still waits for the DONE of every running job.
+    this.call.on("end", () => this.halfClosed());
     this.call.on("error", (err: Error) => this.close(`stream error: ${err.message}`));
     this.call.on("cancelled", () => this.close("cancelled"));
     this.call.on("close", () => this.close("closed"));
@@ -78,7 +79,7 @@ export class Session implements FrameSink {
 
   /** Sends a frame (a message, or pre-encoded bytes) unless the stream is gone. */
   send(frame: ConnectResponse | Uint8Array): void {
-    if (this.state !== "open") return;
+    if (this.state === "closed") return;
     try {
       // The server's Connect serializer passes Uint8Arrays through (see wire.ts).
       if (!this.call.write(frame as ConnectResponse) && this.call.writableLength > limits.maxQueuedFrames) {
@@ -100,6 +101,11 @@ export class Session implements FrameSink {
     this.send(helloFrame(shared ?? this.host.sharedHello(), this.connection.peerAddress));
   }
 
+  /** @inheritdoc */
+  jobFinished(): void {
+    if (this.state === "half-closed" && this.connection.running === 0) this.close("peer half-closed and its last job is done");
+  }
+
   /** Ends the stream (OK status) and forgets the connection. Idempotent. */
   close(reason: string): void {
     if (this.state === "closed") return;
@@ -109,7 +115,7 @@ export class Session implements FrameSink {
     try {
       this.host.broker.disconnect(this.connection);
     } finally {
-      this.host.closed(this);
+      this.host.closed(this, reason);
       try {
         this.call.end();
       } catch {
@@ -119,6 +125,14 @@ export class Session implements FrameSink {
   }
 
   private readonly onAbort = (): void => this.close("execserver stopped");
+
+  private halfClosed(): void {
+    if (this.state !== "open") return;
+    this.state = "half-closed";
+    const running = this.host.broker.halfClose(this.connection);
+    if (running === 0) this.close("peer ended the stream");
+    else this.logger.debug({ running }, "peer half-closed; ending the stream after its running jobs' DONE");
+  }
 
   private onFrame(request: ConnectRequest): void {
     if (this.state !== "open") return;
@@ -173,7 +187,7 @@ export class Session implements FrameSink {
       running: p.running,
       ahead: p.ahead,
       capacity: p.capacity,
-      eta: p.etaMs === undefined ? undefined : durationFromMs(p.etaMs),
+      eta: p.etaMs === undefined ? undefined : durationFromMs(Math.round(p.etaMs)),
     });
     this.send(create(ConnectResponseSchema, { frame: { case: "position", value } }));
   }

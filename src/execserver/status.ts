@@ -8,8 +8,8 @@ import {
   type GetStatusResponse,
   type WaitgroupState,
 } from "../../gen/slotbroker/v1/broker_pb.js";
-import { durationFromMs, timestampFromDate } from "../shared/proto-time.js";
 import type { BrokerCore } from "./broker-core.js";
+import { durationFromMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
 
 /** The GetStatus snapshot of a broker. O(connections + classes), never the whole book. */
 export function buildStatus(broker: BrokerCore, instanceId: string, services: Record<string, string>, startedAt: Date): GetStatusResponse {
@@ -29,7 +29,7 @@ export function buildStatus(broker: BrokerCore, instanceId: string, services: Re
         waiting: BigInt(wg.book.size),
         book: wg.book.depth().map((d) => create(PriorityDepthSchema, { priority: d.priority, wants: BigInt(d.wants) })),
         completed: BigInt(wg.ledger.completed),
-        meanRuntime: mean === undefined ? undefined : durationFromMs(mean),
+        meanRuntime: mean === undefined ? undefined : durationFromMs(Math.round(mean)),
       });
     }),
     connections: [...broker.connections.values()].map((c) =>

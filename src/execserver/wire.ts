@@ -1,8 +1,7 @@
 import { toBinary } from "@bufbuild/protobuf";
 import type * as grpc from "@grpc/grpc-js";
-import { DurationSchema } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, DurationSchema } from "@bufbuild/protobuf/wkt";
 import { BrokerService } from "../../gen/slotbroker/v1/broker_pb.js";
-import { durationFromMs } from "../shared/proto-time.js";
 import { grpcServiceDefinition } from "../shared/grpc.js";
 import { LEN, lengthFieldSize, varintSize, writeVarint } from "../shared/proto-wire.js";
 

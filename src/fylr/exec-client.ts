@@ -4,12 +4,12 @@ import { JobSpecSchema, type Position, type Receipt } from "../../gen/slotbroker
 import { linkedAbortController } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
-import { durationFromMs } from "../shared/proto-time.js";
 import { receiptSucceeded } from "../shared/receipt.js";
 import type { BrokerClient, Slot } from "./broker/index.js";
 import { BufferCollector, ForwardingSink } from "./exec-client-sinks.js";
 import { pipeUrls } from "./http/pipe-urls.js";
 import type { PipeHandle, PipeRegistry } from "./pipes/index.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** What an exec client needs: the broker, this replica's pipes and the port serving them. */
 export interface ExecClientOptions {
@@ -126,7 +126,7 @@ export class ExecClient {
       const spec = create(JobSpecSchema, {
         args: [...(options.args ?? [])],
         env: { ...options.env },
-        timeout: options.timeoutMs === undefined ? undefined : durationFromMs(options.timeoutMs),
+        timeout: options.timeoutMs === undefined ? undefined : durationFromMs(Math.round(options.timeoutMs)),
         stdinUrl: urls.in ?? "",
         stdoutUrl: urls.out!,
         labels: { ...options.labels },

@@ -1,3 +1,5 @@
+import { setTimeout as delay } from "node:timers/promises";
+
 /** Why a long-lived operation was stopped; carried as the AbortSignal's reason. */
 export class AbortReason extends Error {
   override name = "AbortError";
@@ -6,7 +8,15 @@ export class AbortReason extends Error {
   }
 }
 
-/** An AbortController that also aborts when any of `signals` aborts, with the same reason. */
+/**
+ * An AbortController that also aborts when any of `signals` aborts, with the same reason.
+ * Abort it when done: that removes its listeners from the parents.
+ *
+ * Not AbortSignal.any: on Node 20 a signal made by AbortSignal.any that has a listener stays
+ * referenced by every source for as long as the source lives, even after it aborted — one
+ * per Watch call on the fylr's shutdown signal measured 237 MB per 200 000 calls. Here the
+ * link to each parent is dropped as soon as this controller aborts.
+ */
 export function linkedAbortController(...signals: (AbortSignal | undefined)[]): AbortController {
   const controller = new AbortController();
   for (const signal of signals) {
@@ -20,18 +30,15 @@ export function linkedAbortController(...signals: (AbortSignal | undefined)[]): 
   return controller;
 }
 
-/** Resolves after `ms`, or rejects with the signal's reason when it aborts first. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason as Error);
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal!.reason as Error);
-    };
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
+/**
+ * Resolves after `ms`, or rejects with the signal's reason when it aborts first
+ * (timers/promises rejects with a generic AbortError that carries the reason as its cause).
+ */
+export async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  try {
+    await delay(ms, undefined, { signal });
+  } catch (err) {
+    if (signal?.aborted) throw signal.reason;
+    throw err;
+  }
 }

@@ -1,10 +1,13 @@
 import * as grpc from "@grpc/grpc-js";
-import { create, fromBinary, toBinary, type DescFile, type DescService } from "@bufbuild/protobuf";
-import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
-import * as protoLoader from "@grpc/proto-loader";
-import { ReflectionService } from "@grpc/reflection";
+import { fromBinary, toBinary, type DescService } from "@bufbuild/protobuf";
 import { HealthImplementation, type ServingStatusMap } from "grpc-health-check";
+import {
+  ServerReflection,
+  type ServerReflectionRequest,
+  type ServerReflectionResponse,
+} from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { Code, SlotbrokerError } from "./errors.js";
+import { healthServiceName, ReflectionIndex, reflectionServiceNames } from "./reflection.js";
 
 /**
  * A grpc-js service definition whose (de)serializers are the protobuf-es codecs of the
@@ -41,25 +44,23 @@ function asBuffer(bytes: Uint8Array): Buffer {
 }
 
 /**
- * Adds gRPC server reflection (v1 and v1alpha) for the given generated files, built from
- * the descriptors embedded in gen/, so grpcurl and k6 can discover services without the
- * .proto files on disk.
+ * Adds gRPC server reflection (v1 and v1alpha) for `services` (plus health and reflection
+ * themselves), answered from the real file descriptors with their dependencies, so grpcurl
+ * and k6 can discover and call everything without the .proto files on disk.
  */
-export function addReflection(server: grpc.Server, files: DescFile[]): void {
-  const set = create(FileDescriptorSetSchema, { file: collectFiles(files).map((f) => f.proto) });
-  const definition = protoLoader.loadFileDescriptorSetFromBuffer(Buffer.from(toBinary(FileDescriptorSetSchema, set)));
-  new ReflectionService(definition).addToServer(server);
-}
-
-function collectFiles(files: DescFile[]): DescFile[] {
-  const seen = new Map<string, DescFile>();
-  const visit = (file: DescFile): void => {
-    if (seen.has(file.name)) return;
-    for (const dep of file.dependencies) visit(dep);
-    seen.set(file.name, file);
+export function addReflection(server: grpc.Server, services: readonly string[]): ReflectionIndex {
+  const index = new ReflectionIndex([...services, healthServiceName, ...reflectionServiceNames]);
+  // v1alpha is the same wire format under another name: one codec serves both paths.
+  const method = grpcServiceDefinition(ServerReflection).serverReflectionInfo!;
+  const handler = (call: grpc.ServerDuplexStream<ServerReflectionRequest, ServerReflectionResponse>): void => {
+    call.on("data", (request: ServerReflectionRequest) => call.write(index.answer(request)));
+    call.on("end", () => call.end());
+    call.on("error", () => undefined);
   };
-  files.forEach(visit);
-  return [...seen.values()];
+  for (const name of reflectionServiceNames) {
+    server.addService({ serverReflectionInfo: { ...method, path: `/${name}/ServerReflectionInfo` } }, { serverReflectionInfo: handler });
+  }
+  return index;
 }
 
 /** Adds grpc.health.v1.Health; returns the implementation to flip statuses on drain. */

@@ -3,7 +3,7 @@
  * jittered, and `retry()` that runs an operation under it with an AbortSignal. Broker
  * reconnects, the dispatcher's outcome writes and its item retries all use it.
  */
-import { setTimeout as delay } from "node:timers/promises";
+import { sleep } from "./abort.js";
 
 /** How delays grow between attempts. */
 export interface RetryPolicy {
@@ -59,20 +59,7 @@ export async function retry<T>(operation: (attempt: number) => Promise<T>, optio
       if (!options.retryable(err) || attempt >= (options.maxAttempts ?? Infinity)) throw err;
       const pause = retryDelayMs(options.policy, attempt - 1);
       options.onRetry?.(err, attempt, pause);
-      await pauseFor(pause, options.signal);
+      await sleep(pause, options.signal);
     }
-  }
-}
-
-/**
- * timers/promises' setTimeout with a signal, rejecting with the signal's reason (the
- * platform rejects with a generic AbortError and the reason only as its cause).
- */
-export async function pauseFor(ms: number, signal?: AbortSignal): Promise<void> {
-  try {
-    await delay(ms, undefined, { signal });
-  } catch (err) {
-    if (signal?.aborted) throw signal.reason;
-    throw err;
   }
 }

@@ -4,8 +4,8 @@
  * are, the busiest connections). Pure.
  */
 import type { GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import { dateFromTimestamp, msFromDuration } from "../shared/proto-time.js";
 import { jainIndex, topN, type TopN } from "./format.js";
+import { durationMs, timestampDate } from "@bufbuild/protobuf/wkt";
 
 /** How many rows the page draws before "and N more". */
 export interface ExecViewLimits {
@@ -83,7 +83,7 @@ export function sumConnections(rows: readonly ConnectionView[]): ConnectionTotal
 }
 
 function connectionView(c: GetStatusResponse["connections"][number], now: number): ConnectionView {
-  const at = dateFromTimestamp(c.connectedAt)?.getTime();
+  const at = (c.connectedAt && timestampDate(c.connectedAt))?.getTime();
   return {
     id: c.connectionId,
     client: c.clientName,
@@ -115,7 +115,7 @@ export function execView(status: GetStatusResponse, now: number, limits: ExecVie
     free: wg.free,
     waiting: Number(wg.waiting),
     completed: Number(wg.completed),
-    meanRuntimeMs: msFromDuration(wg.meanRuntime),
+    meanRuntimeMs: wg.meanRuntime && durationMs(wg.meanRuntime),
     services: (servicesByGroup.get(wg.name) ?? []).sort(),
     book: [...wg.book].sort((a, b) => b.priority - a.priority).map((d) => ({ priority: d.priority, wants: Number(d.wants) })),
   }));
@@ -130,7 +130,7 @@ export function execView(status: GetStatusResponse, now: number, limits: ExecVie
   const conns = status.connections.map((c) => connectionView(c, now));
   const asking = conns.filter((c) => c.parked + c.offers + c.grants > 0);
   const connections = topN(conns, limits.connectionRows, (a, b) => b.parked + b.running - (a.parked + a.running) || b.grants - a.grants || byName(a, b));
-  const started = dateFromTimestamp(status.startedAt)?.getTime();
+  const started = (status.startedAt && timestampDate(status.startedAt))?.getTime();
   return {
     instanceId: status.instanceId,
     draining: status.draining,

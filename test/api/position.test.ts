@@ -5,7 +5,7 @@ import { PositionSchema, PositionState } from "../../gen/slotbroker/v1/broker_pb
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { buildPosition, estimateMs, formatMs, RuntimeMeans, summaryWithoutTimes, type PositionFacts } from "../../src/api/index.js";
 import type { LiveItem } from "../../src/dispatcher/index.js";
-import { durationFromMs, msFromDuration } from "../../src/shared/proto-time.js";
+import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
 
 const now = new Date("2030-01-01T12:00:00Z");
 const base: PositionFacts = {
@@ -33,20 +33,20 @@ describe("queue position", () => {
     const p = buildPosition({ ...base, state: "claimed", live: live({ position }) });
     expect(p.summary).to.equal("3 running, 7 waiting - you are number 11, about 40s");
     expect([p.state, p.running, p.capacity, p.ahead, p.aheadAtExecserver, p.aheadInQueue]).to.deep.equal([ItemState.CLAIMED, 3, 4, 7, 7, 0]);
-    expect(msFromDuration(p.eta)).to.equal(40_000);
+    expect(durationMs(p.eta!)).to.equal(40_000);
   });
 
   it("adds the execserver's whole book to the queue ahead of an item not parked yet", () => {
     const p = buildPosition({ ...base, aheadInQueue: 5, load: { running: 4, capacity: 4, waiting: 2, meanRuntimeMs: 10_000 } });
     expect([p.aheadInQueue, p.aheadAtExecserver, p.ahead]).to.deep.equal([5, 2, 7]);
     // No slot free: 7 ahead + this one, four at a time, a mean of 10 s each → 20 s.
-    expect(msFromDuration(p.eta)).to.equal(20_000);
+    expect(durationMs(p.eta!)).to.equal(20_000);
     expect(p.summary).to.equal("4 running, 7 waiting - you are number 12, about 20s");
   });
 
   it("prefers this fylr's own mean runtime and says when the item may start", () => {
     const p = buildPosition({ ...base, startAfter: new Date(now.getTime() + 90_000), load: { running: 0, capacity: 2, waiting: 0, meanRuntimeMs: 1 }, meanRuntimeMs: 5000 });
-    expect(msFromDuration(p.eta)).to.equal(90_000);
+    expect(durationMs(p.eta!)).to.equal(90_000);
     expect(p.summary).to.equal("not before 2030-01-01T12:01:30.000Z (in 1m 30s); 0 running, 0 waiting - you are number 1, about 1m 30s");
     expect(summaryWithoutTimes(p.summary)).to.equal("not before 2030-01-01T12:01:30.000Z; 0 running, 0 waiting - you are number 1");
   });

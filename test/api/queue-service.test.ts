@@ -17,6 +17,7 @@ import { createTestDatabase } from "../support/postgres.js";
 import { track } from "../support/resources.js";
 import { closeAll, fastFylrConfig, startTestFylr } from "../integration/support.js";
 import { createPgPool } from "../../src/shared/postgres.js";
+import { requireTool } from "../support/system-tools.js";
 
 const execFileP = promisify(execFile);
 
@@ -42,7 +43,7 @@ async function startExec(): Promise<ExecserverHandle> {
 
 /** curl -X POST JSON to a QueueService method; resolves with the HTTP status and the parsed body. */
 async function curlJson(base: string, method: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const { stdout } = await execFileP("curl", [
+  const { stdout } = await execFileP(requireTool("curl"), [
     "-s",
     "-w",
     "\n%{http_code}",
@@ -182,6 +183,27 @@ describe("QueueService on a fylr", () => {
     expect(typed.json.message).to.match(/priority/);
     const count = await fylr.dispatcher.store.countOpen();
     expect(count, "nothing was queued").to.deep.equal([]);
+  });
+
+  it("refuses JSON with an unknown field (a typo) with 400 naming it, top-level or nested, and queues nothing", async () => {
+    const cases: [string, unknown, RegExp][] = [
+      ["Submit", { calls: [{ service: "wc", stdinDta: "aGVsbG8K" }], priorty: 9 }, /slotbroker\.v1\.ExecCall.*"stdinDta" is unknown/],
+      ["Submit", { calls: [{ service: "wc", stdinData: "aGVsbG8K" }], priorty: 9 }, /slotbroker\.v1\.SubmitRequest.*"priorty" is unknown/],
+      ["Submit", { local: { name: "checksum", inptu: "aGk=" } }, /slotbroker\.v1\.LocalAction.*"inptu" is unknown/],
+      ["Get", { idd: "7d5b8a2e-2f1b-4f53-9c1e-0d2b8b1c9a77" }, /slotbroker\.v1\.GetRequest.*"idd" is unknown/],
+    ];
+    for (const [method, body, message] of cases) {
+      const { status, json } = await curlJson(fylr.url, method, body);
+      expect(status, JSON.stringify(body)).to.equal(400);
+      expect(json.code).to.equal("invalid_argument");
+      expect(json.message).to.match(message);
+    }
+    expect(await fylr.dispatcher.store.countOpen(), "nothing was queued").to.deep.equal([]);
+    // Both spellings protobuf JSON defines are fields, not typos.
+    const snake = await curlJson(fylr.url, "Submit", { calls: [{ service: "wc", stdin_data: "aGVsbG8K" }], max_attempts: 2 });
+    expect(snake.status).to.equal(200);
+    const item = await finished(client, (snake.json.item as { id: string }).id);
+    expect(Buffer.from(item.output).toString().trim()).to.equal("6");
   });
 
   it("answers NOT_FOUND for an unknown id and INVALID_ARGUMENT for a malformed one, on every call", async () => {

@@ -4,14 +4,14 @@ import { create } from "@bufbuild/protobuf";
 import { ItemSchema, ItemState, QueuePositionSchema, WatchResponseSchema } from "../../gen/slotbroker/v1/queue_pb.js";
 import { parseSubmitArgs, withStdin } from "../../src/commands/submit-args.js";
 import { progressLine } from "../../src/commands/submit-progress.js";
-import { msFromDuration } from "../../src/shared/proto-time.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 
 describe("slotbroker submit arguments", () => {
   it("builds a chain: flags belong to the call they follow, --then reads the previous stdout", () => {
     const plan = parseSubmitArgs(["--service", "cat", "--stdin", "in.txt", "--then", "gzip", "--arg=-9", "--then", "base64", "--arg=-w0", "--env", "LC_ALL=C", "--timeout", "30s", "--priority", "5", "--wait"]);
     expect(plan.stdinPath).to.equal("in.txt");
     expect(plan.wait).to.equal(true);
-    const calls = plan.request.calls.map((c) => [c.service, c.args, c.stdin.case ?? "none", { ...c.env }, msFromDuration(c.timeout)]);
+    const calls = plan.request.calls.map((c) => [c.service, c.args, c.stdin.case ?? "none", { ...c.env }, c.timeout && durationMs(c.timeout)]);
     expect(calls).to.deep.equal([
       ["cat", [], "none", {}, undefined],
       ["gzip", ["-9"], "stdinFromPrevious", {}, undefined],

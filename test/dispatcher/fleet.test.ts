@@ -66,7 +66,7 @@ describe("a fleet of fylrs on one database", () => {
     for (const [i, capacity] of sources.entries()) fylrs.push(await startDispatcher({ pool: pools[i]!, capacity, backend, config: { ...fast, headroom: 2 } }));
     // The most each fylr ever held, sampled on every change of its in-memory table.
     const most = new Map<string, number>(fylrs.map((f) => [f.fylrId, 0]));
-    for (const f of fylrs) f.subscribe(() => most.set(f.fylrId, Math.max(most.get(f.fylrId)!, f.stats().execHeld)));
+    for (const f of fylrs) f.events.on("item:changed", () => most.set(f.fylrId, Math.max(most.get(f.fylrId)!, f.stats().execHeld)));
     const store = new QueueStore(pool);
     const total = 120;
     for (let i = 0; i < total; i++) await fylrs[i % 5]!.submit({ calls: [{ service: "cat", args: [], env: {} }] });

@@ -14,7 +14,7 @@ import { create } from "@bufbuild/protobuf";
 import type pg from "pg";
 import { ErrorKind, ReceiptSchema, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 import { Dispatcher, type DispatcherOptions, type ExecBackend, type ExecRequest, type ExecResult, type ExecRunOptions } from "../../src/dispatcher/index.js";
-import { durationFromMs } from "../../src/shared/proto-time.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { release, track } from "../support/resources.js";
 import { createPgPool } from "../../src/shared/postgres.js";
 

@@ -12,19 +12,21 @@ import { BrokerCore, ClientConnection, type CoreEffects, type JobRecord, type Of
 import { compileExecserverConfig } from "../../src/execserver/config.js";
 import { SlotLedger } from "../../src/execserver/slot-ledger.js";
 import { helloFrame, OfferEncoder } from "../../src/execserver/wire.js";
-import { durationFromMs } from "../../src/shared/proto-time.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 // The broker core driven directly, with a hand-cranked clock and effects that only record.
 class Recorder implements CoreEffects {
   offers: JobRecord[] = [];
   ended: [string, OfferOutcome][] = [];
+  tokens: string[] = [];
   started: JobRecord[] = [];
   cancelled: JobRecord[] = [];
   offered(record: JobRecord): void {
     this.offers.push(record);
   }
-  offerEnded(record: JobRecord, outcome: OfferOutcome): void {
+  offerEnded(record: JobRecord, outcome: OfferOutcome, offerToken: string): void {
     this.ended.push([record.jobId, outcome]);
+    this.tokens.push(offerToken);
   }
   start(record: JobRecord): void {
     this.started.push(record);
@@ -70,6 +72,42 @@ describe("broker core (execserver)", () => {
     expect(broker.nextExpiry()).to.equal(2000);
     expect(a.expired).to.equal(1);
     expect(fx.ended).to.deep.equal([["a1", "expired"], ["a2", "accepted"]]);
+  });
+
+  it("hands the expired offer's token to the effects, so the peer can be told which offer lapsed", () => {
+    const { broker, fx, clock, conn } = setup(1);
+    const a = conn("a");
+    broker.want(a, "a1", "s", 0);
+    const token = fx.offers[0]!.offerToken;
+    clock.now = 1000;
+    broker.expireDue();
+    expect(fx.ended).to.deep.equal([["a1", "expired"]]);
+    expect(fx.tokens).to.deep.equal([token]);
+    // The job_id is free again: the same id parks anew.
+    expect(broker.want(a, "a1", "s", 0)).to.equal(undefined);
+    expect(fx.offers).to.have.length(2);
+  });
+
+  it("half-close withdraws a connection's parked wants and open offers, keeps its running job", () => {
+    const { broker, fx, conn } = setup(2);
+    const a = conn("a");
+    const b = conn("b");
+    broker.want(a, "run", "s", 0);
+    broker.want(a, "offered", "s", 0);
+    expect(broker.job(a, "run", fx.offers[0]!.offerToken, undefined)).to.equal(undefined);
+    broker.want(a, "parked", "s", 5);
+    broker.want(b, "b1", "s", 0);
+    expect(broker.halfClose(a)).to.equal(1);
+    expect(a.state).to.equal("half-closed");
+    expect([...a.jobs.keys()]).to.deep.equal(["run"]);
+    expect(fx.ended).to.deep.include(["offered", "withdrawn"]);
+    // The withdrawn slot went to b at once, not to a's parked (higher priority) want.
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["run", "offered", "b1"]);
+    expect(fx.cancelled).to.deep.equal([]);
+    broker.finish(fx.started[0]!);
+    expect(a.running).to.equal(0);
+    broker.disconnect(a);
+    expect(fx.cancelled).to.deep.equal([]);
   });
 
   it("keeps the slot ledger consistent through drops, declines and finishes", () => {

@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { ErrorKind, PositionState, RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
-import { msFromDuration } from "../../src/shared/proto-time.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 import { BrokerStream, eventually, releaseAll, statusClient } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
 
@@ -15,7 +15,7 @@ describe("execserver grants over gRPC", () => {
     expect(offer.jobId).to.equal("j1");
     expect(offer.waitgroup).to.equal("one");
     expect(offer.offerToken).to.have.length.greaterThan(16);
-    expect(msFromDuration(offer.expiresIn)).to.equal(5000);
+    expect(durationMs(offer.expiresIn!)).to.equal(5000);
     a.job("j1", offer.offerToken);
     const done = await a.next("done");
     expect(done.jobId).to.equal("j1");
@@ -64,7 +64,7 @@ describe("execserver grants over gRPC", () => {
     expect(a.unconsumed("offer")).to.deep.equal([]);
   });
 
-  it("moves an unanswered offer to the next connection when it expires, and rejects the late JOB", async () => {
+  it("moves an unanswered offer to the next connection when it expires, tells the client, and rejects the late JOB", async () => {
     const server = await startTestServer({ offerTimeout: "200ms" });
     const a = await BrokerStream.open(server.grpcAddress);
     const b = await BrokerStream.open(server.grpcAddress);
@@ -73,6 +73,10 @@ describe("execserver grants over gRPC", () => {
     b.want("next", "noop");
     const offer = await b.next("offer");
     expect(offer.jobId).to.equal("next");
+    // The client whose offer lapsed learns that its want is gone.
+    const expired = await a.next("offerExpired");
+    expect(expired).to.include({ jobId: "slow", offerToken: stale.offerToken });
+    expect(b.unconsumed("offerExpired")).to.deep.equal([]);
     a.job("slow", stale.offerToken);
     const reject = await a.next("reject");
     expect(reject.jobId).to.equal("slow");
@@ -84,6 +88,63 @@ describe("execserver grants over gRPC", () => {
     expect(aStatus.running).to.equal(0);
     expect(status.waitgroups.find((w) => w.name === "one")!.completed).to.equal(0n);
     expect(a.unconsumed("done")).to.deep.equal([]);
+  });
+
+  it("frees an expired want's job_id: the same id parks again and is offered the next slot", async () => {
+    const server = await startTestServer({ offerTimeout: "100ms" });
+    const a = await BrokerStream.open(server.grpcAddress);
+    expect(a.received[0]?.frame.case === "hello" && a.received[0].frame.value.capabilities).to.include("offer-expired");
+    a.want("again", "noop");
+    const first = await a.next("offer");
+    await a.next("offerExpired");
+    a.want("again", "noop");
+    const second = await a.next("offer");
+    expect(second.offerToken).to.not.equal(first.offerToken);
+    a.job("again", second.offerToken);
+    expect((await a.next("done")).receipt?.exitCode).to.equal(0);
+    expect(a.unconsumed("reject")).to.deep.equal([]);
+  });
+
+  it("a half-closed stream still gets its running job's DONE, then ends OK; its parked want and open offer are withdrawn", async () => {
+    const server = await startTestServer({
+      waitgroups: { one: { processes: 1 }, slow: { processes: 1 } },
+      services: { noop: { waitgroup: "one", builtin: "noop" }, sleep: { waitgroup: "slow", command: ["sleep"], timeout: "1m" } },
+    });
+    expect(server.status().waitgroups.map((w) => w.name)).to.deep.equal(["one", "slow"]);
+    const a = await BrokerStream.open(server.grpcAddress);
+    const b = await BrokerStream.open(server.grpcAddress);
+    a.want("run", "sleep");
+    a.job("run", (await a.next("offer")).offerToken, { args: ["0.7"] });
+    a.want("parked", "sleep");
+    a.want("offered", "noop");
+    await a.next("offer");
+    await a.ping();
+    b.want("b-noop", "noop");
+    b.want("b-sleep", "sleep");
+    await b.ping();
+    const ended = a.end();
+    // The offer a can no longer answer moves on at once; the parked want never comes back.
+    expect((await b.next("offer")).jobId).to.equal("b-noop");
+    const done = await a.next("done", 10_000);
+    expect(done.jobId).to.equal("run");
+    expect(done.receipt?.exitCode).to.equal(0);
+    const status = await ended;
+    expect(status.code).to.equal(0);
+    expect(a.received.at(-1)?.frame.case).to.equal("done");
+    expect(a.unconsumed("offer")).to.deep.equal([]);
+    expect((await b.next("offer")).jobId).to.equal("b-sleep");
+    await eventually(() => expect(server.status().connections).to.have.length(1));
+  });
+
+  it("a half-close with nothing running ends the stream at once", async () => {
+    const server = await startTestServer();
+    const a = await BrokerStream.open(server.grpcAddress);
+    a.want("p", "sleep");
+    a.want("q", "sleep");
+    await a.ping();
+    expect((await a.end()).code).to.equal(0);
+    await eventually(() => expect(server.status().waitgroups.find((w) => w.name === "slow")!.offered).to.equal(0));
+    expect(server.status().waitgroups.find((w) => w.name === "slow")!.waiting).to.equal(0n);
   });
 
   it("gives a declined slot to the next want at once", async () => {

@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { ConnectRequestSchema, ConnectResponseSchema, RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
-import { durationFromMs } from "../../src/shared/proto-time.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { track } from "../support/resources.js";
 import { BrokerStream, closeLater, eventually, releaseAll, statusClient } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";

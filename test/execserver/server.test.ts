@@ -96,7 +96,7 @@ describe("execserver server", () => {
     await a.next("done");
     expect(await get(`${server.adminUrl}/healthz`)).to.deep.equal({ status: 200, body: "ok\n" });
     const metrics = (await get(`${server.adminUrl}/metrics`)).body;
-    expect(metrics).to.match(/slotbroker_slots_total\{waitgroup="one",instance_id="test-exec"\} 1/);
+    expect(metrics).to.match(/slotbroker_slots\{waitgroup="one",instance_id="test-exec"\} 1/);
     expect(metrics).to.match(/slotbroker_grant_latency_seconds_count\{[^}]*waitgroup="one"[^}]*\} 1\n/);
     expect(metrics).to.match(/slotbroker_offer_outcomes_total\{outcome="accepted",instance_id="test-exec"\} 1/);
     expect(metrics).to.match(/slotbroker_connections\{instance_id="test-exec"\} 1/);

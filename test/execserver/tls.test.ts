@@ -6,13 +6,14 @@ import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { BrokerStream, releaseAll } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
+import { requireTool } from "../support/system-tools.js";
 
 // Self-signed certificates made with the openssl CLI for this run.
 function selfSigned(dir: string, name: string): { cert: string; key: string } {
   const cert = join(dir, `${name}.crt`);
   const key = join(dir, `${name}.key`);
   execFileSync(
-    "openssl",
+    requireTool("openssl"),
     ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", `/CN=${name}`,
       "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", key, "-out", cert],
     { stdio: "ignore" },
@@ -24,12 +25,8 @@ describe("execserver TLS", () => {
   let dir: string;
   let server: { cert: string; key: string };
   let client: { cert: string; key: string };
-  before(function () {
-    try {
-      execFileSync("openssl", ["version"], { stdio: "ignore" });
-    } catch {
-      this.skip(); // no openssl CLI to make certificates with
-    }
+  before(() => {
+    requireTool("openssl"); // makes the certificates
     dir = mkdtempSync(join(tmpdir(), "execserver-tls-"));
     server = selfSigned(dir, "server");
     client = selfSigned(dir, "client");

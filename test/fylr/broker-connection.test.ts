@@ -13,6 +13,7 @@ import { Code, SlotbrokerError } from "../../src/shared/errors.js";
 import { spawnExecserver, waitFor } from "../support/execserver-process.js";
 import { startBroker } from "../support/fylr-replica.js";
 import { release, track } from "../support/resources.js";
+import { requireTool } from "../support/system-tools.js";
 
 const services = { noop: { waitgroup: "w", builtin: "noop" as const } };
 
@@ -64,7 +65,7 @@ describe("fylr broker connection", function () {
     const dir = mkdtempSync(join(tmpdir(), "slotbroker-tls-"));
     try {
       const [cert, key] = [join(dir, "cert.pem"), join(dir, "key.pem")];
-      execFileSync("openssl", [
+      execFileSync(requireTool("openssl"), [
         "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", key, "-out", cert,
       ], { stdio: "ignore" });

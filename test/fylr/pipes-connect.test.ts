@@ -6,7 +6,7 @@ import { PipeService, type WriteRequest } from "../../gen/slotbroker/v1/pipe_pb.
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { WriteRequestSchema } from "../../gen/slotbroker/v1/pipe_pb.js";
 import type { FylrHttpServer, PipeRegistry } from "../../src/fylr/index.js";
-import { HashingSink, pipeFailure, randomPayload, releaseAll, sha256, trackedRegistry, trackedServer } from "./pipes-support.js";
+import { curl, HashingSink, pipeFailure, randomPayload, releaseAll, sha256, trackedRegistry, trackedServer } from "./pipes-support.js";
 
 type WriteInit = MessageInitShape<typeof WriteRequestSchema>;
 const MiB = 1024 * 1024;
@@ -74,6 +74,38 @@ describe("PipeService over Connect", () => {
     expect(response.bytesWritten).to.equal(BigInt(payload.length));
     expect(await pipe.done).to.equal(payload.length);
     expect(sink.digest()).to.equal(sha256(payload));
+  });
+
+  it("Write works over HTTP/1.1 with the Connect protocol: curl sends enveloped JSON chunks", async () => {
+    const payload = randomPayload(300 * 1024);
+    const sink = new HashingSink();
+    const pipe = registry.createOutPipe(sink);
+    // Connect streaming: each message is a flags byte, a 4-byte big-endian length, then JSON.
+    const envelope = (message: object): Buffer => {
+      const json = Buffer.from(JSON.stringify(message));
+      const head = Buffer.alloc(5);
+      head.writeUInt32BE(json.length, 1);
+      return Buffer.concat([head, json]);
+    };
+    const body = Buffer.concat([
+      envelope({ pipeId: pipe.id, chunk: payload.subarray(0, 100_000).toString("base64") }),
+      envelope({ chunk: payload.subarray(100_000).toString("base64") }),
+    ]);
+    const result = await curl(
+      ["--http1.1", "-X", "POST", "-H", "content-type: application/connect+json", "--data-binary", "@-", `${server.url}/slotbroker.v1.PipeService/Write`],
+      body,
+    );
+    // The answer is enveloped too: the WriteResponse, then the end-of-stream message (flags 2).
+    const out = result.stdout;
+    const first = JSON.parse(out.subarray(5, 5 + out.readUInt32BE(1)).toString()) as { bytesWritten: string };
+    expect(first.bytesWritten).to.equal(String(payload.length));
+    expect(out[5 + out.readUInt32BE(1)]).to.equal(2);
+    expect(sink.digest()).to.equal(sha256(payload));
+    // connect-es over HTTP/1.1 does the same.
+    const again = new HashingSink();
+    const second = registry.createOutPipe(again);
+    expect((await h1.write(chunked(second.id, payload))).bytesWritten).to.equal(BigInt(payload.length));
+    expect(again.digest()).to.equal(sha256(payload));
   });
 
   it("speaks the gRPC protocol too", async () => {

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { Writable, type Readable } from "node:stream";
 import { PipeError, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type FylrHttpServerOptions } from "../../src/fylr/index.js";
 import { release, track } from "../support/resources.js";
+import { requireTool } from "../support/system-tools.js";
 
 /** sha256 hex of bytes. */
 export function sha256(bytes: Uint8Array): string {
@@ -65,7 +66,7 @@ export interface CurlResult {
 
 /** Runs curl with `args`; `stdin` is piped in when given. */
 export function curl(args: string[], stdin?: Readable | Uint8Array): Promise<CurlResult> {
-  const child = track(spawn("curl", ["-sS", ...args], { stdio: ["pipe", "pipe", "pipe"] }), "curl", (c) => {
+  const child = track(spawn(requireTool("curl"), ["-sS", ...args], { stdio: ["pipe", "pipe", "pipe"] }), "curl", (c) => {
     c.kill("SIGKILL");
   });
   const out: Buffer[] = [];

@@ -5,10 +5,11 @@ import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { freePort } from "../../src/shared/embedded-postgres.js";
-import { timestampFromDate } from "../../src/shared/proto-time.js";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
+import type { FylrPageData } from "../../src/status/index.js";
 
 interface Row {
   id: string;
@@ -74,10 +75,13 @@ describe("a fylr process's claim rules", () => {
     fylr = await spawnFylr(fastFylrConfig(databaseUrl, [address]));
     const execItem = (await fylr.client.submit({ calls: [{ service: "cat", stdin: { case: "stdinData", value: Buffer.from("late") } }] })).item!.id;
     const localItem = (await fylr.client.submit({ local: { name: "count", input: Buffer.from("a b\n") } })).item!.id;
-    // The local item proves the loop is claiming; give it several more polls after that.
+    // The local item proves the loop is claiming; let it run five more passes after that
+    // (the fylr's /status/live.json counts them).
     await waitFor("the local item to finish", async () => (await fylr!.client.get({ id: localItem })).item?.state === ItemState.SUCCEEDED);
     const stats = await fylr.client.stats({});
-    await new Promise((r) => setTimeout(r, 1000));
+    const passes = async (): Promise<number> => ((await (await fetch(`${fylr!.url}/status/live.json`)).json()) as FylrPageData).dispatcher.counters.passes ?? 0;
+    const after = (await passes()) + 5;
+    await waitFor("five more loop passes", async () => (await passes()) >= after);
     const [row] = (await rows()).filter((r) => r.id === execItem);
     expect(row).to.deep.include({ state: "queued", attempts: 0, claimed_by: null });
     expect(stats.execAdmission).to.equal(0);

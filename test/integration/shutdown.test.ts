@@ -46,8 +46,12 @@ describe("stopping a fylr process", () => {
     const id = (await fylr.client.submit({ calls: [{ service: "sleep", args: ["30"] }] })).item!.id;
     await waitFor("the item to run", async () => (await fylr!.client.get({ id })).item?.state === ItemState.RUNNING);
     fylr.child.kill("SIGTERM");
-    // Inside the grace period the item keeps running (and nothing new is claimed).
-    await new Promise((r) => setTimeout(r, 500));
+    // Inside the grace period the item keeps running (and nothing new is claimed): the
+    // fylr says it is stopping on /healthz while it waits for the item.
+    await waitFor("the fylr to report stopping", async () => {
+      const health = await fetch(`${fylr!.url}/healthz`);
+      return health.status === 503 && (await health.text()).includes("stopping");
+    });
     expect(fylr.child.exitCode).to.equal(null);
     expect((await state(id)).state).to.equal("running");
     const code = await fylr.stop("SIGTERM");

@@ -1,77 +1,117 @@
+// The Python example (examples/clients/python): its README steps, run word for word (only
+// the address differs) in its own directory — a virtualenv from requirements.txt, stubs
+// from proto/ by grpc_tools.protoc — against real execserver processes started from the
+// demo config examples/execserver.yaml, so the services it uses are the ones a user has.
 import { expect } from "chai";
-import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
-import type { ExecserverHandle } from "../../src/app/execserver.js";
-import { startTestServer } from "../execserver/support/server.js";
-import { release } from "../support/resources.js";
+import { spawn } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { parse } from "yaml";
+import type { ExecserverConfigInput } from "../../src/execserver/index.js";
+import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
+import { closeAll, root } from "../integration/support.js";
+import { requireTool } from "../support/system-tools.js";
+import { run, type Run } from "./support.js";
 
-const run = promisify(execFile);
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+const dir = join(root, "examples/clients/python");
+const readme = readFileSync(join(dir, "README.md"), "utf8");
+const blocks = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!.trim());
+const demoConfig = parse(readFileSync(join(root, "examples/execserver.yaml"), "utf8")) as ExecserverConfigInput;
 
-describe("a Python client generated from the proto", function () {
-  this.timeout(240_000);
-  let python: string;
-  let stubs: string;
-  let server: ExecserverHandle | undefined;
+function demoExecserver(token?: string): Promise<ExecserverProcess> {
+  const { listen: _listen, adminListen: _admin, ...config } = demoConfig;
+  return spawnExecserver({ ...config, ...(token ? { token } : {}) }, { name: `demo execserver${token ? " with a token" : ""}` });
+}
 
-  before(async () => {
-    python = (await run(join(root, "scripts/python-env.sh"), { timeout: 220_000 })).stdout.trim();
-    stubs = mkdtempSync(join(tmpdir(), "slotbroker-py-stubs-"));
-    await run(python, ["-m", "grpc_tools.protoc", "-I", "proto", `--python_out=${stubs}`, `--grpc_python_out=${stubs}`, "proto/slotbroker/v1/broker.proto"], {
-      cwd: root,
+const sha256 = (bytes: Uint8Array | string): string => createHash("sha256").update(bytes).digest("hex");
+
+describe("the Python example client (examples/clients/python)", function () {
+  this.timeout(120_000);
+  let exec: ExecserverProcess;
+  let guarded: ExecserverProcess;
+  const python = join(dir, ".venv/bin/python");
+
+  before(async function () {
+    this.timeout(600_000);
+    expect(blocks, "the README has a setup block and a run block").to.have.length(2);
+    requireTool("python3");
+    const setup = await run("bash", ["-c", `set -euo pipefail\n${blocks[0]!}`], { cwd: dir, timeoutMs: 540_000 });
+    expect(setup.code, `README setup steps failed:\n${setup.stderr}`).to.equal(0);
+    exec = await demoExecserver();
+    guarded = await demoExecserver("py-secret");
+  });
+
+  after(() => closeAll(exec, guarded));
+
+  const client = (args: string[], options: { input?: Buffer; token?: string } = {}): Promise<Run> =>
+    runWithInput(python, [join(dir, "broker_client.py"), ...args], options.input ?? Buffer.alloc(0), {
+      ...process.env,
+      PYTHONPATH: join(dir, "gen"),
+      SLOTBROKER_TOKEN: options.token ?? "",
     });
+
+  it("runs the README's command against the demo config: sha256sum of its own stdin", async () => {
+    const r = await run("bash", ["-c", blocks[1]!.replaceAll("127.0.0.1:7600", exec.grpcAddress)], { cwd: dir });
+    expect(r.stderr).to.equal("");
+    expect(r.code).to.equal(0);
+    expect(r.stdout).to.equal(`${sha256("hello\n")}  -\n`);
+    expect(Number((await exec.status()).waitgroups.find((w) => w.name === "text")!.completed)).to.equal(1);
   });
 
-  after(() => rmSync(stubs, { recursive: true, force: true }));
-
-  afterEach(async () => {
-    await release(server);
-    server = undefined;
+  it("keeps its docstring's command the same as the README's", () => {
+    const doc = readFileSync(join(dir, "broker_client.py"), "utf8");
+    expect(doc).to.include(blocks[1]!);
   });
 
-  async function client(address: string, args: string[], token: string): Promise<{ code: number; stdout: string; stderr: string }> {
-    try {
-      const out = await run(python, [join(root, "examples/clients/python/broker_client.py"), address, ...args], {
-        env: { ...process.env, PYTHONPATH: stubs, SLOTBROKER_TOKEN: token },
-        timeout: 60_000,
-      });
-      return { code: 0, ...out };
-    } catch (err) {
-      const e = err as { code?: number; stdout?: string; stderr?: string };
-      return { code: e.code ?? 1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
+  it("takes output past 4000 bytes through the stdout URL it serves (chunked PUT)", async () => {
+    const input = randomBytes(1_500_000);
+    const r = await client([exec.grpcAddress, "cat"], { input });
+    expect(r.code, r.stderr).to.equal(0);
+    expect(sha256(Buffer.from(r.stdout, "latin1"))).to.equal(sha256(input));
+  });
+
+  it("exits with the job's exit code and shows its stderr line", async () => {
+    const r = await client([exec.grpcAddress, "sleep", "x"]);
+    expect(r.code).to.equal(1);
+    expect(r.stderr).to.match(/sleep/);
+    expect(r.stderr).to.not.include("Traceback");
+  });
+
+  it("says in one line, without a traceback, that a token is missing or wrong, and nothing runs", async () => {
+    for (const token of [undefined, "wrong"]) {
+      const r = await client([guarded.grpcAddress, "sha256sum"], { input: Buffer.from("x"), token });
+      expect(r.code, `token ${token}`).to.equal(2);
+      expect(r.stderr).to.match(/^broker_client\.py: the execserver refused the token \(UNAUTHENTICATED\): set SLOTBROKER_TOKEN/);
+      expect(r.stderr.trim().split("\n")).to.have.length(1);
     }
-  }
-
-  it("runs a job through WANT, OFFER, JOB and DONE against a real execserver", async () => {
-    server = await startTestServer({
-      token: "py-secret",
-      waitgroups: { text: { processes: 1 } },
-      services: { echo: { waitgroup: "text", command: ["echo"] } },
-    });
-    const result = await client(server.grpcAddress, ["echo", "hello", "from", "python"], "py-secret");
-    expect(result.stderr).to.equal("");
-    expect(result.code).to.equal(0);
-    const receipt = JSON.parse(result.stdout) as { exitCode: number; stdoutPrefix: string; instanceId: string };
-    expect(receipt.exitCode).to.equal(0);
-    expect(Buffer.from(receipt.stdoutPrefix, "base64").toString()).to.equal("hello from python\n");
-    expect(receipt.instanceId).to.equal("test-exec");
-    const text = server.status().waitgroups.find((w) => w.name === "text");
-    expect(Number(text?.completed)).to.equal(1);
+    const ok = await client([guarded.grpcAddress, "sha256sum"], { input: Buffer.from("x"), token: "py-secret" });
+    expect(ok.stdout).to.equal(`${sha256("x")}  -\n`);
+    expect(Number((await guarded.status()).waitgroups.find((w) => w.name === "text")!.completed)).to.equal(1);
   });
 
-  it("is refused with UNAUTHENTICATED for a wrong token, and nothing runs", async () => {
-    server = await startTestServer({
-      token: "py-secret",
-      waitgroups: { text: { processes: 1 } },
-      services: { echo: { waitgroup: "text", command: ["echo"] } },
-    });
-    const result = await client(server.grpcAddress, ["echo", "nope"], "wrong");
-    expect(result.code).to.not.equal(0);
-    expect(result.stderr).to.match(/UNAUTHENTICATED/);
-    expect(Number(server.status().waitgroups[0]?.completed)).to.equal(0);
+  it("names the services on offer when asked for one the execserver lacks", async () => {
+    const r = await client([exec.grpcAddress, "echo", "hi"]);
+    expect(r.code).to.equal(2);
+    expect(r.stderr).to.match(/^broker_client\.py: execserver demo-exec-1 does not offer 'echo' \(it offers: cat, noop, sha256sum, sleep, wc\)\n$/);
   });
 });
+
+/** Runs a program with `input` on its stdin; stdout is kept as latin1 so binary survives. */
+function runWithInput(file: string, args: string[], input: Buffer, env: NodeJS.ProcessEnv): Promise<Run> {
+  return new Promise<Run>((resolve, reject) => {
+    const child = spawn(file, args, { cwd: dir, env, stdio: ["pipe", "pipe", "pipe"] });
+    const out: Buffer[] = [];
+    let stderr = "";
+    child.stdout.on("data", (b: Buffer) => out.push(b));
+    child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s));
+    const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+    child.once("error", reject);
+    child.once("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? 1, stdout: Buffer.concat(out).toString("latin1"), stderr });
+    });
+    child.stdin.on("error", () => undefined);
+    child.stdin.end(input);
+  });
+}

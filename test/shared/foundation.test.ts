@@ -5,7 +5,6 @@ import pg from "pg";
 import {
   BrokerService,
   GetStatusResponseSchema,
-  file_slotbroker_v1_broker,
   type GetStatusResponse,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { addReflection, bindServer, grpcClientConstructor, grpcServiceDefinition } from "../../src/shared/grpc.js";
@@ -43,7 +42,7 @@ describe("shared foundation", () => {
       getStatus: (_call: unknown, cb: grpc.sendUnaryData<GetStatusResponse>) =>
         cb(null, create(GetStatusResponseSchema, { instanceId: "abc", services: { cat: "default" } })),
     });
-    addReflection(server, [file_slotbroker_v1_broker]);
+    addReflection(server, [BrokerService.typeName]);
     const port = await bindServer(server, "127.0.0.1:0", grpc.ServerCredentials.createInsecure());
     const Client = grpcClientConstructor(BrokerService);
     const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());

@@ -1,6 +1,7 @@
 import { expect } from "chai";
 import { PassThrough, Writable } from "node:stream";
 import { Code, SlotbrokerError } from "../../src/shared/errors.js";
+import { Events } from "../../src/shared/events.js";
 import { IllegalTransitionError, Transitions } from "../../src/shared/lifecycle.js";
 import { lengthFieldSize, stringFieldSize, varintSize, writeVarint } from "../../src/shared/proto-wire.js";
 import { retry, retryDelayMs } from "../../src/shared/retry.js";
@@ -52,6 +53,40 @@ describe("shared helpers", () => {
         (e: unknown) => expect((e as Error).message).to.equal("stopping"),
       );
       expect(performance.now() - started).to.be.below(5_000);
+    });
+  });
+
+  describe("typed events", () => {
+    it("emit safely: a throwing listener is reported and the others still run", () => {
+      const reported: string[] = [];
+      const events = new Events<{ tick: [n: number] }>((err, event) => reported.push(`${String(event)}: ${(err as Error).message}`));
+      const seen: number[] = [];
+      events.on("tick", () => {
+        throw new Error("observer bug");
+      });
+      const stop = events.on("tick", (n) => seen.push(n));
+      events.emit("tick", 1);
+      stop();
+      events.emit("tick", 2);
+      expect(seen).to.deep.equal([1]);
+      expect(reported).to.deep.equal(["tick: observer bug", "tick: observer bug"]);
+    });
+
+    it("next() resolves with the first matching event and rejects when its signal aborts", async () => {
+      const events = new Events<{ item: [id: string, state: string] }>();
+      const done = events.next("item", { filter: (_id, state) => state === "done" });
+      events.emit("item", "a", "running");
+      events.emit("item", "a", "done");
+      expect(await done).to.deep.equal(["a", "done"]);
+      expect(events.has("item")).to.equal(false);
+      const controller = new AbortController();
+      const never = events.next("item", { signal: controller.signal });
+      controller.abort(new Error("gave up"));
+      await never.then(
+        () => expect.fail("should reject"),
+        (e: unknown) => expect((e as Error).message).to.equal("gave up"),
+      );
+      expect(events.has("item")).to.equal(false);
     });
   });
 

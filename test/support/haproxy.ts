@@ -5,10 +5,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "../../src/shared/embedded-postgres.js";
 import { track } from "./resources.js";
+import { requireTool, systemTools } from "./system-tools.js";
 import { waitFor } from "./execserver-process.js";
 
 /** The HAProxy binary from Debian's package. */
-export const HAPROXY = "/usr/sbin/haproxy";
+export const HAPROXY = systemTools.haproxy.path;
 
 /** A TCP load balancer in front of some backends, running in the foreground. */
 export interface Haproxy {
@@ -50,7 +51,7 @@ export async function startHaproxy(backends: readonly string[]): Promise<Haproxy
   ].join("\n");
   const configPath = join(dir, "haproxy.cfg");
   writeFileSync(configPath, config);
-  const child = spawn(HAPROXY, ["-db", "-f", configPath], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(requireTool("haproxy"), ["-db", "-f", configPath], { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   const collect = (chunk: Buffer): void => {
     output = (output + chunk.toString()).slice(-10_000);

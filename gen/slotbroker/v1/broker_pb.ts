@@ -32,7 +32,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file slotbroker/v1/broker.proto.
  */
 export const file_slotbroker_v1_broker: GenFile = /*@__PURE__*/
-  fileDesc("ChpzbG90YnJva2VyL3YxL2Jyb2tlci5wcm90bxINc2xvdGJyb2tlci52MSKBAgoOQ29ubmVjdFJlcXVlc3QSIwoEd2FudBgBIAEoCzITLnNsb3Ricm9rZXIudjEuV2FudEgAEicKBnVud2FudBgCIAEoCzIVLnNsb3Ricm9rZXIudjEuVW53YW50SAASIQoDam9iGAMgASgLMhIuc2xvdGJyb2tlci52MS5Kb2JIABIpCgdkZWNsaW5lGAQgASgLMhYuc2xvdGJyb2tlci52MS5EZWNsaW5lSAASIwoEcGluZxgFIAEoCzITLnNsb3Ricm9rZXIudjEuUGluZ0gAEiUKBXF1ZXJ5GAYgASgLMhQuc2xvdGJyb2tlci52MS5RdWVyeUgAQgcKBWZyYW1lIogCCg9Db25uZWN0UmVzcG9uc2USJQoFaGVsbG8YASABKAsyFC5zbG90YnJva2VyLnYxLkhlbGxvSAASJQoFb2ZmZXIYAiABKAsyFC5zbG90YnJva2VyLnYxLk9mZmVySAASIwoEZG9uZRgDIAEoCzITLnNsb3Ricm9rZXIudjEuRG9uZUgAEiMKBHBvbmcYBCABKAsyEy5zbG90YnJva2VyLnYxLlBvbmdIABIrCghwb3NpdGlvbhgFIAEoCzIXLnNsb3Ricm9rZXIudjEuUG9zaXRpb25IABInCgZyZWplY3QYBiABKAsyFS5zbG90YnJva2VyLnYxLlJlamVjdEgAQgcKBWZyYW1lIjkKBFdhbnQSDgoGam9iX2lkGAEgASgJEg8KB3NlcnZpY2UYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUiGAoGVW53YW50Eg4KBmpvYl9pZBgBIAEoCSJQCgNKb2ISDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJEiQKBHNwZWMYAyABKAsyFi5zbG90YnJva2VyLnYxLkpvYlNwZWMiLgoHRGVjbGluZRIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkiFQoEUGluZxINCgVub25jZRgBIAEoBCIXCgVRdWVyeRIOCgZqb2JfaWQYASABKAkihQIKBUhlbGxvEhMKC2luc3RhbmNlX2lkGAEgASgJEjQKCHNlcnZpY2VzGAIgAygLMiIuc2xvdGJyb2tlci52MS5IZWxsby5TZXJ2aWNlc0VudHJ5EjEKCndhaXRncm91cHMYAyADKAsyHS5zbG90YnJva2VyLnYxLldhaXRncm91cFN0YXRlEg8KB2NsaWVudHMYBCABKA0SFAoMY2FwYWJpbGl0aWVzGAUgAygJEhQKDHBlZXJfYWRkcmVzcxgGIAEoCRIQCghkcmFpbmluZxgHIAEoCBovCg1TZXJ2aWNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUwoOV2FpdGdyb3VwU3RhdGUSDAoEbmFtZRgBIAEoCRIRCglwcm9jZXNzZXMYAiABKA0SDwoHcnVubmluZxgDIAEoDRIPCgd3YWl0aW5nGAQgASgNIm4KBU9mZmVyEg4KBmpvYl9pZBgBIAEoCRITCgtvZmZlcl90b2tlbhgCIAEoCRItCgpleHBpcmVzX2luGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCXdhaXRncm91cBgEIAEoCSI/CgREb25lEg4KBmpvYl9pZBgBIAEoCRInCgdyZWNlaXB0GAIgASgLMhYuc2xvdGJyb2tlci52MS5SZWNlaXB0IhUKBFBvbmcSDQoFbm9uY2UYASABKAQitAEKCFBvc2l0aW9uEg4KBmpvYl9pZBgBIAEoCRIPCgdydW5uaW5nGAIgASgNEg0KBWFoZWFkGAMgASgNEhAKCGNhcGFjaXR5GAQgASgNEiYKA2V0YRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCgVzdGF0ZRgGIAEoDjIcLnNsb3Ricm9rZXIudjEuUG9zaXRpb25TdGF0ZRIRCgl3YWl0Z3JvdXAYByABKAkiUgoGUmVqZWN0Eg4KBmpvYl9pZBgBIAEoCRInCgRjb2RlGAIgASgOMhkuc2xvdGJyb2tlci52MS5SZWplY3RDb2RlEg8KB21lc3NhZ2UYAyABKAkipwIKB0pvYlNwZWMSDAoEYXJncxgBIAMoCRIsCgNlbnYYAiADKAsyHy5zbG90YnJva2VyLnYxLkpvYlNwZWMuRW52RW50cnkSKgoHdGltZW91dBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglzdGRpbl91cmwYBCABKAkSEgoKc3Rkb3V0X3VybBgFIAEoCRIyCgZsYWJlbHMYBiADKAsyIi5zbG90YnJva2VyLnYxLkpvYlNwZWMuTGFiZWxzRW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpwCCgdSZWNlaXB0EhYKCWV4aXRfY29kZRgBIAEoBUgAiAEBEg4KBnNpZ25hbBgCIAEoCRIrCghkdXJhdGlvbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhITCgtzdGRlcnJfbGluZRgEIAEoCRIVCg1zdGRvdXRfcHJlZml4GAUgASgMEhQKDHN0ZG91dF9ieXRlcxgGIAEoBBIXCg9zdGRvdXRfc3RyZWFtZWQYByABKAgSJwoFZXJyb3IYCCABKA4yGC5zbG90YnJva2VyLnYxLkVycm9yS2luZBIVCg1lcnJvcl9tZXNzYWdlGAkgASgJEhMKC2luc3RhbmNlX2lkGAogASgJQgwKCl9leGl0X2NvZGUiEgoQR2V0U3RhdHVzUmVxdWVzdCLHAgoRR2V0U3RhdHVzUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkSMgoKd2FpdGdyb3VwcxgCIAMoCzIeLnNsb3Ricm9rZXIudjEuV2FpdGdyb3VwU3RhdHVzEjQKC2Nvbm5lY3Rpb25zGAMgAygLMh8uc2xvdGJyb2tlci52MS5Db25uZWN0aW9uU3RhdHVzEkAKCHNlcnZpY2VzGAQgAygLMi4uc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXNwb25zZS5TZXJ2aWNlc0VudHJ5EhAKCGRyYWluaW5nGAUgASgIEi4KCnN0YXJ0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi8KDVNlcnZpY2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLjAQoPV2FpdGdyb3VwU3RhdHVzEgwKBG5hbWUYASABKAkSEQoJcHJvY2Vzc2VzGAIgASgNEg8KB3J1bm5pbmcYAyABKA0SDwoHb2ZmZXJlZBgEIAEoDRIMCgRmcmVlGAUgASgNEg8KB3dhaXRpbmcYBiABKAQSKgoEYm9vaxgHIAMoCzIcLnNsb3Ricm9rZXIudjEuUHJpb3JpdHlEZXB0aBIRCgljb21wbGV0ZWQYCCABKAQSLwoMbWVhbl9ydW50aW1lGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjAKDVByaW9yaXR5RGVwdGgSEAoIcHJpb3JpdHkYASABKAUSDQoFd2FudHMYAiABKAQijwIKEENvbm5lY3Rpb25TdGF0dXMSFQoNY29ubmVjdGlvbl9pZBgBIAEoCRIUCgxwZWVyX2FkZHJlc3MYAiABKAkSEwoLY2xpZW50X25hbWUYAyABKAkSMAoMY29ubmVjdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgx3YW50c19wYXJrZWQYBSABKAQSDgoGb2ZmZXJzGAYgASgEEg4KBmdyYW50cxgHIAEoBBIQCghkZWNsaW5lcxgIIAEoBBIPCgdleHBpcmVkGAkgASgEEg8KB3JlamVjdHMYCiABKAQSDwoHcnVubmluZxgLIAEoDRIMCgRkb25lGAwgASgEKoIBCg1Qb3NpdGlvblN0YXRlEh4KGlBPU0lUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASGQoVUE9TSVRJT05fU1RBVEVfUEFSS0VEEAESGgoWUE9TSVRJT05fU1RBVEVfT0ZGRVJFRBACEhoKFlBPU0lUSU9OX1NUQVRFX1JVTk5JTkcQAyrmAQoKUmVqZWN0Q29kZRIbChdSRUpFQ1RfQ09ERV9VTlNQRUNJRklFRBAAEh8KG1JFSkVDVF9DT0RFX1VOS05PV05fU0VSVklDRRABEhsKF1JFSkVDVF9DT0RFX1NUQUxFX09GRkVSEAISHQoZUkVKRUNUX0NPREVfRFVQTElDQVRFX0pPQhADEiAKHFJFSkVDVF9DT0RFX0lOVkFMSURfQVJHVU1FTlQQBBIYChRSRUpFQ1RfQ09ERV9EUkFJTklORxAFEiIKHlJFSkVDVF9DT0RFX1JFU09VUkNFX0VYSEFVU1RFRBAGKqkBCglFcnJvcktpbmQSGgoWRVJST1JfS0lORF9VTlNQRUNJRklFRBAAEhYKEkVSUk9SX0tJTkRfVElNRU9VVBABEhUKEUVSUk9SX0tJTkRfS0lMTEVEEAISGwoXRVJST1JfS0lORF9TUEFXTl9GQUlMRUQQAxIaChZFUlJPUl9LSU5EX1BJUEVfRkFJTEVEEAQSGAoURVJST1JfS0lORF9DQU5DRUxMRUQQBTKtAQoNQnJva2VyU2VydmljZRJMCgdDb25uZWN0Eh0uc2xvdGJyb2tlci52MS5Db25uZWN0UmVxdWVzdBoeLnNsb3Ricm9rZXIudjEuQ29ubmVjdFJlc3BvbnNlKAEwARJOCglHZXRTdGF0dXMSHy5zbG90YnJva2VyLnYxLkdldFN0YXR1c1JlcXVlc3QaIC5zbG90YnJva2VyLnYxLkdldFN0YXR1c1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChpzbG90YnJva2VyL3YxL2Jyb2tlci5wcm90bxINc2xvdGJyb2tlci52MSKBAgoOQ29ubmVjdFJlcXVlc3QSIwoEd2FudBgBIAEoCzITLnNsb3Ricm9rZXIudjEuV2FudEgAEicKBnVud2FudBgCIAEoCzIVLnNsb3Ricm9rZXIudjEuVW53YW50SAASIQoDam9iGAMgASgLMhIuc2xvdGJyb2tlci52MS5Kb2JIABIpCgdkZWNsaW5lGAQgASgLMhYuc2xvdGJyb2tlci52MS5EZWNsaW5lSAASIwoEcGluZxgFIAEoCzITLnNsb3Ricm9rZXIudjEuUGluZ0gAEiUKBXF1ZXJ5GAYgASgLMhQuc2xvdGJyb2tlci52MS5RdWVyeUgAQgcKBWZyYW1lIr4CCg9Db25uZWN0UmVzcG9uc2USJQoFaGVsbG8YASABKAsyFC5zbG90YnJva2VyLnYxLkhlbGxvSAASJQoFb2ZmZXIYAiABKAsyFC5zbG90YnJva2VyLnYxLk9mZmVySAASIwoEZG9uZRgDIAEoCzITLnNsb3Ricm9rZXIudjEuRG9uZUgAEiMKBHBvbmcYBCABKAsyEy5zbG90YnJva2VyLnYxLlBvbmdIABIrCghwb3NpdGlvbhgFIAEoCzIXLnNsb3Ricm9rZXIudjEuUG9zaXRpb25IABInCgZyZWplY3QYBiABKAsyFS5zbG90YnJva2VyLnYxLlJlamVjdEgAEjQKDW9mZmVyX2V4cGlyZWQYByABKAsyGy5zbG90YnJva2VyLnYxLk9mZmVyRXhwaXJlZEgAQgcKBWZyYW1lIjkKBFdhbnQSDgoGam9iX2lkGAEgASgJEg8KB3NlcnZpY2UYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUiGAoGVW53YW50Eg4KBmpvYl9pZBgBIAEoCSJQCgNKb2ISDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJEiQKBHNwZWMYAyABKAsyFi5zbG90YnJva2VyLnYxLkpvYlNwZWMiLgoHRGVjbGluZRIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkiFQoEUGluZxINCgVub25jZRgBIAEoBCIXCgVRdWVyeRIOCgZqb2JfaWQYASABKAkihQIKBUhlbGxvEhMKC2luc3RhbmNlX2lkGAEgASgJEjQKCHNlcnZpY2VzGAIgAygLMiIuc2xvdGJyb2tlci52MS5IZWxsby5TZXJ2aWNlc0VudHJ5EjEKCndhaXRncm91cHMYAyADKAsyHS5zbG90YnJva2VyLnYxLldhaXRncm91cFN0YXRlEg8KB2NsaWVudHMYBCABKA0SFAoMY2FwYWJpbGl0aWVzGAUgAygJEhQKDHBlZXJfYWRkcmVzcxgGIAEoCRIQCghkcmFpbmluZxgHIAEoCBovCg1TZXJ2aWNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUwoOV2FpdGdyb3VwU3RhdGUSDAoEbmFtZRgBIAEoCRIRCglwcm9jZXNzZXMYAiABKA0SDwoHcnVubmluZxgDIAEoDRIPCgd3YWl0aW5nGAQgASgNIm4KBU9mZmVyEg4KBmpvYl9pZBgBIAEoCRITCgtvZmZlcl90b2tlbhgCIAEoCRItCgpleHBpcmVzX2luGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCXdhaXRncm91cBgEIAEoCSIzCgxPZmZlckV4cGlyZWQSDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJIj8KBERvbmUSDgoGam9iX2lkGAEgASgJEicKB3JlY2VpcHQYAiABKAsyFi5zbG90YnJva2VyLnYxLlJlY2VpcHQiFQoEUG9uZxINCgVub25jZRgBIAEoBCK0AQoIUG9zaXRpb24SDgoGam9iX2lkGAEgASgJEg8KB3J1bm5pbmcYAiABKA0SDQoFYWhlYWQYAyABKA0SEAoIY2FwYWNpdHkYBCABKA0SJgoDZXRhGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKBXN0YXRlGAYgASgOMhwuc2xvdGJyb2tlci52MS5Qb3NpdGlvblN0YXRlEhEKCXdhaXRncm91cBgHIAEoCSJSCgZSZWplY3QSDgoGam9iX2lkGAEgASgJEicKBGNvZGUYAiABKA4yGS5zbG90YnJva2VyLnYxLlJlamVjdENvZGUSDwoHbWVzc2FnZRgDIAEoCSKnAgoHSm9iU3BlYxIMCgRhcmdzGAEgAygJEiwKA2VudhgCIAMoCzIfLnNsb3Ricm9rZXIudjEuSm9iU3BlYy5FbnZFbnRyeRIqCgd0aW1lb3V0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCXN0ZGluX3VybBgEIAEoCRISCgpzdGRvdXRfdXJsGAUgASgJEjIKBmxhYmVscxgGIAMoCzIiLnNsb3Ricm9rZXIudjEuSm9iU3BlYy5MYWJlbHNFbnRyeRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEinAIKB1JlY2VpcHQSFgoJZXhpdF9jb2RlGAEgASgFSACIAQESDgoGc2lnbmFsGAIgASgJEisKCGR1cmF0aW9uGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC3N0ZGVycl9saW5lGAQgASgJEhUKDXN0ZG91dF9wcmVmaXgYBSABKAwSFAoMc3Rkb3V0X2J5dGVzGAYgASgEEhcKD3N0ZG91dF9zdHJlYW1lZBgHIAEoCBInCgVlcnJvchgIIAEoDjIYLnNsb3Ricm9rZXIudjEuRXJyb3JLaW5kEhUKDWVycm9yX21lc3NhZ2UYCSABKAkSEwoLaW5zdGFuY2VfaWQYCiABKAlCDAoKX2V4aXRfY29kZSISChBHZXRTdGF0dXNSZXF1ZXN0IscCChFHZXRTdGF0dXNSZXNwb25zZRITCgtpbnN0YW5jZV9pZBgBIAEoCRIyCgp3YWl0Z3JvdXBzGAIgAygLMh4uc2xvdGJyb2tlci52MS5XYWl0Z3JvdXBTdGF0dXMSNAoLY29ubmVjdGlvbnMYAyADKAsyHy5zbG90YnJva2VyLnYxLkNvbm5lY3Rpb25TdGF0dXMSQAoIc2VydmljZXMYBCADKAsyLi5zbG90YnJva2VyLnYxLkdldFN0YXR1c1Jlc3BvbnNlLlNlcnZpY2VzRW50cnkSEAoIZHJhaW5pbmcYBSABKAgSLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaLwoNU2VydmljZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIuMBCg9XYWl0Z3JvdXBTdGF0dXMSDAoEbmFtZRgBIAEoCRIRCglwcm9jZXNzZXMYAiABKA0SDwoHcnVubmluZxgDIAEoDRIPCgdvZmZlcmVkGAQgASgNEgwKBGZyZWUYBSABKA0SDwoHd2FpdGluZxgGIAEoBBIqCgRib29rGAcgAygLMhwuc2xvdGJyb2tlci52MS5Qcmlvcml0eURlcHRoEhEKCWNvbXBsZXRlZBgIIAEoBBIvCgxtZWFuX3J1bnRpbWUYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iMAoNUHJpb3JpdHlEZXB0aBIQCghwcmlvcml0eRgBIAEoBRINCgV3YW50cxgCIAEoBCKPAgoQQ29ubmVjdGlvblN0YXR1cxIVCg1jb25uZWN0aW9uX2lkGAEgASgJEhQKDHBlZXJfYWRkcmVzcxgCIAEoCRITCgtjbGllbnRfbmFtZRgDIAEoCRIwCgxjb25uZWN0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHdhbnRzX3BhcmtlZBgFIAEoBBIOCgZvZmZlcnMYBiABKAQSDgoGZ3JhbnRzGAcgASgEEhAKCGRlY2xpbmVzGAggASgEEg8KB2V4cGlyZWQYCSABKAQSDwoHcmVqZWN0cxgKIAEoBBIPCgdydW5uaW5nGAsgASgNEgwKBGRvbmUYDCABKAQqggEKDVBvc2l0aW9uU3RhdGUSHgoaUE9TSVRJT05fU1RBVEVfVU5TUEVDSUZJRUQQABIZChVQT1NJVElPTl9TVEFURV9QQVJLRUQQARIaChZQT1NJVElPTl9TVEFURV9PRkZFUkVEEAISGgoWUE9TSVRJT05fU1RBVEVfUlVOTklORxADKuYBCgpSZWplY3RDb2RlEhsKF1JFSkVDVF9DT0RFX1VOU1BFQ0lGSUVEEAASHwobUkVKRUNUX0NPREVfVU5LTk9XTl9TRVJWSUNFEAESGwoXUkVKRUNUX0NPREVfU1RBTEVfT0ZGRVIQAhIdChlSRUpFQ1RfQ09ERV9EVVBMSUNBVEVfSk9CEAMSIAocUkVKRUNUX0NPREVfSU5WQUxJRF9BUkdVTUVOVBAEEhgKFFJFSkVDVF9DT0RFX0RSQUlOSU5HEAUSIgoeUkVKRUNUX0NPREVfUkVTT1VSQ0VfRVhIQVVTVEVEEAYqqQEKCUVycm9yS2luZBIaChZFUlJPUl9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSRVJST1JfS0lORF9USU1FT1VUEAESFQoRRVJST1JfS0lORF9LSUxMRUQQAhIbChdFUlJPUl9LSU5EX1NQQVdOX0ZBSUxFRBADEhoKFkVSUk9SX0tJTkRfUElQRV9GQUlMRUQQBBIYChRFUlJPUl9LSU5EX0NBTkNFTExFRBAFMq0BCg1Ccm9rZXJTZXJ2aWNlEkwKB0Nvbm5lY3QSHS5zbG90YnJva2VyLnYxLkNvbm5lY3RSZXF1ZXN0Gh4uc2xvdGJyb2tlci52MS5Db25uZWN0UmVzcG9uc2UoATABEk4KCUdldFN0YXR1cxIfLnNsb3Ricm9rZXIudjEuR2V0U3RhdHVzUmVxdWVzdBogLnNsb3Ricm9rZXIudjEuR2V0U3RhdHVzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ConnectRequest is one frame from the fylr to the execserver.
@@ -162,6 +162,15 @@ export type ConnectResponse = Message<"slotbroker.v1.ConnectResponse"> & {
      */
     value: Reject;
     case: "reject";
+  } | {
+    /**
+     * An Offer went unanswered past its expires_in; the want is gone. Sent by servers
+     * whose Hello lists the "offer-expired" capability.
+     *
+     * @generated from field: slotbroker.v1.OfferExpired offer_expired = 7;
+     */
+    value: OfferExpired;
+    case: "offerExpired";
   } | { case: undefined; value?: undefined };
 };
 
@@ -377,7 +386,11 @@ export type Hello = Message<"slotbroker.v1.Hello"> & {
   clients: number;
 
   /**
-   * Optional features this server supports, e.g. "query", "position-eta".
+   * Optional features this server supports: "query" (Query is answered with Position),
+   * "position-eta" (Position.eta is filled from recent runtimes), "offer-expired" (an
+   * unanswered Offer is followed by OfferExpired), "half-close" (a half-closed stream
+   * still gets the Done of every running job before the server ends it). Unknown
+   * capabilities must be ignored.
    *
    * @generated from field: repeated string capabilities = 5;
    */
@@ -490,6 +503,38 @@ export const OfferSchema: GenMessage<Offer> = /*@__PURE__*/
   messageDesc(file_slotbroker_v1_broker, 10);
 
 /**
+ * OfferExpired tells the fylr that an Offer was not answered with Job or Decline within
+ * its expires_in. The slot went to the next want and this want left the book: the job_id
+ * is free again, and nothing runs for it unless the fylr sends a new Want. A Job with this
+ * offer_token that crossed this frame on the wire is rejected with STALE_OFFER (nothing
+ * runs); a Decline that crossed it is ignored.
+ *
+ * @generated from message slotbroker.v1.OfferExpired
+ */
+export type OfferExpired = Message<"slotbroker.v1.OfferExpired"> & {
+  /**
+   * The job_id from the Offer.
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * The offer_token from the Offer.
+   *
+   * @generated from field: string offer_token = 2;
+   */
+  offerToken: string;
+};
+
+/**
+ * Describes the message slotbroker.v1.OfferExpired.
+ * Use `create(OfferExpiredSchema)` to create a new message.
+ */
+export const OfferExpiredSchema: GenMessage<OfferExpired> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_broker, 11);
+
+/**
  * Done reports that a job has finished, successfully or not.
  *
  * @generated from message slotbroker.v1.Done
@@ -515,7 +560,7 @@ export type Done = Message<"slotbroker.v1.Done"> & {
  * Use `create(DoneSchema)` to create a new message.
  */
 export const DoneSchema: GenMessage<Done> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 11);
+  messageDesc(file_slotbroker_v1_broker, 12);
 
 /**
  * Pong answers a Ping.
@@ -536,7 +581,7 @@ export type Pong = Message<"slotbroker.v1.Pong"> & {
  * Use `create(PongSchema)` to create a new message.
  */
 export const PongSchema: GenMessage<Pong> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 12);
+  messageDesc(file_slotbroker_v1_broker, 13);
 
 /**
  * Position answers a Query by replaying the grant rule over the current book.
@@ -600,7 +645,7 @@ export type Position = Message<"slotbroker.v1.Position"> & {
  * Use `create(PositionSchema)` to create a new message.
  */
 export const PositionSchema: GenMessage<Position> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 13);
+  messageDesc(file_slotbroker_v1_broker, 14);
 
 /**
  * Reject reports a frame that broke a rule. The stream stays up.
@@ -635,7 +680,7 @@ export type Reject = Message<"slotbroker.v1.Reject"> & {
  * Use `create(RejectSchema)` to create a new message.
  */
 export const RejectSchema: GenMessage<Reject> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 14);
+  messageDesc(file_slotbroker_v1_broker, 15);
 
 /**
  * JobSpec is what to run. The executable is fixed by the execserver's service config; a
@@ -696,7 +741,7 @@ export type JobSpec = Message<"slotbroker.v1.JobSpec"> & {
  * Use `create(JobSpecSchema)` to create a new message.
  */
 export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 15);
+  messageDesc(file_slotbroker_v1_broker, 16);
 
 /**
  * Receipt reports how a job ended.
@@ -780,7 +825,7 @@ export type Receipt = Message<"slotbroker.v1.Receipt"> & {
  * Use `create(ReceiptSchema)` to create a new message.
  */
 export const ReceiptSchema: GenMessage<Receipt> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 16);
+  messageDesc(file_slotbroker_v1_broker, 17);
 
 /**
  * GetStatusRequest asks for a status snapshot.
@@ -795,7 +840,7 @@ export type GetStatusRequest = Message<"slotbroker.v1.GetStatusRequest"> & {
  * Use `create(GetStatusRequestSchema)` to create a new message.
  */
 export const GetStatusRequestSchema: GenMessage<GetStatusRequest> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 17);
+  messageDesc(file_slotbroker_v1_broker, 18);
 
 /**
  * GetStatusResponse is a snapshot of one execserver.
@@ -851,7 +896,7 @@ export type GetStatusResponse = Message<"slotbroker.v1.GetStatusResponse"> & {
  * Use `create(GetStatusResponseSchema)` to create a new message.
  */
 export const GetStatusResponseSchema: GenMessage<GetStatusResponse> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 18);
+  messageDesc(file_slotbroker_v1_broker, 19);
 
 /**
  * WaitgroupStatus describes one waitgroup's slots and book.
@@ -928,7 +973,7 @@ export type WaitgroupStatus = Message<"slotbroker.v1.WaitgroupStatus"> & {
  * Use `create(WaitgroupStatusSchema)` to create a new message.
  */
 export const WaitgroupStatusSchema: GenMessage<WaitgroupStatus> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 19);
+  messageDesc(file_slotbroker_v1_broker, 20);
 
 /**
  * PriorityDepth is the number of wants parked at one priority.
@@ -956,7 +1001,7 @@ export type PriorityDepth = Message<"slotbroker.v1.PriorityDepth"> & {
  * Use `create(PriorityDepthSchema)` to create a new message.
  */
 export const PriorityDepthSchema: GenMessage<PriorityDepth> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 20);
+  messageDesc(file_slotbroker_v1_broker, 21);
 
 /**
  * ConnectionStatus describes one broker stream and what it has been granted.
@@ -1054,7 +1099,7 @@ export type ConnectionStatus = Message<"slotbroker.v1.ConnectionStatus"> & {
  * Use `create(ConnectionStatusSchema)` to create a new message.
  */
 export const ConnectionStatusSchema: GenMessage<ConnectionStatus> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 21);
+  messageDesc(file_slotbroker_v1_broker, 22);
 
 /**
  * PositionState tells where a job stands at the execserver.
@@ -1224,7 +1269,9 @@ export const BrokerService: GenService<{
   /**
    * Connect opens the broker channel. The first response is always a Hello. Frames that
    * break a rule are answered with a Reject and the stream stays up; frame kinds this
-   * server does not know are skipped.
+   * server does not know are skipped. When the fylr half-closes its side, its parked
+   * wants and unanswered offers are withdrawn, its running jobs go on, and the server
+   * ends the stream with OK after the last of their Done frames.
    *
    * @generated from rpc slotbroker.v1.BrokerService.Connect
    */

@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { ErrorKind, ReceiptSchema, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { durationFromMs } from "../../shared/proto-time.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** A reason a job failed other than its own exit status; the first one recorded wins. */
 export interface JobFailure {
@@ -48,7 +48,8 @@ export function receiptFromOutcome(outcome: JobOutcome): Receipt {
   return create(ReceiptSchema, {
     ...(exitCode === null ? {} : { exitCode }),
     signal: signal ?? "",
-    duration: durationFromMs(outcome.durationMs),
+    // Whole milliseconds: a Duration's nanos must be an integer on the wire.
+    duration: durationFromMs(Math.round(outcome.durationMs)),
     stderrLine: outcome.stderrLine,
     stdoutPrefix: outcome.stdoutPrefix,
     stdoutBytes: BigInt(outcome.stdoutBytes),

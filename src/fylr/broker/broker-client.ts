@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { EventEmitter } from "node:events";
 import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { Events } from "../../shared/events.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import type { BrokerConfig } from "./config.js";
 import type { BrokerConnection } from "./connection.js";
@@ -10,6 +10,8 @@ import { NoSlotError, UnknownServiceError, JobRejectedError } from "./errors.js"
 import { AddressPool, type BrokerInstance } from "./pool.js";
 import { RunningJobs } from "./running-jobs.js";
 import { Slot, emptyReceipt } from "./slot.js";
+import type { BrokerClientEvents, BrokerClientStats } from "./events.js";
+import { UnwantQueue } from "./unwant-queue.js";
 import { RaceBook, WantRace } from "./want-race.js";
 
 /** One request for a slot. */
@@ -23,22 +25,6 @@ export interface AcquireOptions {
   readonly connectTimeoutMs?: number;
   /** Called with each POSITION while parked (queried every positionInterval). */
   readonly onPosition?: (position: Position, instanceId: string) => void;
-}
-
-/** Counters of the broker client, for status pages and tests. */
-export interface BrokerClientStats {
-  /** Offers taken (first offer of a want). */
-  accepted: number;
-  /** Surplus offers declined at once (a want already won elsewhere, or withdrawn). */
-  declined: number;
-  /** Wants that gave up without an offer. */
-  noSlot: number;
-}
-
-/** The events a BrokerClient emits. */
-export interface BrokerClientEvents {
-  /** The reachable instances or one of their HELLOs changed. */
-  instances: [];
 }
 
 // One acquisition: the pure race bookkeeping plus the promise and timers around it.
@@ -71,8 +57,10 @@ type BrokerState = "idle" | "running" | "closed";
  * one connection per distinct instance, the first OFFER wins, later ones are DECLINEd, the
  * rest UNWANTed.
  */
-export class BrokerClient extends EventEmitter<BrokerClientEvents> {
+export class BrokerClient {
   readonly config: BrokerConfig;
+  /** Lifecycle events: connections up/down, wants parked, offers taken or declined, jobs done. */
+  readonly events: Events<BrokerClientEvents>;
   readonly stats: BrokerClientStats = { accepted: 0, declined: 0, noSlot: 0 };
   private state: BrokerState = "idle";
   private readonly logger: Logger;
@@ -83,8 +71,7 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
   // instance (through another configured address) stay idle.
   private readonly primaries = new Map<string, BrokerConnection>();
   private readonly settleWaiters = new Set<() => void>();
-  private readonly unwants: { conn: BrokerConnection; jobId: string; at: number }[] = [];
-  private unwantTimer: NodeJS.Timeout | undefined;
+  private readonly unwants: UnwantQueue;
   private snapshot: readonly BrokerInstance[] | undefined;
   private startedAt = 0;
   // Job ids: a random per-client prefix plus a counter. Unique among this client's jobs
@@ -93,9 +80,10 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
   private jobSerial = 0;
 
   constructor(config: BrokerConfig, options: { logger?: Logger } = {}) {
-    super();
     this.config = config;
     this.logger = (options.logger ?? silentLogger).child({ component: "broker" });
+    this.events = new Events((err, event) => this.logger.error({ err, event }, "a broker client event listener threw"));
+    this.unwants = new UnwantQueue(config.unwantGraceMs);
     const connection = { token: config.token, clientName: config.clientName, tls: config.tls, timings: config.timings };
     this.addressPools = config.addresses.map(
       (address) => new AddressPool({ address, connection, growth: config.growth, logger: options.logger }),
@@ -136,8 +124,7 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
 
   /** Calls `listener` after the instance snapshot changed; returns the unsubscribe function. */
   subscribe(listener: () => void): () => void {
-    this.on("instances", listener);
-    return () => this.off("instances", listener);
+    return this.events.on("instances", listener);
   }
 
   /** Wants parked right now. */
@@ -184,6 +171,7 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
         const instances = acq.parkedOn.size;
         if (this.giveUp(acq)) {
           this.stats.noSlot++;
+          this.events.emit("want:no-slot", jobId, service);
           reject(new NoSlotError(service, timeoutMs, instances));
         }
       }, timeoutMs);
@@ -209,8 +197,7 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
     this.state = "closed";
     const err = new SlotbrokerError(Code.Unavailable, "the broker client was closed");
     for (const acq of [...this.book.all()]) if (this.giveUp(acq)) acq.reject(err);
-    clearTimeout(this.unwantTimer);
-    for (const { conn, jobId } of this.unwants.splice(0)) conn.unwant(jobId);
+    this.unwants.flushAll();
     for (const pool of this.addressPools) pool.close();
     for (const wake of this.settleWaiters) wake();
     return Promise.resolve();
@@ -229,7 +216,9 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
   }
 
   private park(acq: Acquisition, conn: BrokerConnection): void {
-    if (acq.park(conn)) conn.want(acq.jobId, acq.service, acq.priority);
+    if (!acq.park(conn)) return;
+    conn.want(acq.jobId, acq.service, acq.priority);
+    this.events.emit("want:parked", acq.jobId, acq.service, conn);
   }
 
   // Ends a parked acquisition: UNWANT everywhere. False when it was already over.
@@ -241,38 +230,16 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
     return true;
   }
 
-  // The losers' wants are withdrawn after a short grace (see unwantGrace in the config):
-  // one queue and one timer for all of them, flushed in order.
-  private unwantLater(conns: readonly BrokerConnection[], jobId: string): void {
-    if (conns.length === 0) return;
-    const grace = this.config.unwantGraceMs;
-    if (grace <= 0) {
-      for (const conn of conns) conn.unwant(jobId);
-      return;
-    }
-    const at = Date.now() + grace;
-    for (const conn of conns) this.unwants.push({ conn, jobId, at });
-    this.unwantTimer ??= setTimeout(() => this.flushUnwants(), grace);
-  }
-
-  private flushUnwants(): void {
-    this.unwantTimer = undefined;
-    const now = Date.now();
-    let due = 0;
-    while (due < this.unwants.length && this.unwants[due]!.at <= now) {
-      const { conn, jobId } = this.unwants[due++]!;
-      // A surplus offer that arrived meanwhile already took the want off this connection.
-      conn.unwant(jobId);
-    }
-    this.unwants.splice(0, due);
-    const next = this.unwants[0];
-    if (next) this.unwantTimer = setTimeout(() => this.flushUnwants(), Math.max(1, next.at - now));
-  }
-
   private wire(conn: BrokerConnection): void {
     conn.on("offer", (offer) => this.onOffer(conn, offer));
-    conn.on("done", (done) => this.jobs.done(conn, done.jobId, done.receipt, emptyReceipt));
-    conn.on("lost", (jobIds, err) => this.jobs.lost(conn, jobIds, err));
+    conn.on("done", (done) => {
+      const receipt = this.jobs.done(conn, done.jobId, done.receipt, emptyReceipt);
+      if (receipt) this.events.emit("job:done", done.jobId, receipt);
+    });
+    conn.on("lost", (jobIds, err) => {
+      this.jobs.lost(conn, jobIds, err);
+      this.events.emit("job:lost", jobIds, err);
+    });
     conn.on("reject", (reject) => this.onReject(conn, reject));
     conn.on("unparked", (jobIds) => {
       for (const jobId of jobIds) this.book.get(jobId)?.unpark(conn);
@@ -286,8 +253,13 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
       if (!first && this.primaries.get(conn.instanceId ?? "") === conn) this.placeAll(conn);
     });
     conn.on("state", (state, previous) => {
-      if (state === "ready") this.promote(conn);
-      else if (previous === "ready") this.demote(conn);
+      if (state === "ready") {
+        this.promote(conn);
+        this.events.emit("connection:up", conn, conn.instanceId!);
+      } else if (previous === "ready") {
+        this.demote(conn);
+        this.events.emit("connection:down", conn, conn.lastError);
+      }
       if (state !== "connecting") for (const wake of this.settleWaiters) wake();
     });
   }
@@ -299,13 +271,16 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
       // A surplus offer: the want already won elsewhere or was withdrawn. Free the slot now.
       this.stats.declined++;
       conn.decline(offer);
+      this.events.emit("offer:declined", offer.jobId, conn);
       return;
     }
     this.stats.accepted++;
-    this.unwantLater(verdict.unwant, offer.jobId);
+    this.unwants.add(verdict.unwant, offer.jobId);
     acq.clearTimers();
     this.book.delete(acq);
-    acq.resolve(new Slot(acq.service, conn, offer, this.jobs));
+    const slot = new Slot(acq.service, conn, offer, this.jobs);
+    this.events.emit("offer:accepted", slot);
+    acq.resolve(slot);
   }
 
   private onReject(conn: BrokerConnection, reject: Reject): void {
@@ -366,7 +341,7 @@ export class BrokerClient extends EventEmitter<BrokerClientEvents> {
 
   private instancesChanged(): void {
     this.snapshot = undefined;
-    this.emit("instances");
+    this.events.emit("instances");
   }
 
   // Start-up grace: until every pool reached an instance or failed once (or the grace

@@ -29,9 +29,16 @@ export const brokerConfigSchema = z.strictObject({
   maxConnectionsPerAddress: z.number().int().min(1).max(256).default(8),
   /** How long a covered pool stops growing before it probes for new instances again. */
   reprobeInterval: durationMs.prefault("60s"),
+  /**
+   * HTTP/2 keepalive PING interval. Stock gRPC servers refuse pings more often than every
+   * 5 minutes by default (grpc-go answers GOAWAY "too_many_pings"); the application Ping
+   * below is what detects a half-open stream, and no server polices it.
+   */
   keepaliveTime: durationMs.prefault(formatDuration(timing.keepaliveTimeMs)),
   keepaliveTimeout: durationMs.prefault(formatDuration(timing.keepaliveTimeoutMs)),
+  /** Application Ping interval on a ready stream (a frame on the stream, not an HTTP/2 PING). */
   pingInterval: durationMs.prefault(formatDuration(timing.pingIntervalMs)),
+  /** A Ping unanswered this long restarts the stream (half-open detection). */
   pingTimeout: durationMs.prefault(formatDuration(timing.pingTimeoutMs)),
   helloTimeout: durationMs.prefault(formatDuration(timing.helloTimeoutMs)),
   reconnectInitial: durationMs.prefault(formatDuration(timing.backoff.initialMs)),

@@ -22,8 +22,8 @@ export interface ConnectionTimings {
 
 /** Defaults for ConnectionTimings; the broker config's defaults are these (one source). */
 export const defaultConnectionTimings: ConnectionTimings = {
-  keepaliveTimeMs: 10_000,
-  keepaliveTimeoutMs: 5_000,
+  keepaliveTimeMs: 300_000,
+  keepaliveTimeoutMs: 20_000,
   pingIntervalMs: 10_000,
   pingTimeoutMs: 5_000,
   helloTimeoutMs: 10_000,

@@ -264,6 +264,11 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
       case "reject":
         this.onReject(frame.value);
         return;
+      case "offerExpired":
+        // The slot holder answers before Slot.expiresAt; an expiry means the JOB was late,
+        // and the STALE_OFFER Reject that answers it fails that job (see onReject).
+        this.logger.debug({ jobId: frame.value.jobId }, "offer expired before our answer arrived");
+        return;
       default:
         // An unknown or unset frame kind is skipped: newer servers may send more.
         this.logger.debug({ frame: frame.case }, "skipping unknown frame");

@@ -1,5 +1,6 @@
 // The fylr's broker client: connections, pools per address, slot acquisition.
-export { BrokerClient, type AcquireOptions, type BrokerClientStats, type BrokerClientEvents } from "./broker-client.js";
+export { BrokerClient, type AcquireOptions } from "./broker-client.js";
+export type { BrokerClientEvents, BrokerClientStats } from "./events.js";
 export { brokerConfigSchema, compileBrokerConfig, type BrokerConfig, type BrokerConfigInput } from "./config.js";
 export {
   BrokerConnection,

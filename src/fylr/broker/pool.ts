@@ -52,6 +52,10 @@ export interface AddressPoolEvents {
   instances: [];
   /** A connection reached an instance the pool already had and was closed. */
   duplicate: [instanceId: string];
+  /** The covered mark lapsed: the pool may grow (probe for new instances) again. */
+  uncovered: [];
+  /** One growth decision was made (every tick). */
+  tick: [decision: GrowthDecision];
 }
 
 /**
@@ -143,8 +147,12 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
       const conn = this.open();
       this.logger.info({ conn: conn.name, connections: this.members.size }, "backpressure: opened one more connection");
     }
-    if (!this.covered) this.coveredAt = undefined;
+    if (this.coveredAt !== undefined && !this.covered) {
+      this.coveredAt = undefined;
+      this.emit("uncovered");
+    }
     this.lastDecision = decision;
+    this.emit("tick", decision);
     return decision;
   }
 

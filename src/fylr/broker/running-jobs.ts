@@ -51,12 +51,14 @@ export class RunningJobs {
     return this.jobs.get(jobId)?.conn === conn;
   }
 
-  /** DONE arrived on `conn`. */
-  done(conn: BrokerConnection, jobId: string, receipt: Receipt | undefined, emptyReceipt: () => Receipt): void {
+  /** DONE arrived on `conn`; returns the receipt it settled the job with (undefined: not ours). */
+  done(conn: BrokerConnection, jobId: string, receipt: Receipt | undefined, emptyReceipt: () => Receipt): Receipt | undefined {
     const job = this.jobs.get(jobId);
-    if (!job || job.conn !== conn) return;
+    if (!job || job.conn !== conn) return undefined;
     this.jobs.delete(jobId);
-    job.resolve(receipt ?? emptyReceipt());
+    const settled = receipt ?? emptyReceipt();
+    job.resolve(settled);
+    return settled;
   }
 
   /** The stream of `conn` dropped while these jobs ran. */

@@ -1,11 +1,11 @@
 import { create } from "@bufbuild/protobuf";
 import { ReceiptSchema, type JobSpec, type Offer, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Transitions } from "../../shared/lifecycle.js";
-import { msFromDuration } from "../../shared/proto-time.js";
 import type { BrokerConnection } from "./connection.js";
 import { ConnectionLostError } from "./errors.js";
 import type { LocalAddress } from "./local-address.js";
 import type { RunningJobs } from "./running-jobs.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 
 /** A won slot's lifecycle: offered until JOB or DECLINE is sent. */
 export type SlotState = "offered" | "started" | "declined";
@@ -34,7 +34,7 @@ export class Slot {
     this.connection = connection;
     this.offer = offer;
     this.instanceId = connection.hello?.instanceId ?? "";
-    this.expiresAt = now + (msFromDuration(offer.expiresIn) ?? 5_000);
+    this.expiresAt = now + ((offer.expiresIn && durationMs(offer.expiresIn)) ?? 5_000);
     this.jobs = jobs;
   }
 

@@ -8,6 +8,7 @@ import { ConfigError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import type { PipeRegistry } from "../pipes/index.js";
 import type { HttpRequest, HttpResponse, RawRoute } from "./http-types.js";
+import { answerUnknownRoute, registerIntrospection } from "./introspection.js";
 import { nodeRequestContext } from "./node-request.js";
 import { pipeRawRoutes } from "./pipe-routes.js";
 import { registerPipeService } from "./pipe-service.js";
@@ -65,7 +66,8 @@ const H2_WINDOW = 8 * 1024 * 1024;
 /**
  * Starts the fylr's one HTTP port: HTTP/1.1 and cleartext HTTP/2 (prior knowledge) on
  * the same listener, told apart by the connection's first bytes. Serves `/healthz`, the
- * raw routes, then Connect (PipeService when a registry is given, plus `connectRoutes`).
+ * raw routes, then Connect (PipeService when a registry is given, plus `connectRoutes`,
+ * plus gRPC health and reflection for them); anything else answers UNIMPLEMENTED or 404.
  */
 export async function startFylrHttpServer(options: FylrHttpServerOptions): Promise<FylrHttpServer> {
   const where = splitHostPort(options.listen);
@@ -84,13 +86,18 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     ...(registry ? pipeRawRoutes(registry) : []),
     ...(options.rawRoutes ?? []),
   ];
+  // Aborted when closing begins: gRPC health Watch streams say NOT_SERVING and end.
+  const closingSignal = new AbortController();
   const connectHandler = connectNodeAdapter({
     routes: (router) => {
       if (registry) registerPipeService(router, registry);
       options.connectRoutes?.(router);
+      registerIntrospection(router, { serving: () => state === "listening" && (options.health?.().ok ?? true), closing: closingSignal.signal });
     },
+    // A typo in a JSON request is an error naming the field, not a silently dropped value.
+    jsonOptions: { ignoreUnknownFields: false },
     contextValues: (req) => nodeRequestContext(req),
-    fallback: (req, res) => sendText(res as HttpResponse, 404, `no route for ${req.method ?? "?"} ${req.url ?? "?"}`),
+    fallback: (req, res) => answerUnknownRoute(req, res as HttpResponse),
   });
 
   const dispatch = (req: HttpRequest, res: HttpResponse, expectContinue: boolean): void => {
@@ -186,6 +193,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
   const close = (): Promise<void> => {
     closing ??= (async () => {
       setState("closing");
+      closingSignal.abort();
       listener.close();
       for (const [socket, protocol] of sockets) if (protocol === "sniffing") socket.destroy();
       for (const [socket, protocol] of sockets) if (protocol === "h1" && !h1Busy.get(socket)) socket.destroy();

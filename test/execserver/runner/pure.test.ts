@@ -2,7 +2,7 @@ import { expect } from "chai";
 import { ErrorKind } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { childEnv, FALLBACK_PATH, receiptFromOutcome, type JobOutcome } from "../../../src/execserver/runner/index.js";
 import { checkRequest } from "../../../src/execserver/runner/request-check.js";
-import { msFromDuration } from "../../../src/shared/proto-time.js";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 
 const base: JobOutcome = {
   exitCode: 0,
@@ -36,7 +36,7 @@ describe("runner: receipts", () => {
     expect(receipt.exitCode).to.equal(0);
     expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED);
     expect(receipt.errorMessage).to.equal("");
-    expect(msFromDuration(receipt.duration)).to.equal(1500);
+    expect(durationMs(receipt.duration!)).to.equal(1500);
   });
 
   it("calls a signal nobody here sent KILLED", () => {

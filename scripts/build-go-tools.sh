@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the Go tools the polyglot checks use into tools/bin (ignored by git) and reuses
+# each one while its pinned version is there: grpcurl (reflection checks against real
+# servers) and protoc-gen-go / protoc-gen-go-grpc (the Go client's stubs, through the
+# committed buf template examples/clients/go/buf.gen.yaml). Prints the bin directory.
+# None of them is packaged for this machine; the Go module proxy serves all three.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin="$root/tools/bin"
+tools=(
+  "grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
+  "protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
+  "protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0"
+)
+mkdir -p "$bin"
+for entry in "${tools[@]}"; do
+  name=${entry%% *}
+  pkg=${entry#* }
+  stamp="$bin/$name.version"
+  if [ -x "$bin/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$pkg" ]; then continue; fi
+  command -v go >/dev/null || { echo "build-go-tools: Go is required to build $name" >&2; exit 1; }
+  echo "build-go-tools: building $pkg" >&2
+  GOBIN="$bin" CGO_ENABLED=0 GOFLAGS=-buildvcs=false go install "$pkg" >&2
+  echo "$pkg" > "$stamp"
+done
+echo "$bin"

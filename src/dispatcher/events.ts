@@ -1,0 +1,46 @@
+/**
+ * The dispatcher's lifecycle events (see Dispatcher.events). Status pages, metrics and
+ * tests subscribe; nothing in the dispatcher depends on who listens.
+ */
+import type { LiveItem } from "./live.js";
+import type { ReapResult } from "./store.js";
+import type { ClaimedItem } from "./types.js";
+
+/** The loop's lifecycle. */
+export type DispatcherState = "idle" | "running" | "stopping" | "stopped";
+
+/**
+ * What woke the loop before its poll interval: a NOTIFY from any fylr ("notify"), a submit
+ * through this dispatcher, an item of this fylr that finished, more work than one claim
+ * batch, or a change of the exec capacity; "poll" when the interval passed.
+ */
+export type WakeSource = "notify" | "submit" | "finished" | "backlog" | "capacity" | "poll";
+
+/** Why an item went back to the queue. */
+export type RequeueReason = "retry" | "no-slot" | "given-back";
+
+/** Event name → listener arguments. */
+export interface DispatcherEvents {
+  /** The lifecycle moved. */
+  state: [state: DispatcherState, previous: DispatcherState];
+  /** The loop woke up and starts a pass. */
+  wakeup: [source: WakeSource];
+  /** A loop pass ended; it claimed `claimed` items. */
+  pass: [claimed: number];
+  /** This fylr claimed an item. */
+  "item:claimed": [item: ClaimedItem];
+  /** The item runs: its first exec call got a slot and that was written, or its local action began. */
+  "item:started": [item: ClaimedItem];
+  /** A held item changed in this fylr's live view (phase, position); `removed` once it let go. */
+  "item:changed": [live: LiveItem, removed: boolean];
+  /** The item's success was written. */
+  "item:succeeded": [item: ClaimedItem];
+  /** The item failed for good (no attempts left, or a permanent failure). */
+  "item:failed": [item: ClaimedItem, error: string];
+  /** The item went back to the queue. */
+  "item:requeued": [item: ClaimedItem, reason: RequeueReason];
+  /** The lease fence refused this fylr's write: the item was taken back meanwhile. */
+  "item:fenced": [item: ClaimedItem];
+  /** A sweep found fylrs with stale heartbeats and requeued (or failed) their claims. */
+  "orphans:rescued": [result: ReapResult];
+}

@@ -1,0 +1,140 @@
+/**
+ * The items this fylr holds, each run by its own task: claimed → run (item-runner) →
+ * outcome written (settle). Tracks what is held for admission and shutdown, and aborts
+ * tasks directly (not through a signal linked to a parent: a linked child leaves a
+ * listener on the parent for as long as the parent lives).
+ */
+import { AbortReason, linkedAbortController, sleep } from "../shared/abort.js";
+import type { Events } from "../shared/events.js";
+import type { Logger } from "../shared/log.js";
+import type { BlobStore } from "./blob-store.js";
+import type { CompletionBatcher } from "./completion-batcher.js";
+import type { DispatcherConfig } from "./config.js";
+import type { DispatcherEvents } from "./events.js";
+import type { ExecBackend } from "./exec-backend.js";
+import { runItem } from "./item-runner.js";
+import type { LiveItems } from "./live.js";
+import type { LocalActionRegistry } from "./local-actions.js";
+import type { Permit } from "./local-permits.js";
+import { settle, type DispatcherCounters } from "./settle.js";
+import type { QueueStore } from "./store.js";
+import type { ClaimedItem } from "./types.js";
+
+/** What the tasks are built from. */
+export interface ItemTaskDeps {
+  readonly store: QueueStore;
+  readonly completer: CompletionBatcher;
+  readonly backend: ExecBackend;
+  readonly actions: LocalActionRegistry;
+  readonly live: LiveItems;
+  /** Stored inputs and outputs of any size. */
+  readonly blobs: BlobStore;
+  readonly config: DispatcherConfig;
+  readonly counters: DispatcherCounters;
+  readonly events: Events<DispatcherEvents>;
+  readonly log: Logger;
+  /** Aborted once the dispatcher stopped: outcome writes still retrying give up. */
+  readonly writes: AbortSignal;
+  /** Called after each task ended (the loop may claim again). */
+  readonly finished: () => void;
+}
+
+/** The running item tasks of one dispatcher. */
+export class ItemTasks {
+  private readonly tasks = new Set<Promise<void>>();
+  private readonly controllers = new Set<AbortController>();
+  private execCount = 0;
+
+  constructor(private readonly deps: ItemTaskDeps) {}
+
+  /** Tasks running now. */
+  get size(): number {
+    return this.tasks.size;
+  }
+
+  /** Exec items held now (claimed or running). */
+  get execHeld(): number {
+    return this.execCount;
+  }
+
+  /** Starts a task for a freshly claimed item (a local item brings its permit). */
+  spawn(item: ClaimedItem, permit: Permit | undefined): void {
+    this.deps.counters.claimed += 1;
+    this.deps.events.emit("item:claimed", item);
+    const task = this.run(item, permit).finally(() => {
+      this.tasks.delete(task);
+      this.deps.finished();
+    });
+    this.tasks.add(task);
+  }
+
+  /** Aborts every running task with `reason`. */
+  abortAll(reason: AbortReason): void {
+    for (const controller of this.controllers) controller.abort(reason);
+  }
+
+  /** Waits up to `ms` (or until `cut` aborts) for the tasks to end; returns how many are left. */
+  async settled(ms: number, cut?: AbortSignal): Promise<number> {
+    const timeout = linkedAbortController(cut);
+    await Promise.race([Promise.allSettled([...this.tasks]), sleep(ms, timeout.signal).catch(() => undefined)]);
+    timeout.abort();
+    return this.tasks.size;
+  }
+
+  private async run(item: ClaimedItem, permit: Permit | undefined): Promise<void> {
+    const { store, live, events } = this.deps;
+    const log = this.deps.log.child({ itemId: item.id, lease: item.lease, kind: item.kind });
+    const controller = new AbortController();
+    this.controllers.add(controller);
+    live.add({ id: item.id, kind: item.kind, priority: item.priority, lease: item.lease, callCount: item.calls.length });
+    if (item.kind === "exec") this.execCount += 1;
+    let marking: Promise<void> | undefined;
+    // Local items are claimed straight into 'running'; exec items wait for a slot first and
+    // count as started once that is written.
+    const onStart = (): void => {
+      if (item.state !== "claimed") {
+        if (!marking) events.emit("item:started", item);
+        marking ??= Promise.resolve();
+        return;
+      }
+      marking ??= this.markRunning(item, controller, log).then((running) => {
+        if (running) events.emit("item:started", item);
+      });
+    };
+    const { backend, actions, blobs, config, counters, completer } = this.deps;
+    const runner = { backend, actions, live, blobs, inlineBytes: blobs.config.inlineBytes, maxOutputBytes: config.maxOutputBytes, onStart };
+    try {
+      permit?.markUsed();
+      const outcome = await runItem(item, runner, controller.signal);
+      await marking;
+      live.setPhase(item.id, item.lease, "finishing");
+      await settle(item, outcome, { store, completer, config, counters, events, signal: this.deps.writes }, log);
+    } catch (err) {
+      // A bug, not an outcome: give the item back rather than leave it claimed by a live fylr.
+      log.error({ err }, "item task failed unexpectedly; giving the item back");
+      await store.release(item, 0).catch(() => undefined);
+    } finally {
+      if (item.kind === "exec") this.execCount -= 1;
+      permit?.release();
+      live.remove(item.id, item.lease);
+      this.controllers.delete(controller);
+    }
+  }
+
+  // False when the fence refused it (the run is aborted then).
+  private async markRunning(item: ClaimedItem, controller: AbortController, log: Logger): Promise<boolean> {
+    try {
+      const ok = await this.deps.store.markRunning({ id: item.id, claimedBy: item.claimedBy, lease: item.lease });
+      if (ok) return true;
+      this.deps.counters.fenced += 1;
+      this.deps.events.emit("item:fenced", item);
+      log.error({ incident: "lease-fenced" }, "mark running refused by the lease fence: the claim was taken back; aborting this run");
+      controller.abort(new AbortReason("cancelled", "the claim was taken back (lease fenced)"));
+      return false;
+    } catch (err) {
+      // Cosmetic: the item still completes from "claimed". Not worth failing the run over.
+      log.warn({ err }, "could not mark the item running");
+      return true;
+    }
+  }
+}
