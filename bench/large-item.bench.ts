@@ -93,7 +93,7 @@ function run(argv: string[], stdoutPath: string, onStderr: (line: string) => voi
 function startServer(args: string[], banner: RegExp, name: string): Promise<{ child: ChildProcess; match: RegExpExecArray }> {
   const child = spawn(process.execPath, ["--import", "tsx", cli, ...args], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, SLOTBROKER_LOG_LEVEL: "warn" } });
   let log = "";
-  child.stderr!.setEncoding("utf8").on("data", (s: string) => (log = (log + s).slice(-5000)));
+  child.stderr.setEncoding("utf8").on("data", (s: string) => (log = (log + s).slice(-5000)));
   return waitForOutput(child, banner, { timeoutMs: 60_000, context: () => `${name}: ${log}` }).then((match) => ({ child, match }));
 }
 

@@ -50,7 +50,7 @@ export function uploadInput(baseUrl: string, source: Readable, options: { size?:
         try {
           resolve(JSON.parse(body) as StoredUpload);
         } catch (err) {
-          reject(err as Error);
+          reject(err instanceof Error ? err : new Error(String(err)));
         }
       });
     });

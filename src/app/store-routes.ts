@@ -64,8 +64,11 @@ async function acceptUpload(dispatcher: Dispatcher, { req, res, expectContinue, 
   const writer = blobs.createWriter({ role: "input", expectedBytes: announced });
   let failure: Error | undefined;
   writer.on("error", (err) => (failure ??= err));
+  // Set from the writer's 'error' at any await; read through this so it is never narrowed away.
+  const failed = (): Error | undefined => failure;
   await writer.opened;
-  if (failure) return refuse(res, statusFor(failure), failure.message);
+  const refused = failed();
+  if (refused) return refuse(res, statusFor(refused), refused.message);
   // The client went away or stalled: the transaction is dropped, nothing stays.
   const stall = blobs.config.stallTimeoutMs;
   let timer: NodeJS.Timeout | undefined;
@@ -87,10 +90,12 @@ async function acceptUpload(dispatcher: Dispatcher, { req, res, expectContinue, 
     for (let next = await incoming.next(); !next.done; next = await incoming.next()) {
       arm();
       received += next.value.length;
-      if (failure) throw failure;
-      if (!writer.write(next.value)) await drained(writer, () => failure ?? new Error("the store write closed"));
+      const broken = failed();
+      if (broken) throw broken;
+      if (!writer.write(next.value)) await drained(writer, () => failed() ?? new Error("the store write closed"));
     }
-    if (failure) throw failure;
+    const broken = failed();
+    if (broken) throw broken;
     if (!(await uploadComplete(req))) throw new SlotbrokerError(Code.InvalidArgument, "the upload ended before its body was complete");
     if (announced !== undefined && received !== announced) {
       throw new SlotbrokerError(Code.InvalidArgument, `the body had ${received} bytes, content-length said ${announced}`);
@@ -104,7 +109,7 @@ async function acceptUpload(dispatcher: Dispatcher, { req, res, expectContinue, 
     res.end(body);
     logger.debug({ upload: blob.id, bytes: blob.size }, "stored an upload");
   } catch (err) {
-    const error = failure ?? (err as Error);
+    const error = failed() ?? (err as Error);
     writer.destroy(error);
     logger.info({ err: error.message }, "upload failed; nothing was stored");
     // The rest of the body is not read: the connection goes after this answer.

@@ -119,7 +119,6 @@ export class BlobStore {
     const pool = this.pool;
     const stallMs = this.config.stallTimeoutMs;
     const text = sql.copyRange(blob.id, blob.chunkBytes, start, end);
-    let stream: Readable | undefined;
     async function* chunks(): AsyncGenerator<Buffer> {
       const client = await pool.connect().catch((err: unknown) => {
         throw fromPgError(err, "read stored data: connect");
@@ -136,7 +135,7 @@ export class BlobStore {
         let bytes = 0;
         for await (const chunk of decoder as AsyncIterable<Buffer>) {
           bytes += chunk.length;
-          timer = setTimeout(() => stream?.destroy(new SlotbrokerError(Code.DeadlineExceeded, `the reader took no data for ${stallMs} ms (store.stallTimeout)`)), stallMs);
+          timer = setTimeout(() => stream.destroy(new SlotbrokerError(Code.DeadlineExceeded, `the reader took no data for ${stallMs} ms (store.stallTimeout)`)), stallMs);
           yield chunk;
           clearTimeout(timer);
         }
@@ -149,7 +148,7 @@ export class BlobStore {
         client.release(!healthy);
       }
     }
-    stream = Readable.from(chunks(), { objectMode: false, highWaterMark: 1 << 20 });
+    const stream: Readable = Readable.from(chunks(), { objectMode: false, highWaterMark: 256 << 10 });
     return stream;
   }
 

@@ -4,7 +4,8 @@
  * so the item reports the size and SHA-256 of its whole output without holding it.
  */
 import { createHash } from "node:crypto";
-import { Readable, Writable } from "node:stream";
+import type { Readable} from "node:stream";
+import { Writable } from "node:stream";
 import { finished } from "node:stream/promises";
 import { drained } from "../shared/streams.js";
 import { StoreLimitError, type BlobRole, type BlobStore, type BlobWriter } from "./blob-store.js";

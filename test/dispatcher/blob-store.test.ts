@@ -51,7 +51,7 @@ describe("blob store", () => {
     const id = await write(store, bytes);
     const info = (await store.info(id))!;
     expect(info).to.include({ size: bytes.length, sha256: createHash("sha256").update(bytes).digest("hex"), role: "input", chunkBytes: 64 * KiB });
-    expect((await pool.query("SELECT count(*)::int AS n FROM blob_chunks WHERE blob_id = $1", [id])).rows[0].n).to.equal(6);
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blob_chunks WHERE blob_id = $1", [id])).rows[0]!.n).to.equal(6);
     expect((await readAll(store.read(info))).equals(bytes)).to.equal(true);
     for (const [start, end] of [[0, 1], [1, 64 * KiB], [64 * KiB - 1, 64 * KiB + 1], [100_000, 300_001], [bytes.length - 5, bytes.length], [3, 3]] as const) {
       expect((await readAll(store.read(info, { start, end }))).equals(bytes.subarray(start, end)), `${start}-${end}`).to.equal(true);
@@ -75,8 +75,8 @@ describe("blob store", () => {
     await new Promise((r) => setTimeout(r, 200));
     writer.destroy(new Error("cut off"));
     await finished(writer).catch(() => undefined);
-    expect((await pool.query("SELECT count(*)::int AS n FROM blobs")).rows[0].n).to.equal(0);
-    expect((await pool.query("SELECT count(*)::int AS n FROM blob_chunks")).rows[0].n).to.equal(0);
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blobs")).rows[0]!.n).to.equal(0);
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blob_chunks")).rows[0]!.n).to.equal(0);
   });
 
   it("refuses an announced size over maxItemBytes before taking a byte, and a longer body when it passes the limit", async () => {
@@ -112,7 +112,7 @@ describe("blob store", () => {
     const { item } = await submit(adopted);
     const again = await submit(adopted).then(() => undefined, (e: unknown) => e as Error);
     expect(again?.message).to.match(/no upload .* to take: it never completed, expired unused \(store\.orphanTtl\), or another item took it/);
-    expect((await pool.query("SELECT count(*)::int AS n FROM queue_items")).rows[0].n).to.equal(1);
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items")).rows[0]!.n).to.equal(1);
     await new Promise((r) => setTimeout(r, 400));
     expect(await store.sweep()).to.deep.equal({ blobs: 1, bytes: 10 * KiB });
     expect(await store.info(orphan)).to.equal(undefined);

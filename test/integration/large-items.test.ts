@@ -144,7 +144,7 @@ describe(`large items through the queue (${Math.round(size / MiB)} MiB)`, functi
   });
 
   const startFylr = async (name: string, addresses = [exec!.grpcAddress], store: Record<string, unknown> = {}): Promise<FylrProcess> => {
-    const fylr = await spawnFylr(fastFylrConfig(databaseUrl, addresses, { store: { stallTimeout: "10s", ...store } } as never), name);
+    const fylr = await spawnFylr(fastFylrConfig(databaseUrl, addresses, { store: { stallTimeout: "10s", ...store } }), name);
     fylrs.push(fylr);
     return fylr;
   };
@@ -200,14 +200,14 @@ describe(`large items through the queue (${Math.round(size / MiB)} MiB)`, functi
 
   it("an upload cut off halfway leaves no item and no stored bytes", async () => {
     const fylr = await startFylr("fa");
-    await waitFor("the schema", async () => (await pool.query("SELECT to_regclass('blob_chunks') AS t")).rows[0].t !== null);
+    await waitFor("the schema", async () => (await pool.query<{ t: string | null }>("SELECT to_regclass('blob_chunks') AS t")).rows[0]!.t !== null);
     const before = await chunkBytesOnDisk(pool);
     const half = Math.max(4 * MiB, Math.floor(size / 2 / MiB) * MiB);
     await cutUpload(fylr.url, 2 * half, half);
     await cutUpload(fylr.url, undefined, half);
     await waitFor("the cut-off uploads rolled back", async () => (await storeState(pool)).openWrites === 0, 30_000);
     expect(await storeState(pool)).to.deep.equal({ blobs: 0, chunks: 0, openWrites: 0 });
-    expect((await pool.query("SELECT count(*)::int AS n FROM queue_items")).rows[0].n).to.equal(0);
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items")).rows[0]!.n).to.equal(0);
     expect(await chunkFilesBackTo(pool, before + MiB)).to.be.at.most(before + MiB);
   });
 
@@ -220,9 +220,9 @@ describe(`large items through the queue (${Math.round(size / MiB)} MiB)`, functi
 
   it("a fylr killed mid-upload leaves nothing behind", async () => {
     const fylr = await startFylr("fa");
-    await waitFor("the schema", async () => (await pool.query("SELECT to_regclass('blob_chunks') AS t")).rows[0].t !== null);
+    await waitFor("the schema", async () => (await pool.query<{ t: string | null }>("SELECT to_regclass('blob_chunks') AS t")).rows[0]!.t !== null);
     const before = await chunkBytesOnDisk(pool);
-    const upload = fetch(`${fylr.url}/queue/inputs`, { method: "POST", body: createReadStream(input.path) as never, duplex: "half" } as RequestInit).catch((e: unknown) => e);
+    const upload = fetch(`${fylr.url}/queue/inputs`, { method: "POST", body: createReadStream(input.path) as never, duplex: "half" }).catch((e: unknown) => e);
     await waitFor("the upload writing", async () => (await storeState(pool)).openWrites > 0, 30_000);
     await new Promise((r) => setTimeout(r, 300));
     await fylr.stop("SIGKILL");
@@ -252,7 +252,7 @@ describe(`large items through the queue (${Math.round(size / MiB)} MiB)`, functi
       { role: "output", size: String(size), owned: true, expires: false },
     ]);
     // Two blobs of the default 256 KiB chunks, and not one chunk more.
-    expect((await pool.query("SELECT count(*)::int AS n FROM blob_chunks")).rows[0].n).to.equal(2 * Math.ceil(size / (256 * 1024)));
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blob_chunks")).rows[0]!.n).to.equal(2 * Math.ceil(size / (256 * 1024)));
     const out = join(dir, "rerun.bin");
     const o = await cliToFile(["output", "--api", b.url, id, "-o", out], join(dir, "rerun.stdout"), slow);
     expect(o.code, o.stderr).to.equal(0);
