@@ -273,7 +273,8 @@ export type Item = Message<"slotbroker.v1.Item"> & {
   results: CallResult[];
 
   /**
-   * The final output: the last call's stdout, or the local action's output.
+   * The final output: the last call's stdout, or the local action's output. Only its
+   * first bytes (64 KiB by default) when `output_stored` is true.
    *
    * @generated from field: bytes output = 14;
    */
