@@ -147,7 +147,8 @@ async function serveOutput(dispatcher: Dispatcher, { req, res, params, logger }:
       if (!info) {
         return sendText(res, 410, `the output of item ${item.id} was deleted (store.retention is ${Math.round(dispatcher.blobs.config.retentionMs / 3_600_000)} h)`);
       }
-      body = { size: info.size, sha256: info.sha256, open: (start, end) => dispatcher.blobs.read(info, { start, end }) };
+      const stallMs = dispatcher.blobs.config.stallTimeoutMs;
+      body = { size: info.size, sha256: info.sha256, open: (start, end) => dispatcher.blobs.read(info, { start, end, stallMs }) };
     }
   } catch (err) {
     return sendText(res, statusFor(err), (err as Error).message);

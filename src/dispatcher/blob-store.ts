@@ -104,11 +104,12 @@ export class BlobStore {
 
   /**
    * The bytes of a blob from `start` to `end` (exclusive; default the whole blob), as a
-   * lazy stream: the database is read only once the stream is read. A reader that stops
-   * pulling for `stallTimeout` is cut off (the stream errors), so it cannot pin a
-   * connection forever.
+   * lazy stream: the database is read only once the stream is read. With `stallMs`, a
+   * reader that stops pulling that long is cut off (the stream errors), so a stuck HTTP
+   * client cannot pin a connection forever; a job's stdin has its job timeout instead (a
+   * job may rightly pause reading).
    */
-  read(blob: Pick<BlobInfo, "id" | "size" | "chunkBytes">, range: { start?: number; end?: number } = {}): Readable {
+  read(blob: Pick<BlobInfo, "id" | "size" | "chunkBytes">, range: { start?: number; end?: number; stallMs?: number } = {}): Readable {
     checkBlobId(blob.id);
     const start = range.start ?? 0;
     const end = range.end ?? blob.size;
@@ -117,7 +118,7 @@ export class BlobStore {
     }
     if (start === end) return Readable.from([], { objectMode: false });
     const pool = this.pool;
-    const stallMs = this.config.stallTimeoutMs;
+    const stallMs = range.stallMs;
     const text = sql.copyRange(blob.id, blob.chunkBytes, start, end);
     async function* chunks(): AsyncGenerator<Buffer> {
       const client = await pool.connect().catch((err: unknown) => {
@@ -135,7 +136,9 @@ export class BlobStore {
         let bytes = 0;
         for await (const chunk of decoder as AsyncIterable<Buffer>) {
           bytes += chunk.length;
-          timer = setTimeout(() => stream.destroy(new SlotbrokerError(Code.DeadlineExceeded, `the reader took no data for ${stallMs} ms (store.stallTimeout)`)), stallMs);
+          if (stallMs !== undefined) {
+            timer = setTimeout(() => stream.destroy(new SlotbrokerError(Code.DeadlineExceeded, `the reader took no data for ${stallMs} ms (store.stallTimeout)`)), stallMs);
+          }
           yield chunk;
           clearTimeout(timer);
         }
