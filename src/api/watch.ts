@@ -1,7 +1,9 @@
 /**
  * QueueService.Watch: emits an item whenever its state or position changes and ends after it
  * finished. Items this fylr holds wake the loop through the dispatcher's live table at
- * once; items other fylrs run are seen by polling the database (bounded, every pollMs).
+ * once; a state change on any other fylr wakes it through the dispatcher's LISTEN/NOTIFY.
+ * The database is still read every pollMs as the safety net (and for position changes,
+ * which notify nobody).
  */
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -25,9 +27,7 @@ export async function* watchItem(deps: ItemViewDeps, id: string, options: WatchO
   const controller = linkedAbortController(options.signal, options.shutdown);
   const signal = controller.signal;
   const wakeup = new Wakeup();
-  const unsubscribe = deps.dispatcher.events.on("item:changed", (live) => {
-    if (live.id === id) wakeup.notify();
-  });
+  const unsubscribe = deps.dispatcher.followItem(id, () => wakeup.notify());
   try {
     let last: string | undefined;
     for (;;) {

@@ -42,6 +42,8 @@ export interface ExecserverHandle {
   close(): Promise<void>;
   /** Forceful shutdown (abort jobs, drop streams); idempotent. */
   forceClose(): Promise<void>;
+  /** close(), for `await using exec = await startExecserver(…)`. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 /** Starts an execserver from a compiled config: gRPC + admin listeners, ready to serve. */
@@ -70,6 +72,7 @@ export async function startExecserver(config: ExecserverConfig, options: StartEx
     status: () => server.status(),
     close: () => server.close(),
     forceClose: () => server.forceClose(),
+    [Symbol.asyncDispose]: () => server.close(),
   };
 }
 

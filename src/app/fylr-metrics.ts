@@ -1,6 +1,7 @@
 /**
  * Prometheus metrics of one fylr, in a registry of its own (several fylrs can live in one
- * process). Everything is read from the dispatcher and the broker at scrape time.
+ * process). Gauges and totals are read from the dispatcher and the broker at scrape time;
+ * wakeups and connection drops are counted from their events as they happen.
  */
 import { Counter, Gauge, Registry } from "prom-client";
 import type { Dispatcher, DispatcherCounters } from "../dispatcher/index.js";
@@ -85,6 +86,24 @@ export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker
       }
     },
   });
+  const wakeups = new Counter({
+    name: "slotbroker_fylr_wakeups_total",
+    help: "Dispatcher loop wakeups by source: notify (LISTEN/NOTIFY from any fylr), submit, finished, backlog, capacity, or poll (the interval passed).",
+    labelNames: ["source"],
+    registers,
+  });
+  for (const source of ["notify", "submit", "finished", "backlog", "capacity", "poll"]) wakeups.inc({ source }, 0);
+  dispatcher.events.on("wakeup", (source) => wakeups.inc({ source }));
+  new Gauge({
+    name: "slotbroker_fylr_listening",
+    help: "1 while the dispatcher's LISTEN connection is in place (wakeups within milliseconds), else 0 (the poll alone).",
+    registers,
+    collect() {
+      this.set(dispatcher.listening ? 1 : 0);
+    },
+  });
+  const drops = new Counter({ name: "slotbroker_fylr_connection_drops_total", help: "Ready broker connections whose stream ended.", labelNames: ["address"], registers });
+  broker.events.on("connection:down", (conn) => drops.inc({ address: conn.address }));
   new Gauge({
     name: "slotbroker_fylr_instances",
     help: "Distinct execserver instances connected.",

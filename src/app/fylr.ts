@@ -3,10 +3,10 @@
  * address), the pipe registry, the HTTP port (pipes, QueueService, /healthz, /metrics,
  * /status.json, extra raw routes), the exec client and the dispatcher loop.
  */
-import type pg from "pg";
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
 import { Dispatcher, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
 import { BrokerClient, ExecClient, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
+import { CleanupStack } from "../shared/cleanup.js";
 import { Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { brokerCapacity, execBackend } from "./exec-adapters.js";
@@ -47,17 +47,23 @@ export interface FylrHandle {
   readonly state: FylrState;
   /**
    * Graceful: stops claiming, lets items finish within dispatcher.stopGrace (then gives the
-   * rest back), closes the broker, the HTTP port and the database pool. Idempotent.
+   * rest back), closes the HTTP port, the broker and the database pool. Idempotent; a
+   * CleanupError names every part that failed to close.
    */
   close(): Promise<void>;
   /** Forceful: gives running items back at once, then closes like close(). Idempotent. */
   forceClose(): Promise<void>;
+  /** close(), for `await using fylr = await startFylr(…)`. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 /** Starts a fylr from a compiled config: migrates, listens, connects, starts claiming. */
 export async function startFylr(config: FylrConfig, options: StartFylrOptions = {}): Promise<FylrHandle> {
   const logger = options.logger ?? silentLogger;
   const log = logger.child({ component: "fylr", fylrId: config.id });
+  // One stack for a failed start and for close(): whatever was started is stopped, last
+  // first, and every step that fails is reported.
+  const stack = new CleanupStack(`fylr ${config.id}`);
   // An idle client's error (a database restart) is reported by the next query; not a crash.
   const pool = createPgPool({ connectionString: config.databaseUrl, max: config.databasePoolSize }, (err) =>
     log.warn({ err: err.message }, "idle database connection failed"),
@@ -74,13 +80,14 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     },
     (err) => log.warn({ err: err.message }, "idle database connection of the store failed"),
   );
-  const cleanup: (() => unknown)[] = [() => pool.end(), () => blobPool.end()];
+  stack.defer("database pool", () => pool.end());
+  stack.defer("store pool", () => blobPool.end());
   try {
     await migrate(pool, { logger });
     const broker = new BrokerClient(config.broker, { logger });
-    cleanup.unshift(() => broker.close());
+    stack.defer("broker client", () => broker.close());
     const pipes = new PipeRegistry({ logger });
-    cleanup.unshift(() => pipes.close());
+    stack.defer("pipes", () => pipes.close());
     const means = new RuntimeMeans();
     // The exec client needs the HTTP port, the HTTP port serves QueueService over the
     // dispatcher, and the dispatcher needs the backend: the backend resolves the client late.
@@ -103,12 +110,12 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
       },
     });
     const load = new ExecserverLoad(config.broker.addresses, { token: config.broker.token, tls: config.broker.tls, clientName: config.id });
-    cleanup.unshift(() => load.close());
+    stack.defer("execserver status clients", () => load.close());
     const shutdown = new AbortController();
     const metrics = createFylrMetrics(config.id, dispatcher, broker);
     // The live status page at "/" and "/status" (it follows the dispatcher's items).
     const statusPage = createFylrStatusPage({ dispatcher, broker });
-    cleanup.unshift(() => statusPage.close());
+    stack.defer("status page", () => statusPage.close());
     const http = await startFylrHttpServer({
       listen: config.listen,
       registry: pipes,
@@ -131,13 +138,15 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
       }),
     });
     late.http = http;
-    cleanup.unshift(() => http.close());
+    stack.defer("HTTP port", () => http.close());
     late.backend = execBackend(new ExecClient({ broker, pipes, pipePort: http.port, logger }));
     broker.start();
+    // Stopped first: running items still need the HTTP port, the pipes and the broker.
+    stack.defer("dispatcher", () => dispatcher.stop());
     await dispatcher.start();
-    return assemble({ config, log, pool, blobPool, broker, pipes, load, shutdown, dispatcher, http, alsoClose: [() => statusPage.close()] });
+    return assemble({ config, log, stack, shutdown, dispatcher, broker, http });
   } catch (err) {
-    for (const step of cleanup) await Promise.resolve(step()).catch(() => undefined);
+    await stack.run().catch((cleanupErr: unknown) => log.warn({ err: cleanupErr }, "cleaning up after a failed start"));
     throw err;
   }
 }
@@ -145,16 +154,13 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
 interface Parts {
   readonly config: FylrConfig;
   readonly log: Logger;
-  readonly pool: pg.Pool;
-  readonly blobPool: pg.Pool;
-  readonly broker: BrokerClient;
-  readonly pipes: PipeRegistry;
-  readonly load: ExecserverLoad;
+  /** Stops everything startFylr started, in reverse. */
+  readonly stack: CleanupStack;
+  /** Aborted first on close: open Watch streams end, so the HTTP port does not wait for them. */
   readonly shutdown: AbortController;
   readonly dispatcher: Dispatcher;
+  readonly broker: BrokerClient;
   readonly http: FylrHttpServer;
-  /** More things to close once the HTTP port is closed (e.g. the status page's source). */
-  readonly alsoClose: readonly (() => void)[];
 }
 
 function assemble(p: Parts): FylrHandle {
@@ -167,29 +173,13 @@ function assemble(p: Parts): FylrHandle {
     closing ??= (async () => {
       setState("stopping");
       p.log.info("fylr stopping");
-      // Watch streams end first, so the HTTP port does not wait for them.
       p.shutdown.abort();
-      const errors: unknown[] = [];
-      const step = async (fn: () => unknown): Promise<void> => {
-        try {
-          await fn();
-        } catch (err) {
-          errors.push(err);
-        }
-      };
-      // In order: items finish (they need the broker, the pipes and the HTTP port), then
-      // the broker goes, then the port, then the database.
-      await step(() => p.dispatcher.stop());
-      await step(() => p.broker.close());
-      p.load.close();
-      await step(() => p.http.close());
-      for (const close of p.alsoClose) await step(close);
-      p.pipes.close();
-      await step(() => p.pool.end());
-      await step(() => p.blobPool.end());
-      setState("stopped");
-      p.log.info("fylr stopped");
-      if (errors.length > 0) throw errors[0];
+      try {
+        await p.stack.run();
+      } finally {
+        setState("stopped");
+        p.log.info("fylr stopped");
+      }
     })();
     return closing;
   };
@@ -209,6 +199,7 @@ function assemble(p: Parts): FylrHandle {
       void p.dispatcher.stop({ graceMs: 0 }).catch(() => undefined);
       return close();
     },
+    [Symbol.asyncDispose]: close,
   };
 }
 

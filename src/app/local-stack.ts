@@ -7,6 +7,7 @@ import pg from "pg";
 import { compileExecserverConfig } from "../execserver/index.js";
 import type * as EmbeddedPostgres from "../shared/embedded-postgres.js";
 import type { LocalPostgres } from "../shared/embedded-postgres.js";
+import { CleanupStack } from "../shared/cleanup.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { demoExecserverConfig } from "./demo-services.js";
 import { startExecserver, type ExecserverHandle } from "./execserver.js";
@@ -98,18 +99,23 @@ function assemble(
   let closing: Promise<void> | undefined;
   let forcing: Promise<void> | undefined;
   // The fylr goes first (its items need the execserver), Postgres last (everyone needs it).
+  // Every part is stopped even when one fails; the error names each one that did.
   const shutdown = async (force: boolean): Promise<void> => {
-    const results = await Promise.allSettled([force ? fylr.forceClose() : fylr.close()]);
-    results.push(...(await Promise.allSettled([force ? execserver.forceClose() : execserver.close()])));
+    const stack = new CleanupStack("local stack");
     if (postgres) {
-      results.push(...(await Promise.allSettled([postgres.stop()])));
-      const hook = exitHooks.get(postgres);
-      if (hook) process.off("exit", hook);
+      stack.defer("postgres", async () => {
+        await postgres.stop();
+        const hook = exitHooks.get(postgres);
+        if (hook) process.off("exit", hook);
+      });
     }
-    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
-    if (failed) {
-      log.warn({ err: failed.reason as Error }, "part of the stack did not stop cleanly");
-      throw failed.reason;
+    stack.defer("execserver", () => (force ? execserver.forceClose() : execserver.close()));
+    stack.defer("fylr", () => (force ? fylr.forceClose() : fylr.close()));
+    try {
+      await stack.run();
+    } catch (err) {
+      log.warn({ err }, "part of the stack did not stop cleanly");
+      throw err;
     }
   };
   return {

@@ -12,8 +12,10 @@ import { durationMs, parseConfig } from "../shared/config.js";
 
 /** The compiled dispatcher configuration. */
 export interface DispatcherConfig {
-  /** How often the loop looks for work without being woken (default 1 s). */
+  /** How often the loop looks for work without being woken (default 1 s): the safety net under LISTEN/NOTIFY. */
   readonly pollIntervalMs: number;
+  /** Wake on LISTEN/NOTIFY when any fylr submits, requeues or finishes an item (default true). */
+  readonly listen: boolean;
   /** How often this fylr's row is touched (default 1 s). */
   readonly heartbeatIntervalMs: number;
   /** A fylr whose heartbeat is older is presumed dead; its claims are requeued (default 15 s). */
@@ -46,6 +48,7 @@ const positiveInt = z.number().int().positive();
 export const dispatcherConfigSchema = z
   .strictObject({
     pollInterval: durationMs.prefault("1s"),
+    listen: z.boolean().default(true),
     heartbeatInterval: durationMs.prefault("1s"),
     staleAfter: durationMs.prefault("15s"),
     headroom: z.number().int().min(0).max(1000).default(2),
@@ -74,6 +77,7 @@ export const dispatcherConfigSchema = z
   .transform(
     (c): DispatcherConfig => ({
       pollIntervalMs: c.pollInterval,
+      listen: c.listen,
       heartbeatIntervalMs: c.heartbeatInterval,
       staleAfterMs: c.staleAfter,
       headroom: c.headroom,

@@ -1,12 +1,13 @@
 /**
- * The dispatcher loop: one per fylr. Every poll (and right after an item finishes or the
- * capacity changes) it heartbeats, requeues dead siblings' claims, and claims what
- * admission allows — exec items up to its share of the exec capacity it sees, local items
- * up to free permits — handing each item to its own task.
+ * The dispatcher loop: one per fylr. It wakes on a NOTIFY from any fylr (an item was
+ * queued), right after one of its items finished, when the capacity changed, and at the
+ * latest every poll interval; each pass claims what admission allows — exec items up to
+ * its share of the exec capacity it sees, local items up to free permits — handing each
+ * item to its own task, then heartbeats and requeues dead siblings' claims when due.
  */
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
-import type pg from "pg";
+import pg from "pg";
 import { AbortReason } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { Events } from "../shared/events.js";
@@ -19,12 +20,14 @@ import { CompletionBatcher } from "./completion-batcher.js";
 import { dispatcherConfig, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
 import type { DispatcherEvents, DispatcherState } from "./events.js";
 import type { ExecBackend } from "./exec-backend.js";
+import { ItemFollowers } from "./followers.js";
 import { ItemTasks } from "./item-tasks.js";
 import { LiveItems, type LiveItem } from "./live.js";
 import { createDefaultActions, type LocalActionRegistry } from "./local-actions.js";
 import { LocalPermits } from "./local-permits.js";
 import { migrate } from "./migrate.js";
 import { normalizeSubmit } from "./payload.js";
+import { QueueListener } from "./queue-listener.js";
 import { newCounters, type DispatcherCounters } from "./settle.js";
 import { QueueStore, type StoredPosition } from "./store.js";
 import { storeConfig, type StoreConfig } from "./store-config.js";
@@ -63,6 +66,8 @@ export interface DispatcherOptions {
   readonly apiUrl?: string;
   /** Apply pending migrations in start() (default true). */
   readonly migrate?: boolean;
+  /** Makes the LISTEN connection's client (default: a pg.Client with the pool's settings). */
+  readonly listenClient?: () => pg.Client;
 }
 
 /** A snapshot for QueueService.Stats. */
@@ -124,6 +129,8 @@ export class Dispatcher {
   private loopDone: Promise<void> = Promise.resolve();
   private stopping: Promise<void> | undefined;
   private unsubscribeCapacity: () => void = () => undefined;
+  private listener: QueueListener | undefined;
+  private readonly followers: ItemFollowers;
 
   constructor(private readonly options: DispatcherOptions) {
     this.config = dispatcherConfig(options.config);
@@ -134,7 +141,14 @@ export class Dispatcher {
     this.permits = new LocalPermits(effectiveLocalSlots(this.config));
     this.log = (options.logger ?? silentLogger).child({ component: "dispatcher", fylrId: this.fylrId });
     this.events = new Events((err, event) => this.log.error({ err, event }, "a dispatcher event listener threw"));
-    this.live = new LiveItems((item, removed) => this.events.emit("item:changed", item, removed));
+    this.followers = new ItemFollowers((err, itemId) => this.log.error({ err, itemId }, "an item follower threw"));
+    this.live = new LiveItems((item, removed) => {
+      this.events.emit("item:changed", item, removed);
+      this.followers.wake(item.id);
+    });
+    this.events.on("queue:changed", (id) => this.followers.wake(id));
+    // After a reconnect every follower looks again: a notification may have been missed.
+    this.events.on("notify:up", () => this.followers.wakeAll());
     this.tasks = new ItemTasks({
       store: this.store,
       completer: new CompletionBatcher(this.store),
@@ -169,6 +183,7 @@ export class Dispatcher {
     await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
     this.setState("running");
     this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify("capacity"));
+    if (this.config.listen) this.listen();
     this.loopDone = this.loop();
     this.log.info({ localSlots: this.permits.capacity, headroom: this.config.headroom }, "dispatcher started");
     const stopOnAbort = (): void => void this.stop().catch((err: unknown) => this.log.error({ err }, "stop failed"));
@@ -195,6 +210,7 @@ export class Dispatcher {
     this.unsubscribeCapacity();
     this.loopAbort.abort(new AbortReason("shutdown", "dispatcher stopping"));
     await this.loopDone;
+    await this.listener?.close();
     let left = await this.tasks.settled(graceMs, this.graceCut.signal);
     if (left > 0) {
       this.log.warn({ left, graceMs }, "items still running after the grace period; aborting and giving them back");
@@ -240,6 +256,14 @@ export class Dispatcher {
     return this.live.get(id);
   }
 
+  /**
+   * Calls `wake` whenever item `id` may have changed: in this fylr's live view, or on any
+   * fylr (a notification). Returns the function that stops it.
+   */
+  followItem(id: string, wake: () => void): () => void {
+    return this.followers.add(id, wake);
+  }
+
   /** Asks for an extra loop pass soon (as a notification from another fylr would). */
   poke(): void {
     this.wakeup.notify("notify");
@@ -261,6 +285,27 @@ export class Dispatcher {
     };
   }
 
+  /** True while the LISTEN connection is in place (wakeups arrive within milliseconds). */
+  get listening(): boolean {
+    return this.listener?.up ?? false;
+  }
+
+  // Wakeups from every fylr: a queued item wakes the claim loop, a changed item its Watch
+  // streams; after a reconnect both look again, as notifications may have been missed.
+  private listen(): void {
+    const newClient = this.options.listenClient ?? (() => new pg.Client(this.options.pool.options));
+    const listener = new QueueListener(newClient, this.log);
+    listener.events.on("queued", () => this.wakeup.notify("notify"));
+    listener.events.on("changed", (id) => this.events.emit("queue:changed", id));
+    listener.events.on("up", () => {
+      this.wakeup.notify("notify");
+      this.events.emit("notify:up");
+    });
+    listener.events.on("down", (err) => this.events.emit("notify:down", err));
+    this.listener = listener;
+    listener.start();
+  }
+
   private async loop(): Promise<void> {
     const signal = this.loopAbort.signal;
     while (!signal.aborted) {
@@ -276,13 +321,16 @@ export class Dispatcher {
   private async pass(signal: AbortSignal): Promise<void> {
     const claimedBefore = this.counters.claimed;
     try {
-      if (performance.now() - this.lastBeatAt >= this.config.heartbeatIntervalMs) {
+      // Claims first: a pass woken by a notification claims within one round trip. A fylr
+      // declared dead meanwhile claims nothing (the claim requires its row); the heartbeat
+      // right after finds out and re-registers.
+      await this.claimExec();
+      if (!signal.aborted) await this.claimLocal();
+      if (!signal.aborted && performance.now() - this.lastBeatAt >= this.config.heartbeatIntervalMs) {
         await this.heartbeat();
         await this.sweep();
       }
-      if (performance.now() - this.lastBlobSweepAt >= this.blobs.config.sweepIntervalMs) await this.sweepBlobs();
-      if (!signal.aborted) await this.claimExec();
-      if (!signal.aborted) await this.claimLocal();
+      if (!signal.aborted && performance.now() - this.lastBlobSweepAt >= this.blobs.config.sweepIntervalMs) await this.sweepBlobs();
       if (this.dbFailures > 0) this.log.info({ failures: this.dbFailures }, "database reachable again");
       this.dbFailures = 0;
     } catch (err) {

@@ -43,4 +43,10 @@ export interface DispatcherEvents {
   "item:fenced": [item: ClaimedItem];
   /** A sweep found fylrs with stale heartbeats and requeued (or failed) their claims. */
   "orphans:rescued": [result: ReapResult];
+  /** A notification said this item's state changed (on any fylr). */
+  "queue:changed": [itemId: string];
+  /** LISTEN is in place (again); notifications sent before may have been missed. */
+  "notify:up": [];
+  /** The LISTEN connection failed; it reconnects, and the polls carry on meanwhile. */
+  "notify:down": [error: Error];
 }

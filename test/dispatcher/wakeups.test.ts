@@ -1,0 +1,108 @@
+// LISTEN/NOTIFY wakeups between dispatchers on one database (see migrations/0002_notify.sql).
+// The woken dispatchers poll only once a minute here, so anything that happens within
+// seconds was a notification.
+import { expect } from "chai";
+import type pg from "pg";
+import { Dispatcher, ManualCapacitySource, migrate, type DispatcherConfig } from "../../src/dispatcher/index.js";
+import { EventMonitor } from "../support/event-monitor.js";
+import { createTestDatabase } from "../support/postgres.js";
+import { release, track } from "../support/resources.js";
+import { openPool, TestBackend } from "./support.js";
+
+const tracked = (d: Dispatcher): Dispatcher => track(d, `dispatcher ${d.fylrId}`, (x) => x.stop({ graceMs: 0 }).catch(() => undefined));
+
+const slowPoll: Partial<DispatcherConfig> = { pollIntervalMs: 60_000, heartbeatIntervalMs: 100, staleAfterMs: 120_000 };
+const exec = { instanceId: "exec-1", address: "127.0.0.1:7600", capacity: 4, clients: 1 };
+const cat = { service: "cat", args: [], env: {} };
+
+describe("dispatcher wakeups (LISTEN/NOTIFY)", function () {
+  this.timeout(60_000);
+  let url: string;
+  let pool: pg.Pool;
+  before(async () => {
+    url = await createTestDatabase("wakeups");
+    await migrate(url);
+  });
+  beforeEach(async () => {
+    pool = openPool(url);
+    await pool.query("TRUNCATE queue_items, fylrs");
+  });
+  afterEach(() => release(pool));
+
+  // A claims nothing exec-bound (no capacity); B claims, and polls once a minute.
+  async function pair(listen = true): Promise<{ a: Dispatcher; b: Dispatcher }> {
+    const start = async (capacity: ManualCapacitySource): Promise<Dispatcher> => {
+      const d = tracked(new Dispatcher({ pool, capacity, backend: new TestBackend(), migrate: false, config: { ...slowPoll, listen } }));
+      const passes = new EventMonitor(d.events, "pass");
+      const up = new EventMonitor(d.events, "notify:up");
+      await d.start();
+      // The first pass, and with LISTEN the pass its "up" asks for: then the next poll is a minute away.
+      if (listen) await up.awaitNext();
+      await passes.awaitCount(listen ? 2 : 1);
+      return d;
+    };
+    return { a: await start(new ManualCapacitySource()), b: await start(new ManualCapacitySource([exec])) };
+  }
+
+  it("a submit on one fylr wakes another fylr's claim loop at once, with no poll due", async () => {
+    const { a, b } = await pair();
+    const claimed = new EventMonitor(b.events, "item:claimed");
+    const woken = new EventMonitor(b.events, "wakeup");
+    const { item } = await a.submit({ calls: [cat] });
+    const [got] = await claimed.awaitNext({ timeoutMs: 5_000 });
+    expect(got.id).to.equal(item.id);
+    expect(woken.all.map(([source]) => source)).to.include("notify").and.not.include("poll");
+    await release(a);
+    await release(b);
+  });
+
+  it("a state change made by another fylr wakes this fylr's followers of that item", async () => {
+    const { a, b } = await pair();
+    const changed = new EventMonitor(a.events, "queue:changed");
+    const succeeded = new EventMonitor(b.events, "item:succeeded");
+    const { item } = await a.submit({ calls: [{ ...cat, stdin: { kind: "data", data: Buffer.from("x") } }] });
+    const woke: string[] = [];
+    const stop = a.followItem(item.id, () => woke.push(item.id));
+    const stopOther = a.followItem("00000000-0000-0000-0000-000000000000", () => woke.push("unrelated"));
+    await succeeded.awaitNext({ filter: (i) => i.id === item.id });
+    // A never held the item: the notifications of B's claim, start and success reached it.
+    await changed.awaitNext({ filter: (id) => id === item.id, timeoutMs: 5_000 });
+    expect(woke).to.include(item.id).and.not.include("unrelated");
+    stop();
+    stopOther();
+    await release(a);
+    await release(b);
+  });
+
+  it("reconnects after the LISTEN connection is killed, and wakes up again", async () => {
+    const { a, b } = await pair();
+    const down = new EventMonitor(b.events, "notify:down");
+    const up = new EventMonitor(b.events, "notify:up");
+    await pool.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'");
+    await down.awaitNext();
+    await up.awaitNext();
+    expect(b.listening).to.equal(true);
+    const claimed = new EventMonitor(b.events, "item:claimed");
+    const { item } = await a.submit({ calls: [cat] });
+    expect((await claimed.awaitNext({ timeoutMs: 5_000 }))[0].id).to.equal(item.id);
+    await release(a);
+    await release(b);
+  });
+
+  it("with listen off, the other fylr claims nothing until its poll", async () => {
+    const { a, b } = await pair(false);
+    expect(b.listening).to.equal(false);
+    const claimed = new EventMonitor(b.events, "item:claimed");
+    await a.submit({ calls: [cat] });
+    // A's own claim loop ran after the submit (it has no capacity); B heard nothing.
+    await a.events.next("pass");
+    await claimed.awaitNext({ timeoutMs: 1_500 }).then(
+      () => expect.fail("claimed without a notification or a poll"),
+      (err: Error) => expect(err.message).to.match(/no "item:claimed" event/),
+    );
+    b.poke();
+    await claimed.awaitNext();
+    await release(a);
+    await release(b);
+  });
+});
