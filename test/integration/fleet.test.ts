@@ -36,7 +36,8 @@ describe("fylr processes sharing one queue and one execserver", () => {
   beforeEach(async () => {
     pool = openPool(databaseUrl);
     // The first fylr migrates; until then there is nothing to truncate.
-    await pool.query("DROP TABLE IF EXISTS queue_items, fylrs, slotbroker_migrations CASCADE");
+    // The whole schema: migrations create functions and triggers too, not only tables.
+    await pool.query("DROP SCHEMA public CASCADE; CREATE SCHEMA public");
   });
   afterEach(async () => {
     await closeAll(...fylrs, exec, pool);

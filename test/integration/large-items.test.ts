@@ -134,7 +134,12 @@ describe(`large items through the queue (${Math.round(size / MiB)} MiB)`, functi
     exec = await spawnExecserver({
       instanceId: "exec-large",
       waitgroups: { files: { processes: 4 } },
-      services: { cat: { waitgroup: "files", command: ["cat"], timeout: "30m" }, sha256sum: { waitgroup: "files", command: ["sha256sum"], timeout: "30m" } },
+      services: {
+        cat: { waitgroup: "files", command: ["cat"], timeout: "30m" },
+        sha256sum: { waitgroup: "files", command: ["sha256sum"], timeout: "30m" },
+        gzip: { waitgroup: "files", command: ["gzip", "-1"], timeout: "30m" },
+        gunzip: { waitgroup: "files", command: ["gunzip"], timeout: "30m" },
+      },
     });
   });
   afterEach(async () => {
@@ -184,6 +189,19 @@ describe(`large items through the queue (${Math.round(size / MiB)} MiB)`, functi
     const rss = peakRss(fylr.child.pid!);
     process.stderr.write(`      fylr peak RSS ${Math.round(rss / MiB)} MiB for ${Math.round(size / MiB)} MiB in and out\n`);
     expect(rss).to.be.below(300 * MiB);
+  });
+
+  it("a chain cat → gzip → gunzip → sha256sum passes each stdout on through the store and keeps no intermediate", async () => {
+    const fylr = await startFylr("fa");
+    const out = join(dir, "chain.txt");
+    const r = await cliToFile(["submit", "--api", fylr.url, "--service", "cat", "--stdin", input.path, "--then", "gzip", "--then", "gunzip", "--then", "sha256sum", "--wait"], out, slow * 2);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(readFileSync(out, "utf8")).to.equal(`${input.sha256}  -\n`);
+    // The input upload stays with the item; the three large stdouts between calls are gone, the last output is inline.
+    await waitFor("intermediates deleted", async () => (await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blobs WHERE role = 'intermediate'")).rows[0]!.n === 0, 10_000);
+    const roles = (await pool.query<{ role: string }>("SELECT role FROM blobs")).rows.map((row) => row.role);
+    expect(roles).to.deep.equal(["input"]);
+    expect(peakRss(fylr.child.pid!)).to.be.below(300 * MiB);
   });
 
   it("an item submitted to fylr A and claimed by fylr B reads its input", async () => {
