@@ -21,7 +21,7 @@ const boundaries = [
   // An exec host never loads database code: not directly, not through the shared pg helpers.
   {
     target: ["./src/execserver", "./src/fylr", "./src/status", "./src/app/execserver.ts", "./src/commands/execserver.ts"],
-    from: ["./src/shared/postgres.ts", "./src/shared/embedded-postgres.ts"],
+    from: ["./src/shared/postgres.ts", "./src/shared/embedded-postgres.ts", "./src/shared/postgres-binaries.ts"],
     message: "database code stays out of the execserver and the broker client.",
   },
   {
@@ -57,7 +57,12 @@ export default tseslint.config(
   {
     // pg is database code: only the dispatcher, the shared pg helpers and the fylr's assembly load it.
     files: ["src/execserver/**/*.ts", "src/fylr/**/*.ts", "src/status/**/*.ts", "src/api/**/*.ts", "src/app/execserver.ts", "src/commands/execserver.ts"],
-    rules: { "no-restricted-imports": ["error", { paths: [{ name: "pg", message: "database code stays in src/dispatcher (and the fylr's assembly)." }, "embedded-postgres"] }] },
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        { paths: [{ name: "pg", message: "database code stays in src/dispatcher (and the fylr's assembly)." }], patterns: ["@embedded-postgres/*"] },
+      ],
+    },
   },
   {
     files: ["test/**/*.ts", "bench/**/*.ts", "load/**/*.ts"],

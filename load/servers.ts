@@ -76,7 +76,7 @@ export async function freshDatabase(ctx: ServerContext): Promise<string> {
   if (!admin) {
     const dir = ctx.sup.tempDir("pg");
     chmodSync(dir, 0o755); // as root the server runs as the "postgres" user
-    const { startEmbeddedPostgres } = await importWithoutExitHooks(() => import("../src/shared/embedded-postgres.js"));
+    const { startEmbeddedPostgres } = await import("../src/shared/embedded-postgres.js");
     const server = await startEmbeddedPostgres({ dataDir: join(dir, "data"), persistent: false });
     ctx.sup.onStop("postgres", () => server.stop());
     admin = server.url;
@@ -84,29 +84,6 @@ export async function freshDatabase(ctx: ServerContext): Promise<string> {
   const { name, url } = await createDatabase(admin, "load");
   if (process.env.DATABASE_URL) ctx.sup.onStop(`database ${name}`, () => dropDatabase(admin, name));
   return url;
-}
-
-// The events async-exit-hook (pulled in by embedded-postgres) listens to.
-const hookedEvents = ["exit", "beforeExit", "SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "message"] as const;
-
-/**
- * Imports a module and removes the process listeners its import added. embedded-postgres
- * installs async-exit-hook, which answers SIGINT/SIGTERM by stopping its servers and then
- * calling process.exit(130/143) — cutting our own cleanup short — and answers
- * "beforeExit" with process.exit(0), which would turn a failed run into a passing one.
- * The runner stops its Postgres itself.
- */
-async function importWithoutExitHooks<T>(load: () => Promise<T>): Promise<T> {
-  // Typed loosely: the listener signatures differ per event.
-  const emitter = process as unknown as NodeJS.EventEmitter;
-  const before = new Map(hookedEvents.map((e) => [e, new Set(emitter.listeners(e))]));
-  const mod = await load();
-  for (const event of hookedEvents) {
-    for (const listener of emitter.listeners(event)) {
-      if (!before.get(event)!.has(listener)) emitter.removeListener(event, listener as (...args: unknown[]) => void);
-    }
-  }
-  return mod;
 }
 
 async function dropDatabase(admin: string, name: string): Promise<void> {

@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 import { SlotbrokerError } from "./shared/errors.js";
 
 /** A subcommand: parses its own argv and resolves with the process exit code. */

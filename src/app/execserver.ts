@@ -89,6 +89,10 @@ function installAdminRoutes(server: Execserver): void {
       const ok = server.state === "serving";
       res.writeHead(ok ? 200 : 503, { "content-type": "text/plain" }).end(ok ? "ok\n" : `${server.state}\n`);
     })
+    // Answers while the process does, draining included: a liveness probe must not kill a drain.
+    .route("/livez", (_req, res) => {
+      res.writeHead(200, { "content-type": "text/plain" }).end("alive\n");
+    })
     .route("/metrics", async (_req, res) => {
       const body = await server.metrics.render();
       res.writeHead(200, { "content-type": server.metrics.registry.contentType }).end(body);

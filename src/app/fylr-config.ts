@@ -64,7 +64,7 @@ export const fylrEnvOverrides: Record<string, string> = {
 
 /** Validates raw config (after env overrides); throws ConfigError naming the bad key. */
 export function compileFylrConfig(raw: unknown, source = "config", env: NodeJS.ProcessEnv = {}): FylrConfig {
-  const withEnv = applyEnvOverrides(raw, env, fylrEnvOverrides);
+  const withEnv = applyEnvOverrides(raw, env, fylrEnvOverrides, fylrConfigSchema);
   if (withEnv.databaseUrl === undefined && env.DATABASE_URL) withEnv.databaseUrl = env.DATABASE_URL;
   const c = parseConfig(fylrConfigSchema, withEnv, source);
   if (!c.databaseUrl) throw new ConfigError(`${source}: databaseUrl: required (or set DATABASE_URL)`);

@@ -4,7 +4,7 @@
  * /status.json, extra raw routes), the exec client and the dispatcher loop.
  */
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
-import { Dispatcher, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
+import { Dispatcher, ensureDatabase, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
 import { BrokerClient, ExecClient, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
 import { CleanupStack } from "../shared/cleanup.js";
 import { Transitions } from "../shared/lifecycle.js";
@@ -83,6 +83,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
   stack.defer("database pool", () => pool.end());
   stack.defer("store pool", () => blobPool.end());
   try {
+    await ensureDatabase(config.databaseUrl, { logger });
     await migrate(pool, { logger });
     const broker = new BrokerClient(config.broker, { logger });
     stack.defer("broker client", () => broker.close());

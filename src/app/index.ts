@@ -16,3 +16,4 @@ export { INPUTS_PATH, parseRange, storeRoutes, type UploadAnswer } from "./store
 export { demoExecserverConfig, onPath } from "./demo-services.js";
 export { stackDataDir, startLocalStack, type LocalStack, type LocalStackOptions, type LocalStackPorts } from "./local-stack.js";
 export { checkPortsFree, type PortClaim } from "./ports.js";
+export { readUpState, removeUpState, resolveApi, upStateFile, writeUpState, type ApiTarget, type UpState } from "./up-state.js";

@@ -3,7 +3,6 @@
  * directory that persists between runs), one execserver with the demo services and one
  * fylr connected to it, all in this process tree.
  */
-import pg from "pg";
 import { compileExecserverConfig } from "../execserver/index.js";
 import type * as EmbeddedPostgres from "../shared/embedded-postgres.js";
 import type { LocalPostgres } from "../shared/embedded-postgres.js";
@@ -61,9 +60,8 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
       const { startEmbeddedPostgres } = await loadEmbeddedPostgres();
       log.info({ dataDir: options.dataDir }, "starting the embedded Postgres");
       started.postgres = await startEmbeddedPostgres({ dataDir: options.dataDir, port: options.ports.postgres, logger });
-      stopOnExit(started.postgres);
+      // The embedded server starts with only "postgres"; the fylr creates the stack's database.
       databaseUrl = started.postgres.urlFor(databaseName);
-      await ensureDatabase(started.postgres.url, databaseName);
     }
     const hostPort = (port: number): string => `${options.host.includes(":") ? `[${options.host}]` : options.host}:${port}`;
     const execConfig = compileExecserverConfig(demoExecserverConfig(hostPort(options.ports.execserver), hostPort(options.ports.admin)), "up: execserver");
@@ -103,11 +101,7 @@ function assemble(
   const shutdown = async (force: boolean): Promise<void> => {
     const stack = new CleanupStack("local stack");
     if (postgres) {
-      stack.defer("postgres", async () => {
-        await postgres.stop();
-        const hook = exitHooks.get(postgres);
-        if (hook) process.off("exit", hook);
-      });
+      stack.defer("postgres", () => postgres.stop());
     }
     stack.defer("execserver", () => (force ? execserver.forceClose() : execserver.close()));
     stack.defer("fylr", () => (force ? fylr.forceClose() : fylr.close()));
@@ -135,41 +129,8 @@ export async function stackDataDir(env: NodeJS.ProcessEnv = process.env): Promis
   return (await loadEmbeddedPostgres()).defaultDataDir();
 }
 
-// embedded-postgres installs async-exit-hook, whose SIGINT/SIGTERM handlers stop every
-// cluster and call process.exit() at once — before the fylr could finish or give back its
-// items — and whose 'exit' handler throws when the cluster already stopped. Its listeners
-// are removed again here: the stack stops Postgres itself, last, and on an unplanned exit
-// (see stopOnExit).
-async function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgres> {
-  const events = ["SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK", "beforeExit", "message", "exit"] as const;
-  const before = new Map(events.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
-  const module = await import("../shared/embedded-postgres.js");
-  for (const e of events) {
-    for (const listener of process.listeners(e as NodeJS.Signals)) {
-      if (!before.get(e)!.has(listener)) process.removeListener(e, listener);
-    }
-  }
-  return module;
+// Loaded only when needed: execservers and fylrs never touch the embedded server.
+function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgres> {
+  return import("../shared/embedded-postgres.js");
 }
 
-const exitHooks = new WeakMap<LocalPostgres, () => void>();
-
-// If this process dies without closing the stack, Postgres must not outlive it: stop()
-// sends the server its shutdown signal synchronously, which is all an 'exit' handler can do.
-function stopOnExit(postgres: LocalPostgres): void {
-  const hook = (): void => void postgres.stop().catch(() => undefined);
-  exitHooks.set(postgres, hook);
-  process.once("exit", hook);
-}
-
-// The embedded server starts with only "postgres"; the stack keeps its tables apart.
-async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
-  const client = new pg.Client(adminUrl);
-  await client.connect();
-  try {
-    const exists = await client.query("SELECT 1 FROM pg_database WHERE datname = $1", [name]);
-    if (exists.rowCount === 0) await client.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await client.end();
-  }
-}

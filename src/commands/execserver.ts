@@ -16,7 +16,9 @@ options:
   -h, --help          this text
 
 environment overrides: SLOTBROKER_TOKEN, SLOTBROKER_LISTEN, SLOTBROKER_ADMIN_LISTEN,
-SLOTBROKER_INSTANCE_ID; SLOTBROKER_LOG_LEVEL sets the log level.
+SLOTBROKER_INSTANCE_ID. Logs are JSON lines on stderr; SLOTBROKER_LOG_LEVEL (default info:
+connections, refusals, rejected frames, expired offers, failed jobs; debug adds every job)
+sets the level.
 
 On start it prints one plain line on stdout:
   execserver <instanceId> listening grpc=HOST:PORT admin=HOST:PORT

@@ -1,5 +1,5 @@
 import { parseArgs } from "node:util";
-import { migrate } from "../dispatcher/migrate.js";
+import { ensureDatabase, migrate } from "../dispatcher/index.js";
 import { SlotbrokerError } from "../shared/errors.js";
 import { createLogger } from "../shared/log.js";
 
@@ -7,7 +7,8 @@ const help = `usage: slotbroker migrate [--database-url URL]
 
 Applies pending schema migrations (the queue tables of the dispatcher) and exits.
 Safe to run while fylrs are starting: all of them take the same advisory lock, and a
-migration that is already applied is skipped. A fylr also migrates at start-up.
+migration that is already applied is skipped. A missing database is created first when the
+role may create databases. A fylr does both at start-up.
 
 options:
   --database-url URL   PostgreSQL URL (default: the DATABASE_URL environment variable)
@@ -39,6 +40,7 @@ export async function run(argv: string[]): Promise<number> {
   }
   const logger = createLogger();
   try {
+    if ((await ensureDatabase(url, { logger })) === "created") process.stdout.write(`created database ${new URL(url).pathname.slice(1)}\n`);
     const report = await migrate(url, { logger });
     const applied = report.applied.length > 0 ? report.applied.join(", ") : "none";
     process.stdout.write(`schema version ${report.version} (applied: ${applied})\n`);

@@ -4,6 +4,7 @@ import { parseArgs } from "node:util";
 import { ConnectError } from "@connectrpc/connect";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient, downloadOutput } from "../api/index.js";
+import { resolveApi } from "../app/index.js";
 
 const help = `usage: slotbroker output ID [-o FILE] [--api URL]
 
@@ -13,7 +14,8 @@ and its SHA-256 matches the item's). Exit code 1 when the item has no output or 
 do not match.
 
   -o, --output FILE   write to FILE instead of standard output
-  --api URL           the fylr (default SLOTBROKER_API or http://127.0.0.1:7700)
+  --api URL           the fylr (default SLOTBROKER_API, else the running "slotbroker up",
+                      else http://127.0.0.1:7700)
   -h, --help          this text
 
 The same bytes by HTTP, with Range:
@@ -42,7 +44,7 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write(`slotbroker output: give exactly one item id\n\n${help}\n`);
     return 2;
   }
-  const api = values.api ?? process.env.SLOTBROKER_API ?? "http://127.0.0.1:7700";
+  const api = resolveApi(values.api).url;
   try {
     const { item } = await createQueueClient(api).get({ id });
     if (!item || item.state !== ItemState.SUCCEEDED) throw new Error(`item ${id} has not succeeded; it has no output`);

@@ -1,6 +1,10 @@
 import { parseArgs } from "node:util";
 import type { Logger } from "../shared/log.js";
 
+// Read when the command loads, before the server announces itself: the wrapper may die the
+// moment the "listening" line is out, before the watch begins.
+const launchedBy = process.ppid;
+
 /**
  * Parses `--config FILE` / `--help` for a server command. Returns the config path, or the
  * exit code when the command should stop here (0 after --help, 2 on bad usage).
@@ -56,5 +60,28 @@ export function untilSignalled(server: Stoppable, logger: Logger, gracefulMessag
     };
     process.on("SIGTERM", onSignal);
     process.on("SIGINT", onSignal);
+    // Counts as a first signal only: with Ctrl-C, npm's shell dies right after the SIGINT.
+    onWrapperGone(() => {
+      if (signals === 0) onSignal("SIGTERM");
+    });
   });
 }
+
+/**
+ * Calls `callback` once when npm started this process (npx, npm start, npm run) and the
+ * process that started it goes away. npm passes SIGTERM to its child, `sh -c`, which dies
+ * without passing it on, so the server would run on re-parented to init. Elsewhere nothing
+ * is watched: a server started with `nohup … &` must outlive its shell. Returns a stop function.
+ */
+export function onWrapperGone(callback: () => void, env: NodeJS.ProcessEnv = process.env): () => void {
+  if (!env.npm_command) return () => undefined;
+  // No event tells a process its parent died; one cheap syscall every half second does.
+  const timer = setInterval(() => {
+    if (process.ppid === launchedBy) return;
+    clearInterval(timer);
+    callback();
+  }, 500);
+  timer.unref();
+  return () => clearInterval(timer);
+}
+

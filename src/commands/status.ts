@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import type { GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import { fetchExecserverStatus, type FylrStatusJson } from "../app/index.js";
+import { fetchExecserverStatus, resolveApi, type FylrStatusJson } from "../app/index.js";
 import { SlotbrokerError } from "../shared/errors.js";
 import { execserverSection, queueSection } from "./status-tables.js";
 
@@ -12,7 +12,8 @@ the live fylrs.
 
 options:
   --api URL           the fylr to ask for the queue and the execserver addresses
-                      (default SLOTBROKER_API or http://127.0.0.1:7700)
+                      (default SLOTBROKER_API, else the running "slotbroker up",
+                      else http://127.0.0.1:7700)
   --execserver ADDR   ask this execserver (host:port) instead of the fylr's addresses (repeat)
   --token TOKEN       bearer token for the execservers (default SLOTBROKER_TOKEN)
   -h, --help          this text
@@ -41,11 +42,12 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${help}\n`);
     return 0;
   }
-  const api = (values.api ?? process.env.SLOTBROKER_API ?? "http://127.0.0.1:7700").replace(/\/+$/, "");
+  const target = resolveApi(values.api);
+  const api = target.url;
   const token = values.token ?? process.env.SLOTBROKER_TOKEN;
   let reached = 0;
   const fylr = await fetchFylrStatus(api).catch((err: unknown) => {
-    process.stderr.write(`slotbroker status: fylr at ${api}: ${SlotbrokerError.from(err).message}\n`);
+    process.stderr.write(`slotbroker status: fylr at ${api} (from ${target.source}): ${SlotbrokerError.from(err).message}\n`);
     return undefined;
   });
   const addresses = values.execserver ?? fylr?.execservers.addresses ?? [];

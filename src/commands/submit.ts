@@ -2,6 +2,7 @@ import { toJson } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ItemSchema, ItemState, type Item, type SubmitRequest, type WatchResponse } from "../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient, downloadOutput, followItem } from "../api/index.js";
+import { resolveApi } from "../app/index.js";
 import { parseSubmitArgs, withStdin, type SubmitPlan } from "./submit-args.js";
 import { prepareInput, type PreparedInput } from "./submit-input.js";
 import { progressLine, receiptLines, stateName } from "./submit-progress.js";
@@ -36,7 +37,8 @@ item:
   --max-attempts N     attempts before the item fails (default: the fylr's, 3)
 
 output:
-  --api URL            the fylr (default SLOTBROKER_API or http://127.0.0.1:7700)
+  --api URL            the fylr (default SLOTBROKER_API, else the running
+                       "slotbroker up", else http://127.0.0.1:7700)
   -w, --wait           follow the item to its end and print its output (streamed, any
                        size; checked against the item's SHA-256)
   --json               print the item as JSON instead of its id / its output
@@ -61,7 +63,8 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${help}\n`);
     return 0;
   }
-  const api = plan.api ?? process.env.SLOTBROKER_API ?? "http://127.0.0.1:7700";
+  const target = resolveApi(plan.api);
+  const api = target.url;
   const client = createQueueClient(api);
   const abort = new AbortController();
   const onSignal = (): void => abort.abort();
@@ -98,7 +101,7 @@ export async function run(argv: string[]): Promise<number> {
       return 130;
     }
     const e = ConnectError.from(err);
-    process.stderr.write(`slotbroker submit: ${e.rawMessage} (${api}, ${codeName(e)})\n`);
+    process.stderr.write(`slotbroker submit: ${e.rawMessage} (${api} from ${target.source}, ${codeName(e)})\n`);
     return 1;
   } finally {
     process.off("SIGINT", onSignal);

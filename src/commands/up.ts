@@ -1,15 +1,18 @@
 import { spawn } from "node:child_process";
 import { parseArgs } from "node:util";
-import { checkPortsFree, stackDataDir, startLocalStack, type LocalStack, type LocalStackPorts } from "../app/index.js";
+import { checkPortsFree, removeUpState, stackDataDir, startLocalStack, upStateFile, writeUpState, type LocalStack, type LocalStackPorts } from "../app/index.js";
 import { SlotbrokerError } from "../shared/errors.js";
 import { createLogger, type Logger } from "../shared/log.js";
+import { onWrapperGone } from "./serve.js";
 
 const help = `usage: slotbroker up [options]
 
 Runs the whole stack locally in one process tree: Postgres (embedded unless DATABASE_URL
 is set; its data persists between runs), one execserver with demo services (cat,
 sha256sum, wc, sleep, gzip, base64, … whichever this machine has, plus the builtin noop)
-and one fylr connected to it. Prints where everything listens.
+and one fylr connected to it. Prints where everything listens, and writes it to
+SLOTBROKER_STATE_FILE (default ~/.local/state/slotbroker/up.json), where "slotbroker
+status" and "slotbroker submit" find the stack without --api.
 
 options:
   --port-base N        execserver gRPC N, admin N+1, Postgres N+2, fylr N+100 (default 7600;
@@ -86,8 +89,15 @@ async function runStack(args: UpArgs, stopper: Stopper): Promise<number> {
     logger.flush();
     return 1;
   }
-  if (!stopper.requested) process.stdout.write(banner(stack, args.databaseUrl !== undefined));
+  const stateFile = upStateFile();
+  try {
+    writeUpState({ pid: process.pid, api: stack.fylr.url, execserver: stack.execserver.grpcAddress, admin: stack.execserver.adminUrl, startedAt: new Date().toISOString() }, stateFile);
+  } catch (err) {
+    process.stderr.write(`slotbroker up: cannot write ${stateFile} (status and submit will need --api): ${(err as Error).message}\n`);
+  }
+  if (!stopper.requested) process.stdout.write(banner(stack, args.databaseUrl !== undefined, stateFile));
   const code = await stopper.until(stack);
+  removeUpState(process.pid, stateFile);
   process.stdout.write("slotbroker up: stopped\n");
   logger.flush();
   return code;
@@ -135,9 +145,8 @@ function port(flag: string, text: string | undefined): number | undefined {
   return n;
 }
 
-function banner(stack: LocalStack, userDatabase: boolean): string {
+function banner(stack: LocalStack, userDatabase: boolean, stateFile: string): string {
   const api = stack.fylr.url;
-  const apiFlag = api === "http://127.0.0.1:7700" ? "" : ` --api ${api}`;
   const db = userDatabase ? maskPassword(stack.databaseUrl) : stack.databaseUrl;
   const where = stack.postgres ? `embedded, data in ${stack.postgres.dataDir}` : "DATABASE_URL";
   const sample = Buffer.from("hello\n").toString("base64");
@@ -149,10 +158,13 @@ function banner(stack: LocalStack, userDatabase: boolean): string {
     `              services: ${stack.services.join(", ")}`,
     `  fylr        api=${api}  (QueueService, pipes, /status.json, /metrics)  id=${stack.fylr.id}`,
     "",
+    `slotbroker status and submit find this stack through ${stateFile};`,
+    `from another user or machine: export SLOTBROKER_API=${api}  (or --api ${api})`,
+    "",
     "try:",
     "  echo hello > /tmp/hello.txt",
-    `  npx tsx src/cli.ts submit${apiFlag} --service sha256sum --stdin /tmp/hello.txt --wait`,
-    `  npx tsx src/cli.ts status${apiFlag}`,
+    "  npx slotbroker submit --service sha256sum --stdin /tmp/hello.txt --wait",
+    "  npx slotbroker status",
     `  curl -s -X POST -H 'Content-Type: application/json' -d '{"calls":[{"service":"sha256sum","stdinData":"${sample}"}]}' \\`,
     `    ${api}/slotbroker.v1.QueueService/Submit`,
     "",
@@ -183,9 +195,16 @@ function supervise(argv: string[]): Promise<number> {
     stdio: ["ignore", "inherit", "inherit", "ipc"],
     env: { ...process.env, [supervisedEnv]: "1" },
   });
-  const relay = (): void => void child.kill("SIGTERM");
+  let relayed = 0;
+  const relay = (): void => {
+    relayed++;
+    child.kill("SIGTERM");
+  };
   const signals: NodeJS.Signals[] = ["SIGINT", "SIGTERM", "SIGHUP"];
   for (const signal of signals) process.on(signal, relay);
+  const stopWatching = onWrapperGone(() => {
+    if (relayed === 0) relay();
+  });
   return new Promise((resolve) => {
     child.once("error", (err) => {
       process.stderr.write(`slotbroker up: cannot start the stack: ${err.message}\n`);
@@ -193,6 +212,7 @@ function supervise(argv: string[]): Promise<number> {
     });
     child.once("exit", (code, signal) => {
       for (const s of signals) process.off(s, relay);
+      stopWatching();
       resolve(code ?? (signal ? 1 : 0));
     });
   });

@@ -39,6 +39,7 @@ export {
   type LocalActionFn,
 } from "./local-actions.js";
 export { LocalPermits, type Permit, type PermitCounts, type PermitState } from "./local-permits.js";
+export { ensureDatabase, type DatabaseOutcome } from "./database.js";
 export { loadMigrations, migrate, migrationsDir, type Migration, type MigrationReport } from "./migrate.js";
 export { normalizeSubmit, type NormalizedSubmit } from "./payload.js";
 export { fromPgError, isTransient, sqlState } from "./pg-errors.js";

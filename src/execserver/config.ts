@@ -90,7 +90,7 @@ export const execserverEnvOverrides: Record<string, string> = {
  * Throws ConfigError naming the bad key.
  */
 export function compileExecserverConfig(raw: unknown, source = "config", env: NodeJS.ProcessEnv = {}): ExecserverConfig {
-  const input = parseConfig(execserverConfigSchema, applyEnvOverrides(raw, env, execserverEnvOverrides), source);
+  const input = parseConfig(execserverConfigSchema, applyEnvOverrides(raw, env, execserverEnvOverrides, execserverConfigSchema), source);
   const services: Record<string, ServiceConfig> = {};
   for (const [serviceName, s] of Object.entries(input.services)) {
     const key = `${source}: services.${serviceName}`;

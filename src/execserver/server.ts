@@ -18,12 +18,13 @@ import { isLoopbackHost, splitHostPort } from "../shared/config.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { addHealth, addReflection, bindServer, toGrpcError } from "../shared/grpc.js";
 import { Transitions } from "../shared/lifecycle.js";
-import type { Logger } from "../shared/log.js";
+import { LogBudget, type Logger } from "../shared/log.js";
 import { AdminServer } from "./admin-server.js";
 import { BearerAuth } from "./auth.js";
 import { BrokerCore } from "./broker-core.js";
 import type { ExecserverConfig } from "./config.js";
 import { BrokerIo } from "./effects.js";
+import { logExecserverEvents } from "./event-log.js";
 import type { ExecserverEvents, ExecserverState } from "./events.js";
 import { limits } from "./limits.js";
 import { ExecserverMetrics } from "./metrics.js";
@@ -78,6 +79,8 @@ export class Execserver implements SessionHost {
   private readonly shutdown = new AbortController();
   private readonly services: Record<string, string> = {};
   private readonly logger: Logger;
+  // Refused connections are logged, but a client retrying with a wrong token cannot flood the log.
+  private readonly refusedLog = new LogBudget(10, 10_000);
   private helloVersionValue = 0;
   private helloTimer: NodeJS.Timeout | undefined;
   private nextConnectionId = 0;
@@ -107,6 +110,7 @@ export class Execserver implements SessionHost {
     });
     this.broker = new BrokerCore({ ...config, now: () => this.now() }, this.io);
     this.metrics = new ExecserverMetrics(this.broker, config.instanceId, this.events, () => this.now());
+    logExecserverEvents(this.events, this.logger);
     this.io.attach(this.broker);
     this.auth = new BearerAuth(config.token);
     this.grpcServer = new grpc.Server({
@@ -265,6 +269,8 @@ export class Execserver implements SessionHost {
   private onConnect(call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>): void {
     try {
       if (!this.auth.check(call.metadata)) {
+        const left = this.refusedLog.take();
+        if (left !== undefined) this.logger.warn({ peer: call.getPeer(), notLogged: left || undefined }, "refused a connection: missing or wrong bearer token");
         call.emit("error", toGrpcError(new SlotbrokerError(Code.Unauthenticated, "missing or wrong bearer token")));
         return;
       }

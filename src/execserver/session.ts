@@ -4,13 +4,14 @@ import {
   ConnectResponseSchema,
   PongSchema,
   PositionSchema,
+  RejectCode,
   RejectSchema,
   type ConnectRequest,
   type ConnectResponse,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { toGrpcError } from "../shared/grpc.js";
-import type { Logger } from "../shared/log.js";
+import { LogBudget, type Logger } from "../shared/log.js";
 import { ClientConnection, type BrokerCore, type FrameSink, type RejectInfo } from "./broker-core.js";
 import { limits } from "./limits.js";
 import { helloFrame } from "./wire.js";
@@ -44,6 +45,8 @@ export class Session implements FrameSink {
   helloVersion = -1;
   private state: Lifecycle = "open";
   private warnedUnknownFrame = false;
+  // A peer that sends nothing but bad frames gets a few lines, not one per frame.
+  private readonly rejectLog = new LogBudget(10, 10_000);
 
   constructor(
     private readonly call: ServerDuplexStream<ConnectRequest, ConnectResponse>,
@@ -65,6 +68,7 @@ export class Session implements FrameSink {
 
   /** Registers with the broker, sends the first Hello and starts reading frames. */
   start(): void {
+    this.logger.info({ peer: this.connection.peerAddress, client: this.connection.clientName || undefined }, "connection opened");
     if (this.signal.aborted) return this.close("execserver stopped");
     this.signal.addEventListener("abort", this.onAbort, { once: true });
     this.host.broker.connect(this.connection);
@@ -111,7 +115,8 @@ export class Session implements FrameSink {
     if (this.state === "closed") return;
     this.state = "closed";
     this.signal.removeEventListener("abort", this.onAbort);
-    this.logger.debug({ reason }, "connection closed");
+    const seconds = Math.round((Date.now() - this.connection.connectedAt.getTime()) / 100) / 10;
+    this.logger.info({ reason, seconds, rejects: this.connection.rejects || undefined }, "connection closed");
     try {
       this.host.broker.disconnect(this.connection);
     } finally {
@@ -194,7 +199,10 @@ export class Session implements FrameSink {
 
   private answer(jobId: string, reject: RejectInfo | undefined): void {
     if (!reject) return;
-    this.logger.debug({ code: reject.code, message: reject.message }, "frame rejected");
+    const left = this.rejectLog.take();
+    if (left !== undefined) {
+      this.logger.info({ jobId: echoId(jobId), code: RejectCode[reject.code], message: reject.message, notLogged: left || undefined }, "frame rejected");
+    }
     const value = create(RejectSchema, { jobId: echoId(jobId), code: reject.code, message: reject.message });
     this.send(create(ConnectResponseSchema, { frame: { case: "reject", value } }));
   }

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { schemaTypeAt } from "./config-schema.js";
 import { parseDuration } from "./duration.js";
 import { ConfigError } from "./errors.js";
 
@@ -71,12 +72,15 @@ export function readYamlFile(path: string): unknown {
 
 /**
  * Copies environment variables onto a raw config object before validation.
- * `mapping` is env name → dotted key path, e.g. { SLOTBROKER_TOKEN: "token" }.
+ * `mapping` is env name → dotted key path, e.g. { SLOTBROKER_TOKEN: "token" }. A value is
+ * converted only where `schema` wants a number, a boolean, an array or an object there, so
+ * SLOTBROKER_TOKEN=123456 stays the string "123456".
  */
 export function applyEnvOverrides(
   raw: unknown,
   env: NodeJS.ProcessEnv,
   mapping: Record<string, string>,
+  schema: z.core.$ZodType,
 ): Record<string, unknown> {
   const out: Record<string, unknown> =
     typeof raw === "object" && raw !== null && !Array.isArray(raw) ? structuredClone(raw as Record<string, unknown>) : {};
@@ -90,15 +94,16 @@ export function applyEnvOverrides(
       if (typeof next !== "object" || next === null) node[key] = {};
       node = node[key] as Record<string, unknown>;
     }
-    node[keys[keys.length - 1]!] = coerceEnvValue(value);
+    node[keys[keys.length - 1]!] = coerceEnvValue(value, schemaTypeAt(schema, keys));
   }
   return out;
 }
 
-function coerceEnvValue(value: string): unknown {
-  if (/^-?\d+$/.test(value)) return Number(value);
-  if (value === "true" || value === "false") return value === "true";
-  if (value.startsWith("[") || value.startsWith("{")) {
+// A value that does not convert stays a string, so validation names the key and the value.
+function coerceEnvValue(value: string, wanted: string | undefined): unknown {
+  if (wanted === "number" && /^-?\d+(\.\d+)?$/.test(value)) return Number(value);
+  if (wanted === "boolean" && (value === "true" || value === "false")) return value === "true";
+  if (wanted === "array" || wanted === "object" || wanted === "record") {
     try {
       return JSON.parse(value) as unknown;
     } catch {

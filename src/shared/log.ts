@@ -21,3 +21,36 @@ export function createLogger(options: { name?: string; level?: string } = {}): L
 
 /** A logger that drops everything; the default for library use and tests. */
 export const silentLogger: Logger = pino({ level: "silent" });
+
+/**
+ * At most `burst` lines per `intervalMs` for one kind of event; the rest are counted, so a
+ * hostile or broken peer cannot flood the log. The next line that passes carries the count.
+ */
+export class LogBudget {
+  private windowStart = -Infinity;
+  private used = 0;
+  private dropped = 0;
+
+  constructor(
+    private readonly burst = 10,
+    private readonly intervalMs = 10_000,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
+
+  /** undefined when this line should be left out; else how many were left out before it. */
+  take(): number | undefined {
+    const t = this.now();
+    if (t - this.windowStart >= this.intervalMs) {
+      this.windowStart = t;
+      this.used = 0;
+    }
+    if (this.used >= this.burst) {
+      this.dropped++;
+      return undefined;
+    }
+    this.used++;
+    const dropped = this.dropped;
+    this.dropped = 0;
+    return dropped;
+  }
+}

@@ -42,6 +42,12 @@ function header(view: ExecView): Html {
 <div class="sub">${state} <span data-name="uptime">up ${view.uptimeMs === undefined ? "–" : formatDuration(view.uptimeMs)}</span></div></div></header>${banner}`;
 }
 
+// "in the last 42 s", or, before the page has a snapshot old enough, since each connection opened.
+function windowText(view: ExecView): string {
+  const span = view.fairness.spanMs;
+  return span === undefined ? "since each connection opened" : `in the last ${formatDuration(span)}`;
+}
+
 function summary(view: ExecView): Html {
   const t = view.totals;
   const busy = t.running + t.offered;
@@ -55,7 +61,7 @@ function summary(view: ExecView): Html {
       name: "fairness",
       label: "Fairness (Jain)",
       value: index === undefined ? "–" : index.toFixed(2),
-      hint: `over ${view.fairness.over} asking connection(s)`,
+      hint: `${windowText(view)} · ${view.fairness.over} asking connection(s)`,
       tone: fairnessTone(index),
     },
   ]);
@@ -116,9 +122,12 @@ function connectionLabel(c: ConnectionView): Html {
 
 function grants(view: ExecView): Html {
   const { index, over } = view.fairness;
+  const { windowMs, minSpanMs } = view.fairnessWindow;
   const gauge = ringGauge(index, { name: "jain", text: index === undefined ? "–" : index.toFixed(2), tone: fairnessTone(index) });
-  const explain = html`<div class="fair"><div>${gauge}</div><p><b>Jain index ${index === undefined ? "–" : index.toFixed(3)}</b> over the grants of ${over} connection(s) that asked for slots.
-1.00 means every connection got the same number of grants; 1/n means one took everything.</p></div>`;
+  const explain = html`<div class="fair"><div>${gauge}</div><p><b>Jain index ${index === undefined ? "–" : index.toFixed(3)}</b> over the grants per second, ${windowText(view)},
+of ${over} connection(s) that asked for slots in that time (a connection younger than ${formatDuration(minSpanMs)} counts as that old).
+1.00 means every connection was granted at the same rate; 1/n means one took everything. The window is the last ${formatDuration(windowMs)}
+while this page is open; the bars below count grants since each connection opened.</p></div>`;
   const rows: BarRow[] = view.grants.shown.map((c) => ({
     key: c.client,
     label: connectionLabel(c),

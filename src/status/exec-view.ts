@@ -4,8 +4,9 @@
  * are, the busiest connections). Pure.
  */
 import type { GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import { jainIndex, topN, type TopN } from "./format.js";
 import { durationMs, timestampDate } from "@bufbuild/protobuf/wkt";
+import { topN, type TopN } from "./format.js";
+import { GrantWindow, type GrantWindowOptions, type WindowFairness } from "./grant-window.js";
 
 /** How many rows the page draws before "and N more". */
 export interface ExecViewLimits {
@@ -63,8 +64,10 @@ export interface ExecView {
   readonly totals: { readonly processes: number; readonly running: number; readonly offered: number; readonly free: number; readonly waiting: number };
   readonly connectionCount: number;
   readonly totalGrants: number;
-  /** Jain index over the grants of the connections that asked for anything (wants, offers or grants). */
-  readonly fairness: { readonly index: number | undefined; readonly over: number };
+  /** Jain index over the recent grant rates of the connections that asked for anything (see GrantWindow). */
+  readonly fairness: WindowFairness;
+  /** The window the fairness is judged over. */
+  readonly fairnessWindow: GrantWindowOptions;
   /** Connections by grants, most first. */
   readonly grants: TopN<ConnectionView>;
   /** Connections by activity (parked + running, then grants). */
@@ -103,8 +106,12 @@ function connectionView(c: GetStatusResponse["connections"][number], now: number
 // Ties broken by client name, then id, so the picture does not shuffle between polls.
 const byName = (a: ConnectionView, b: ConnectionView): number => a.client.localeCompare(b.client) || a.id.localeCompare(b.id);
 
-/** Builds the view model from a GetStatus snapshot taken at `now` (ms since epoch). */
-export function execView(status: GetStatusResponse, now: number, limits: ExecViewLimits = defaultExecViewLimits): ExecView {
+/**
+ * Builds the view model from a GetStatus snapshot taken at `now` (ms since epoch). `window`
+ * keeps grant snapshots between calls (one per page); without it, fairness is judged over
+ * the rates since each connection opened.
+ */
+export function execView(status: GetStatusResponse, now: number, limits: ExecViewLimits = defaultExecViewLimits, window = new GrantWindow()): ExecView {
   const servicesByGroup = new Map<string, string[]>();
   for (const [service, group] of Object.entries(status.services)) servicesByGroup.set(group, [...(servicesByGroup.get(group) ?? []), service]);
   const waitgroups: WaitgroupView[] = status.waitgroups.map((wg) => ({
@@ -128,7 +135,6 @@ export function execView(status: GetStatusResponse, now: number, limits: ExecVie
     totals.waiting += wg.waiting;
   }
   const conns = status.connections.map((c) => connectionView(c, now));
-  const asking = conns.filter((c) => c.parked + c.offers + c.grants > 0);
   const connections = topN(conns, limits.connectionRows, (a, b) => b.parked + b.running - (a.parked + a.running) || b.grants - a.grants || byName(a, b));
   const started = (status.startedAt && timestampDate(status.startedAt))?.getTime();
   return {
@@ -139,7 +145,8 @@ export function execView(status: GetStatusResponse, now: number, limits: ExecVie
     totals,
     connectionCount: conns.length,
     totalGrants: conns.reduce((n, c) => n + c.grants, 0),
-    fairness: { index: jainIndex(asking.map((c) => c.grants)), over: asking.length },
+    fairness: window.fairness(now, conns),
+    fairnessWindow: window.options,
     grants: topN(conns, limits.grantBars, (a, b) => b.grants - a.grants || b.parked - a.parked || byName(a, b)),
     connections,
     restTotals: sumConnections(connections.rest),

@@ -26,6 +26,7 @@ export type {
 export { fylrViewJson, fylrViewPath, renderFylrStatusPage } from "./fylr-page.js";
 export { fylrSectionIds, itemStateTone, renderFylrSections, stateTone, type FylrSections } from "./fylr-sections.js";
 export { defaultFylrViewLimits, fylrView, localPermits, priorityRows, type FylrView, type FylrViewLimits, type PriorityRow, type ShareView } from "./fylr-view.js";
+export { defaultGrantWindow, GrantWindow, type GrantWindowOptions, type WindowConnection, type WindowFairness } from "./grant-window.js";
 export { formatCount, formatDuration, formatPercent, fraction, jainIndex, topN, type TopN } from "./format.js";
 export { escapeHtml, html, Html, join, raw, type HtmlValue } from "./html.js";
 export { renderStatusPage, statusViewJson, type StatusPageInput, type StatusViewJson } from "./page.js";

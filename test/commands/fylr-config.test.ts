@@ -65,4 +65,14 @@ describe("slotbroker fylr --config", () => {
     const fromFile = compileFylrConfig({ databaseUrl: "postgres://file@h/d", execserver: { addresses: ["h:1"] } }, "t", { DATABASE_URL: "postgres://env@h/d" });
     expect(fromFile.databaseUrl).to.equal("postgres://file@h/d");
   });
+
+  it("keeps a numeric-looking token and name as strings", () => {
+    const config = compileFylrConfig({ execserver: { addresses: ["h:1"] } }, "t", {
+      DATABASE_URL: "postgres://h/d",
+      SLOTBROKER_TOKEN: "123456",
+      SLOTBROKER_FYLR_NAME: "42",
+    });
+    expect(config.broker.token).to.equal("123456");
+    expect(config.id).to.match(/^42-[0-9a-f]{8}$/);
+  });
 });

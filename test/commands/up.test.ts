@@ -86,6 +86,7 @@ function alive(pid: number): boolean {
 describe("slotbroker up", () => {
   let dir: string;
   let input: string;
+  let stateFile: string;
   const content = Buffer.from(`slotbroker up test ${Date.now()}\n`);
   const digest = createHash("sha256").update(content).digest("hex");
 
@@ -93,6 +94,7 @@ describe("slotbroker up", () => {
     dir = mkdtempSync(join(tmpdir(), "slotbroker-up-"));
     chmodSync(dir, 0o755); // the embedded server runs as "postgres" when we are root
     input = join(dir, "input.txt");
+    stateFile = join(dir, "state", "up.json");
     writeFileSync(input, content);
   });
   afterEach(() => {
@@ -102,7 +104,7 @@ describe("slotbroker up", () => {
   it("brings the stack up on a database, runs submit --wait and status, and stops on SIGTERM", async function () {
     this.timeout(120_000);
     const databaseUrl = await createTestDatabase("up");
-    const up = await startUp({ ...process.env, DATABASE_URL: databaseUrl });
+    const up = await startUp({ ...process.env, DATABASE_URL: databaseUrl, SLOTBROKER_STATE_FILE: stateFile });
     try {
       expect(up.banner).to.match(/services: .*\bsha256sum\b/).and.to.match(/services: .*\bnoop\b/);
       const submitted = await slotbroker(["submit", "--api", up.api, "--service", "sha256sum", "--stdin", input, "--wait"]);
@@ -110,16 +112,25 @@ describe("slotbroker up", () => {
       expect(submitted.stdout.toString()).to.equal(`${digest}  -\n`);
       expect(submitted.stderr).to.match(/calls\[0\] sha256sum: exit 0/);
 
-      const status = await slotbroker(["status", "--api", up.api]);
+      // Without --api, status and submit find the stack through the state file `up` wrote.
+      const found = { env: { SLOTBROKER_STATE_FILE: stateFile, SLOTBROKER_API: "" } };
+      expect(JSON.parse(readFileSync(stateFile, "utf8"))).to.deep.include({ api: up.api, execserver: up.grpc });
+      const plain = await slotbroker(["submit", "--service", "wc", "--arg=-c", "--stdin", input, "--wait"], found);
+      expect(plain.code, plain.stderr).to.equal(0);
+      expect(plain.stdout.toString().trim()).to.equal(String(content.length));
+      expect(up.banner).to.contain(`export SLOTBROKER_API=${up.api}`);
+
+      const status = await slotbroker(["status"], found);
       expect(status.code, status.stderr).to.equal(0);
       expect(status.stdout.toString()).to.match(/^WAITGROUP +SLOTS +RUNNING +OFFERED +FREE +WAITING +DONE +MEAN RUNTIME$/m);
-      expect(status.stdout.toString()).to.match(/^text +\d+ +0 +0 +\d+ +0 +1 /m);
+      expect(status.stdout.toString()).to.match(/^text +\d+ +0 +0 +\d+ +0 +2 /m);
       expect(status.stdout.toString()).to.match(/^KIND +QUEUED +CLAIMED +RUNNING$/m);
 
       const children = await descendants(up.child.pid!);
       expect(children, "the stack runs in a supervised child").to.not.deep.equal([]);
       expect(await up.stop()).to.equal(0);
       expect(children.filter(alive), "processes left behind").to.deep.equal([]);
+      expect(existsSync(stateFile), "the state file goes with the stack").to.equal(false);
     } finally {
       await release(up);
     }
@@ -128,7 +139,7 @@ describe("slotbroker up", () => {
   it("runs its own Postgres when DATABASE_URL is unset, keeps the data between runs, and stops in order on Ctrl-C", async function () {
     this.timeout(180_000);
     const dataDir = join(dir, "pgdata");
-    const env: NodeJS.ProcessEnv = { ...process.env, SLOTBROKER_DATA_DIR: dataDir };
+    const env: NodeJS.ProcessEnv = { ...process.env, SLOTBROKER_DATA_DIR: dataDir, SLOTBROKER_STATE_FILE: stateFile };
     delete env.DATABASE_URL;
     const first = await startUp(env, true);
     let id: string;

@@ -64,6 +64,11 @@ describe("execserver config", () => {
     });
     expect(config).to.deep.include({ listen: "127.0.0.1:9000", adminListen: "127.0.0.1:9001", instanceId: "from-env" });
   });
+
+  it("keeps environment values that look like numbers as strings where the schema wants a string", () => {
+    const config = compileExecserverConfig(base, "exec.yaml", { SLOTBROKER_TOKEN: "123456", SLOTBROKER_INSTANCE_ID: "42" });
+    expect(config).to.deep.include({ token: "123456", instanceId: "42" });
+  });
 });
 
 describe("slotbroker execserver (CLI process)", () => {

@@ -31,8 +31,23 @@ describe("shared foundation", () => {
     const schema = z.strictObject({ a: z.strictObject({ timeout: durationMs }) });
     expect(() => parseConfig(schema, { a: { timeout: "5" } }, "x.yaml")).to.throw(/x\.yaml: a\.timeout: expected a duration/);
     expect(() => parseConfig(schema, { a: { timeout: "5s" }, b: 1 }, "x.yaml")).to.throw(/unknown key "b"/);
-    const raw = applyEnvOverrides({ a: {} }, { T: "2s" }, { T: "a.timeout" });
+    const raw = applyEnvOverrides({ a: {} }, { T: "2s" }, { T: "a.timeout" }, schema);
     expect(parseConfig(schema, raw, "x")).to.deep.equal({ a: { timeout: 2000 } });
+  });
+
+  it("converts an environment value only where the schema wants a number, boolean or list", () => {
+    const schema = z.strictObject({
+      token: z.string(),
+      n: z.number().int().default(1),
+      b: z.boolean().optional(),
+      list: z.array(z.string()).optional(),
+      nested: z.strictObject({ d: durationMs.prefault("1s") }).prefault({}),
+    });
+    const mapping = { T: "token", N: "n", B: "b", L: "list", D: "nested.d" };
+    const raw = applyEnvOverrides({}, { T: "007", N: "12", B: "true", L: '["a","b"]', D: "2s" }, mapping, schema);
+    expect(parseConfig(schema, raw, "x")).to.deep.equal({ token: "007", n: 12, b: true, list: ["a", "b"], nested: { d: 2000 } });
+    const bad = applyEnvOverrides({}, { T: "x", N: "twelve" }, mapping, schema);
+    expect(() => parseConfig(schema, bad, "env")).to.throw(/env: n: .*expected number, received string/);
   });
 
   it("carries protobuf-es messages over a real grpc-js server with reflection", async () => {

@@ -36,7 +36,7 @@ export interface ExecserverProcess {
 /** Starts an execserver child process; `config` is written to a YAML file in a temp dir. */
 export async function spawnExecserver(
   config: Omit<ExecserverConfigInput, "listen" | "adminListen"> & { listen?: string; adminListen?: string },
-  options: { name?: string; startTimeoutMs?: number } = {},
+  options: { name?: string; startTimeoutMs?: number; logLevel?: string } = {},
 ): Promise<ExecserverProcess> {
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-exec-"));
   const listen = config.listen ?? `127.0.0.1:${await freePort()}`;
@@ -52,7 +52,7 @@ export async function spawnExecserver(
     child = spawn(process.execPath, ["--import", "tsx", join(root, "src", "cli.ts"), "execserver", "--config", configPath], {
       cwd: root,
       stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, SLOTBROKER_LOG_LEVEL: process.env.SLOTBROKER_EXEC_LOG_LEVEL ?? "warn" },
+      env: { ...process.env, SLOTBROKER_LOG_LEVEL: options.logLevel ?? process.env.SLOTBROKER_EXEC_LOG_LEVEL ?? "warn" },
     });
     child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
       log = (log + chunk).slice(-20_000);

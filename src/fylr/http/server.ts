@@ -83,6 +83,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
   const registry = options.registry;
   const routes: RawRoute[] = [
     healthRoute(() => (state === "listening" ? (options.health?.() ?? { ok: true }) : { ok: false, detail: "closing" })),
+    livenessRoute(),
     ...(registry ? pipeRawRoutes(registry) : []),
     ...(options.rawRoutes ?? []),
   ];
@@ -224,6 +225,12 @@ function healthRoute(report: () => HealthReport): RawRoute {
       sendText(res, ok ? 200 : 503, detail ?? (ok ? "ok" : "unhealthy"));
     },
   };
+}
+
+// /livez: the process answers. Stays 200 while stopping (unlike /healthz), so a liveness
+// probe never kills a fylr that is finishing its items.
+function livenessRoute(): RawRoute {
+  return { path: "/livez", methods: ["GET", "HEAD"], handle: ({ res }) => sendText(res, 200, "alive") };
 }
 
 function runRoute(route: RawRoute, call: Parameters<RawRoute["handle"]>[0], logger: Logger): void {

@@ -1,6 +1,0 @@
-#!/usr/bin/env node
-// Runs the TypeScript CLI through tsx, so `npx slotbroker ...` works without a build step.
-import { register } from "tsx/esm/api";
-
-register();
-await import("../src/cli.ts");

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# npm run build: src/ and gen/ → dist/ as plain JavaScript (tsc), plus every other file the
+# code reads next to itself (SQL migrations, descriptor sets). dist/src/cli.js is the
+# `slotbroker` command of the package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf dist
+npx tsc -p tsconfig.build.json
+node -e '
+  const { cpSync } = require("node:fs");
+  for (const dir of ["src", "gen"]) cpSync(dir, `dist/${dir}`, { recursive: true, filter: (p) => !p.endsWith(".ts") });
+'
+chmod 755 dist/src/cli.js

