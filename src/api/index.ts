@@ -6,3 +6,4 @@ export { queueServiceImpl, registerQueueService, type QueueApiOptions } from "./
 export { measuredBackend, RuntimeMeans } from "./runtime-means.js";
 export { watchItem, type WatchOptions } from "./watch.js";
 export { createQueueClient, followItem, itemFinished, type FollowOptions, type QueueClient } from "./client.js";
+export { downloadOutput, uploadInput, type StoredUpload } from "./store-client.js";

@@ -31,6 +31,7 @@ export function execBackend(client: ExecClient): ExecBackend {
         priority: options.priority,
         signal: options.signal,
         stdin: request.stdin instanceof URL ? fetchLazily(request.stdin, options.signal) : request.stdin,
+        stdout: options.stdout,
         maxStdoutBytes: options.maxStdoutBytes,
         onPosition: options.onPosition && ((position) => options.onPosition!(position)),
         onStart: options.onStart && ((job) => options.onStart!(job.instanceId)),

@@ -8,12 +8,13 @@
  *   databasePoolSize: 10
  *   execserver: { addresses: [127.0.0.1:7600], token, tls: { caFile }, connectTimeout: 30s, … }
  *   dispatcher: { headroom: 2, pollInterval: 1s, staleAfter: 15s, … }
+ *   store: { maxItemBytes: 64GiB, retention: 7d, inlineBytes: 64KiB, … }
  *   api: { watchPoll: 500ms }
  */
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { z } from "zod";
-import { dispatcherConfigSchema, type DispatcherConfig } from "../dispatcher/index.js";
+import { dispatcherConfigSchema, storeConfigSchema, type DispatcherConfig, type StoreConfig } from "../dispatcher/index.js";
 import { brokerConfigSchema, compileBrokerConfig, type BrokerConfig } from "../fylr/index.js";
 import { applyEnvOverrides, durationMs, listenAddress, parseConfig, readYamlFile } from "../shared/config.js";
 import { ConfigError } from "../shared/errors.js";
@@ -32,6 +33,8 @@ export const fylrConfigSchema = z.strictObject({
   execserver: brokerConfigSchema,
   /** The claim loop: poll, heartbeat, stale threshold, headroom, retries, limits. */
   dispatcher: dispatcherConfigSchema.prefault({}),
+  /** Inputs and outputs of any size: limits, retention, the inline size. */
+  store: storeConfigSchema.prefault({}),
   api: z.strictObject({ watchPoll: durationMs.prefault("500ms") }).prefault({}),
 });
 
@@ -47,6 +50,7 @@ export interface FylrConfig {
   readonly databasePoolSize: number;
   readonly broker: BrokerConfig;
   readonly dispatcher: DispatcherConfig;
+  readonly store: StoreConfig;
   /** Watch's database poll for items other fylrs run. */
   readonly watchPollMs: number;
 }
@@ -76,6 +80,7 @@ export function compileFylrConfig(raw: unknown, source = "config", env: NodeJS.P
     databasePoolSize: c.databasePoolSize,
     broker,
     dispatcher: c.dispatcher,
+    store: c.store,
     watchPollMs: c.api.watchPoll,
   };
 }

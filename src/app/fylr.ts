@@ -15,6 +15,7 @@ import type { FylrConfig } from "./fylr-config.js";
 import { createFylrMetrics } from "./fylr-metrics.js";
 import { metricsRoute, statusRoute } from "./fylr-routes.js";
 import { createFylrStatusPage } from "./fylr-status-page.js";
+import { storeRoutes } from "./store-routes.js";
 import { createPgPool } from "../shared/postgres.js";
 
 /** A fylr's lifecycle. */
@@ -67,7 +68,20 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
   const pool = createPgPool({ connectionString: config.databaseUrl, max: config.databasePoolSize }, (err) =>
     log.warn({ err: err.message }, "idle database connection failed"),
   );
+  // Streams of stored data hold a connection (and a transaction) for as long as they run:
+  // a pool of their own, so a busy upload never delays a heartbeat. A transaction left idle
+  // by a stalled client is ended by the server.
+  const blobPool = createPgPool(
+    {
+      connectionString: config.databaseUrl,
+      max: config.store.poolSize,
+      idle_in_transaction_session_timeout: config.store.stallTimeoutMs,
+      application_name: `slotbroker-store ${config.id}`,
+    },
+    (err) => log.warn({ err: err.message }, "idle database connection of the store failed"),
+  );
   stack.defer("database pool", () => pool.end());
+  stack.defer("store pool", () => blobPool.end());
   try {
     await ensureDatabase(config.databaseUrl, { logger });
     await migrate(pool, { logger });
@@ -86,6 +100,8 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
       backend,
       actions: options.actions,
       config: config.dispatcher,
+      store: config.store,
+      blobPool,
       logger,
       fylrId: config.id,
       migrate: false,
@@ -116,7 +132,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
           shutdown: shutdown.signal,
           logger,
         }),
-      rawRoutes: [metricsRoute(metrics), statusRoute(dispatcher, broker), ...statusPage.routes, ...(options.rawRoutes ?? [])],
+      rawRoutes: [metricsRoute(metrics), statusRoute(dispatcher, broker), ...storeRoutes(dispatcher), ...statusPage.routes, ...(options.rawRoutes ?? [])],
       health: () => ({
         ok: dispatcher.state === "running",
         detail: dispatcher.state === "running" ? `ok (${broker.instances().length} execserver instance(s) connected)` : dispatcher.state,

@@ -1,10 +1,10 @@
-import { readFileSync } from "node:fs";
 import { toJson } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ItemSchema, ItemState, type Item, type WatchResponse } from "../../gen/slotbroker/v1/queue_pb.js";
-import { createQueueClient, followItem } from "../api/index.js";
+import { ItemSchema, ItemState, type Item, type SubmitRequest, type WatchResponse } from "../../gen/slotbroker/v1/queue_pb.js";
+import { createQueueClient, downloadOutput, followItem } from "../api/index.js";
 import { resolveApi } from "../app/index.js";
 import { parseSubmitArgs, withStdin, type SubmitPlan } from "./submit-args.js";
+import { prepareInput, type PreparedInput } from "./submit-input.js";
 import { progressLine, receiptLines, stateName } from "./submit-progress.js";
 
 const help = `usage: slotbroker submit --service SERVICE [call options] [--then SERVICE [call options]]...
@@ -21,7 +21,8 @@ calls (flags apply to the call they follow):
   --arg X              an argument for the call (repeat; --arg=-n for one starting with -)
   --env NAME=VALUE     an environment variable the service allows (repeat)
   --timeout DUR        the call's timeout, e.g. 30s (default: the service's)
-  --stdin FILE         the first call's stdin from FILE ("-" reads standard input)
+  --stdin FILE         the first call's stdin from FILE ("-" reads standard input); any
+                       size: past 1 MiB it is streamed to the fylr's store first
   --stdin-url URL      the first call's stdin fetched by the fylr from URL
   --then SERVICE       one more call whose stdin is the previous call's stdout (repeat)
 
@@ -38,7 +39,8 @@ item:
 output:
   --api URL            the fylr (default SLOTBROKER_API, else the running
                        "slotbroker up", else http://127.0.0.1:7700)
-  -w, --wait           follow the item to its end and print its output
+  -w, --wait           follow the item to its end and print its output (streamed, any
+                       size; checked against the item's SHA-256)
   --json               print the item as JSON instead of its id / its output
   -h, --help           this text
 
@@ -61,21 +63,23 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${help}\n`);
     return 0;
   }
-  let stdin: Uint8Array | undefined;
-  try {
-    stdin = plan.stdinPath === undefined ? undefined : readFileSync(plan.stdinPath === "-" ? 0 : plan.stdinPath);
-  } catch (err) {
-    process.stderr.write(`slotbroker submit: --stdin ${plan.stdinPath}: ${(err as Error).message}\n`);
-    return 2;
-  }
   const target = resolveApi(plan.api);
   const api = target.url;
   const client = createQueueClient(api);
   const abort = new AbortController();
   const onSignal = (): void => abort.abort();
   process.once("SIGINT", onSignal);
+  let input: PreparedInput | undefined;
   try {
-    const { item, created } = await client.submit(withStdin(plan.request, stdin), { signal: abort.signal });
+    input = plan.stdinPath === undefined ? undefined : await prepareInput(plan.stdinPath, api, { local: plan.request.local !== undefined, signal: abort.signal });
+  } catch (err) {
+    process.off("SIGINT", onSignal);
+    process.stderr.write(`slotbroker submit: --stdin ${plan.stdinPath}: ${(err as Error).message}\n`);
+    return (err as { code?: unknown }).code === "ENOENT" ? 2 : 1;
+  }
+  try {
+    const request = input && "upload" in input ? withUpload(plan.request, input.upload.id) : withStdin(plan.request, input?.inline);
+    const { item, created } = await client.submit(request, { signal: abort.signal });
     if (!item) throw new Error("the fylr answered without an item");
     if (!plan.wait) {
       process.stderr.write(`${created ? "submitted" : "already submitted (idempotency key)"}: item ${item.id}, ${stateName(item.state)}\n`);
@@ -90,7 +94,7 @@ export async function run(argv: string[]): Promise<number> {
       onRetry: (err, attempt) => progress.note(`lost the watch (${err.rawMessage}); watching again (${attempt})`),
     });
     progress.done();
-    return report(final, plan.json);
+    return await report(final, plan.json, api, abort.signal);
   } catch (err) {
     if (abort.signal.aborted) {
       process.stderr.write(`\nslotbroker submit: stopped waiting; the item stays in the queue\n`);
@@ -104,13 +108,31 @@ export async function run(argv: string[]): Promise<number> {
   }
 }
 
-function report(item: Item, json: boolean): number {
+async function report(item: Item, json: boolean, api: string, signal: AbortSignal): Promise<number> {
   for (const line of receiptLines(item)) process.stderr.write(`${line}\n`);
   const failed = item.state !== ItemState.SUCCEEDED;
   if (failed) process.stderr.write(`item ${item.id} failed after ${item.attempts} attempt(s): ${item.error || "no reason given"}\n`);
-  if (json) process.stdout.write(`${JSON.stringify(toJson(ItemSchema, item), null, 2)}\n`);
-  else process.stdout.write(item.output);
-  return failed ? 1 : 0;
+  if (json) {
+    process.stdout.write(`${JSON.stringify(toJson(ItemSchema, item), null, 2)}\n`);
+    return failed ? 1 : 0;
+  }
+  if (failed || !item.outputStored) {
+    process.stdout.write(item.output);
+    return failed ? 1 : 0;
+  }
+  // A stored output streams from the fylr's store straight to standard output.
+  const got = await downloadOutput(api, item.id, process.stdout, { signal, end: false });
+  if (got.sha256 !== item.outputSha256) {
+    process.stderr.write(`slotbroker submit: the output of item ${item.id} arrived with SHA-256 ${got.sha256}, the item says ${item.outputSha256}\n`);
+    return 1;
+  }
+  return 0;
+}
+
+// The first call reads a stored upload.
+function withUpload(request: SubmitRequest, id: string): SubmitRequest {
+  if (request.calls[0]) request.calls[0].stdin = { case: "stdinUpload", value: id };
+  return request;
 }
 
 function codeName(e: ConnectError): string {

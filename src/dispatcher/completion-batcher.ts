@@ -6,12 +6,13 @@
  * entry keeps its own lease fence inside the batch statement.
  */
 import type { QueueStore } from "./store.js";
+import type { ItemOutput } from "./output-sink.js";
 import type { CallResult, Fence } from "./types.js";
 
 interface Entry {
   readonly fence: Fence;
   readonly results: readonly CallResult[];
-  readonly output: Buffer | undefined;
+  readonly output: ItemOutput | undefined;
   readonly resolve: (written: boolean) => void;
   readonly reject: (err: unknown) => void;
 }
@@ -28,7 +29,7 @@ export class CompletionBatcher {
   ) {}
 
   /** Marks an item succeeded; resolves false when the lease fence refused it. */
-  complete(fence: Fence, results: readonly CallResult[], output: Buffer | undefined): Promise<boolean> {
+  complete(fence: Fence, results: readonly CallResult[], output: ItemOutput | undefined): Promise<boolean> {
     return new Promise((resolve, reject) => {
       this.pending.push({ fence, results, output, resolve, reject });
       this.schedule();

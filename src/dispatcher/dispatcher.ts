@@ -14,6 +14,7 @@ import { Events } from "../shared/events.js";
 import { IllegalTransitionError, Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { execAdmission, type ExecAdmission, type InstanceShare } from "./admission.js";
+import { BlobStore } from "./blob-store.js";
 import type { CapacitySource } from "./capacity.js";
 import { CompletionBatcher } from "./completion-batcher.js";
 import { dispatcherConfig, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
@@ -29,6 +30,7 @@ import { normalizeSubmit } from "./payload.js";
 import { QueueListener } from "./queue-listener.js";
 import { newCounters, type DispatcherCounters } from "./settle.js";
 import { QueueStore, type StoredPosition } from "./store.js";
+import { storeConfig, type StoreConfig } from "./store-config.js";
 import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
 
@@ -50,6 +52,13 @@ export interface DispatcherOptions {
   readonly actions?: LocalActionRegistry;
   /** Compiled config; missing keys take the defaults. */
   readonly config?: Partial<DispatcherConfig>;
+  /** The store for inputs and outputs of any size; missing keys take the defaults. */
+  readonly store?: Partial<StoreConfig>;
+  /**
+   * Connections for streaming stored data (long transactions); default `pool`. A fylr
+   * gives it a pool of its own so uploads never starve heartbeats and claims.
+   */
+  readonly blobPool?: pg.Pool;
   readonly logger?: Logger;
   /** This fylr's id in the `fylrs` table; default a random UUID. */
   readonly fylrId?: string;
@@ -94,6 +103,8 @@ const forceTimeoutMs = 5000;
 /** The Postgres dispatcher of one fylr. */
 export class Dispatcher {
   readonly store: QueueStore;
+  /** Stored inputs and outputs: every fylr of the queue reads what any wrote. */
+  readonly blobs: BlobStore;
   readonly config: DispatcherConfig;
   readonly fylrId: string;
   /** Lifecycle events: claims, starts, outcomes, requeues, wakeups, passes, state. */
@@ -113,6 +124,7 @@ export class Dispatcher {
   private currentState: DispatcherState = "idle";
   private admission: ExecAdmission = { admission: 0, held: 0, free: 0, shares: [] };
   private lastBeatAt = -Infinity;
+  private lastBlobSweepAt = -Infinity;
   private dbFailures = 0;
   private loopDone: Promise<void> = Promise.resolve();
   private stopping: Promise<void> | undefined;
@@ -124,6 +136,7 @@ export class Dispatcher {
     this.config = dispatcherConfig(options.config);
     this.store = new QueueStore(options.pool);
     this.fylrId = options.fylrId ?? randomUUID();
+    this.blobs = new BlobStore(options.blobPool ?? options.pool, storeConfig(options.store), this.fylrId);
     this.actions = options.actions ?? createDefaultActions();
     this.permits = new LocalPermits(effectiveLocalSlots(this.config));
     this.log = (options.logger ?? silentLogger).child({ component: "dispatcher", fylrId: this.fylrId });
@@ -142,6 +155,7 @@ export class Dispatcher {
       backend: options.backend,
       actions: this.actions,
       live: this.live,
+      blobs: this.blobs,
       config: this.config,
       counters: this.counters,
       events: this.events,
@@ -316,6 +330,7 @@ export class Dispatcher {
         await this.heartbeat();
         await this.sweep();
       }
+      if (!signal.aborted && performance.now() - this.lastBlobSweepAt >= this.blobs.config.sweepIntervalMs) await this.sweepBlobs();
       if (this.dbFailures > 0) this.log.info({ failures: this.dbFailures }, "database reachable again");
       this.dbFailures = 0;
     } catch (err) {
@@ -354,6 +369,19 @@ export class Dispatcher {
         "requeued the claims of fylrs whose heartbeat went stale",
       );
     }
+  }
+
+  // Stored data past its expiry or retention. Any fylr may do it; a row deleted by two
+  // sweepers at once is deleted once. Batches of 100, so one pass stays short.
+  private async sweepBlobs(): Promise<void> {
+    this.lastBlobSweepAt = performance.now();
+    let total = { blobs: 0, bytes: 0 };
+    for (let round = 0; round < 10; round++) {
+      const swept = await this.blobs.sweep(100);
+      total = { blobs: total.blobs + swept.blobs, bytes: total.bytes + swept.bytes };
+      if (swept.blobs < 100) break;
+    }
+    if (total.blobs > 0) this.log.info(total, "deleted stored data past its expiry or retention");
   }
 
   private async claimExec(): Promise<void> {

@@ -5,6 +5,7 @@
  * wins, JOB with pipe URLs, DONE → receipt). Keeping it an interface lets the dispatcher be
  * built and tested before the broker client exists.
  */
+import type { Readable, Writable } from "node:stream";
 import type { Position, Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 
 /** One exec call as the backend receives it; stdin is already resolved. */
@@ -18,10 +19,11 @@ export interface ExecRequest {
   /** Job timeout; unset uses the service's own. */
   readonly timeoutMs?: number;
   /**
-   * stdin: bytes to serve through an in-pipe (inline data, or the previous call's stdout),
-   * or a URL the fylr fetches and streams to the job. Unset means empty stdin.
+   * stdin: bytes to serve through an in-pipe (inline data, a small previous stdout), a
+   * stream (a stored upload or stored previous stdout, read lazily when the job reads its
+   * in-pipe), or a URL the fylr fetches and streams to the job. Unset means empty stdin.
    */
-  readonly stdin?: Buffer | URL;
+  readonly stdin?: Buffer | URL | Readable;
 }
 
 /** Per-call options the dispatcher passes along. */
@@ -35,9 +37,12 @@ export interface ExecRunOptions {
    */
   readonly signal: AbortSignal;
   /**
-   * The most stdout the dispatcher will keep. The backend may stop collecting past it (the
-   * dispatcher reads the true size from receipt.stdoutBytes and fails the item clearly).
+   * Where the job's stdout goes, all of it, streamed: the backend ends it after the last
+   * byte and destroys it when the upload failed. A backend that cannot stream may leave it
+   * untouched and return the bytes in ExecResult.stdout instead.
    */
+  readonly stdout?: Writable;
+  /** Without `stdout`: the most stdout the backend needs to collect. */
   readonly maxStdoutBytes: number;
   /** Called with each POSITION the execserver reports while the want is parked. */
   readonly onPosition?: (position: Position) => void;
@@ -52,7 +57,7 @@ export interface ExecRunOptions {
 export interface ExecResult {
   /** The execserver's receipt, also for a failed command: failure is data, not an exception. */
   readonly receipt: Receipt;
-  /** The whole stdout (the prefix in the receipt when it was not streamed). */
+  /** The whole stdout when it was not written to ExecRunOptions.stdout (else empty). */
   readonly stdout: Buffer;
 }
 

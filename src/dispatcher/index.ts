@@ -1,6 +1,20 @@
 // The Postgres dispatcher: schema and migrations, queue queries, admission, the claim loop.
 // It imports only src/shared and gen/: CapacitySource and ExecBackend are implemented by
 // adapters in src/app over the broker client.
+export {
+  BlobStore,
+  BlobWriter,
+  checkBlobId,
+  StoreLimitError,
+  type BlobInfo,
+  type BlobRole,
+  type BlobWriteOptions,
+  type StoreLimit,
+  type WrittenBlob,
+} from "./blob-store.js";
+export { CopyBinaryDecoder } from "./copy-binary.js";
+export { inlineOutput, OutputSink, readOutput, type ItemOutput, type OutputSinkOptions } from "./output-sink.js";
+export { compileStoreConfig, storeConfig, storeConfigSchema, type StoreConfig } from "./store-config.js";
 export { execAdmission, instanceShare, reservedForHigh, type ExecAdmission, type InstanceShare } from "./admission.js";
 export { ManualCapacitySource, type CapacitySource, type ExecInstance } from "./capacity.js";
 export { compileDispatcherConfig, dispatcherConfig, dispatcherConfigSchema, effectiveLocalSlots, type DispatcherConfig } from "./config.js";

@@ -1,20 +1,26 @@
 /**
- * Runs one claimed item and says how it went, without touching the database: the
- * dispatcher turns the Outcome into the fenced write. Exec calls run in order, each one's
- * stdin inline, by URL, or the previous call's stdout; the last stdout is the output.
+ * Runs one claimed item and says how it went; the dispatcher turns the Outcome into the
+ * fenced write. Exec calls run in order, each one's stdin inline, by URL, from a stored
+ * upload, or the previous call's stdout; the last stdout is the output. Stdout streams
+ * into an OutputSink (memory while small, the store past that), so no output of any size
+ * is ever held whole; a chained call reads its predecessor's stdout back from the store.
  */
+import type { Readable } from "node:stream";
+import { finished } from "node:stream/promises";
 import type { Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError, isAbortError } from "../shared/errors.js";
 import { receiptSucceeded } from "../shared/receipt.js";
-import type { ExecBackend } from "./exec-backend.js";
+import { StoreLimitError, type BlobStore } from "./blob-store.js";
+import type { ExecBackend, ExecResult } from "./exec-backend.js";
 import type { LiveItems } from "./live.js";
 import type { LocalActionRegistry } from "./local-actions.js";
+import { inlineOutput, OutputSink, readOutput, type ItemOutput } from "./output-sink.js";
 import type { CallResult, ExecCallSpec, QueueItem } from "./types.js";
 
 /** How an attempt ended. */
 export type Outcome =
-  | { readonly kind: "succeeded"; readonly results: readonly CallResult[]; readonly output: Buffer }
+  | { readonly kind: "succeeded"; readonly results: readonly CallResult[]; readonly output: ItemOutput }
   /** `permanent`: retrying cannot help (output over the limit, action gone), fail now. */
   | { readonly kind: "failed"; readonly results: readonly CallResult[]; readonly error: string; readonly permanent: boolean }
   /** The backend got no slot in time (an error of code RESOURCE_EXHAUSTED). */
@@ -27,6 +33,11 @@ export interface RunnerDeps {
   readonly backend: ExecBackend;
   readonly actions: LocalActionRegistry;
   readonly live: LiveItems;
+  /** Where stored inputs are read from and large outputs go. */
+  readonly blobs: BlobStore;
+  /** Exec outputs up to this size stay in memory and in the item row (store.inlineBytes). */
+  readonly inlineBytes: number;
+  /** Most output a local action may return (dispatcher.maxOutputBytes). */
   readonly maxOutputBytes: number;
   /** Called once when the item starts running (first slot granted, or the local action begins). */
   readonly onStart: () => void;
@@ -39,42 +50,80 @@ export function runItem(item: QueueItem, deps: RunnerDeps, signal: AbortSignal):
 
 async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): Promise<Outcome> {
   const results: CallResult[] = [];
-  let previous: Buffer | undefined;
+  let previous: ItemOutput | undefined;
+  const last = item.calls.length - 1;
   try {
     for (const [i, call] of item.calls.entries()) {
       signal.throwIfAborted();
+      const at = `calls[${i}] (${call.service})`;
       deps.live.setPhase(item.id, item.lease, "waiting", { callIndex: i, service: call.service });
-      const { receipt, stdout } = await deps.backend.run(
-        { service: call.service, args: call.args, env: call.env, timeoutMs: call.timeoutMs, stdin: resolveStdin(call, previous) },
-        {
-          priority: item.priority,
-          signal,
-          maxStdoutBytes: deps.maxOutputBytes,
-          onPosition: (position) => deps.live.setPosition(item.id, item.lease, position),
-          onStart: (instanceId) => {
-            deps.live.setPhase(item.id, item.lease, "running", { instanceId });
-            deps.onStart();
+      const stdin = await resolveStdin(call, previous, deps.blobs);
+      if (typeof stdin === "string") return { kind: "failed", results, error: `${at}: ${stdin}`, permanent: true };
+      const sink = new OutputSink(deps.blobs, { role: i === last ? "output" : "intermediate", itemId: item.id, inlineBytes: deps.inlineBytes });
+      sink.on("error", () => undefined); // reported through storeError and the receipt
+      let ran: ExecResult;
+      try {
+        ran = await deps.backend.run(
+          { service: call.service, args: call.args, env: call.env, timeoutMs: call.timeoutMs, stdin },
+          {
+            priority: item.priority,
+            signal,
+            stdout: sink,
+            maxStdoutBytes: deps.inlineBytes,
+            onPosition: (position) => deps.live.setPosition(item.id, item.lease, position),
+            onStart: (instanceId) => {
+              deps.live.setPhase(item.id, item.lease, "running", { instanceId });
+              deps.onStart();
+            },
           },
-        },
-      );
+        );
+      } catch (err) {
+        sink.destroy();
+        if (sink.storeError instanceof StoreLimitError) return { kind: "failed", results, error: `${at}: stdout: ${sink.storeError.message}`, permanent: true };
+        throw err;
+      }
+      const { receipt } = ran;
       results.push({ service: call.service, receipt });
-      // A job that finished despite an abort keeps its result; one the abort cut short is
-      // given back rather than charged as a failed attempt.
-      if (!receiptSucceeded(receipt) && signal.aborted) return { kind: "aborted", reason: signal.reason };
-      if (!receiptSucceeded(receipt)) {
-        return { kind: "failed", results, error: `calls[${i}] (${call.service}): ${describeFailure(receipt)}`, permanent: false };
+      // The previous call's stdout was this call's stdin: used up.
+      discard(deps.blobs, previous);
+      previous = undefined;
+      const output = receiptSucceeded(receipt) ? await collect(sink, ran.stdout) : undefined;
+      if (sink.storeError) {
+        discard(deps.blobs, output);
+        return { kind: "failed", results, error: `${at}: stdout: ${sink.storeError.message}`, permanent: sink.storeError instanceof StoreLimitError };
       }
-      const size = Math.max(stdout.length, Number(receipt.stdoutBytes));
-      if (size > deps.maxOutputBytes) {
-        const error = `calls[${i}] (${call.service}): stdout is ${size} bytes, over the ${deps.maxOutputBytes}-byte limit (dispatcher.maxOutputBytes)`;
-        return { kind: "failed", results, error, permanent: true };
+      if (!output) {
+        sink.destroy();
+        discard(deps.blobs, sink.output);
+        // A job that finished despite an abort keeps its result; one the abort cut short is
+        // given back rather than charged as a failed attempt.
+        if (signal.aborted) return { kind: "aborted", reason: signal.reason };
+        return { kind: "failed", results, error: `${at}: ${describeFailure(receipt)}`, permanent: false };
       }
-      previous = stdout;
+      previous = output;
     }
-    return { kind: "succeeded", results, output: previous ?? Buffer.alloc(0) };
+    return { kind: "succeeded", results, output: previous ?? inlineOutput(Buffer.alloc(0)) };
   } catch (err) {
+    discard(deps.blobs, previous);
     return caught(err, signal, results, "exec");
   }
+}
+
+// The sink's output once the backend ended it; a backend that returned stdout as a Buffer
+// instead (an in-process backend) has it written now.
+async function collect(sink: OutputSink, stdout: Buffer): Promise<ItemOutput | undefined> {
+  if (!sink.writableEnded && !sink.destroyed) sink.end(stdout);
+  try {
+    await finished(sink);
+  } catch {
+    return undefined;
+  }
+  return sink.output;
+}
+
+// Stored stdout nobody will read again; the sweep deletes it anyway if this fails.
+function discard(blobs: BlobStore, output: ItemOutput | undefined): void {
+  if (output?.blobId) void blobs.delete(output.blobId).catch(() => undefined);
 }
 
 async function runLocal(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): Promise<Outcome> {
@@ -92,7 +141,7 @@ async function runLocal(item: QueueItem, deps: RunnerDeps, signal: AbortSignal):
       const error = `local action ${local.name}: output is ${output.length} bytes, over the ${deps.maxOutputBytes}-byte limit (dispatcher.maxOutputBytes)`;
       return { kind: "failed", results: [], error, permanent: true };
     }
-    return { kind: "succeeded", results: [], output };
+    return { kind: "succeeded", results: [], output: inlineOutput(output) };
   } catch (err) {
     return caught(err, signal, [], `local action ${local.name}`);
   }
@@ -109,7 +158,8 @@ function caught(err: unknown, signal: AbortSignal, results: readonly CallResult[
   return { kind: "failed", results, error: `${what}: ${prefix}${message}`, permanent: false };
 }
 
-function resolveStdin(call: ExecCallSpec, previous: Buffer | undefined): Buffer | URL | undefined {
+// The call's stdin for the backend, or a string saying why it cannot be had (permanent).
+async function resolveStdin(call: ExecCallSpec, previous: ItemOutput | undefined, blobs: BlobStore): Promise<Buffer | URL | Readable | string | undefined> {
   switch (call.stdin?.kind) {
     case undefined:
       return undefined;
@@ -117,8 +167,13 @@ function resolveStdin(call: ExecCallSpec, previous: Buffer | undefined): Buffer 
       return call.stdin.data;
     case "url":
       return new URL(call.stdin.url);
+    case "upload": {
+      const info = await blobs.info(call.stdin.id);
+      if (!info) return `stdin upload ${call.stdin.id} is gone (deleted with its item or after the retention, store.retention)`;
+      return blobs.read(info);
+    }
     case "previous":
-      return previous ?? Buffer.alloc(0);
+      return previous ? readOutput(blobs, previous) : Buffer.alloc(0);
   }
 }
 

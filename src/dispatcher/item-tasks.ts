@@ -7,6 +7,7 @@
 import { AbortReason, linkedAbortController, sleep } from "../shared/abort.js";
 import type { Events } from "../shared/events.js";
 import type { Logger } from "../shared/log.js";
+import type { BlobStore } from "./blob-store.js";
 import type { CompletionBatcher } from "./completion-batcher.js";
 import type { DispatcherConfig } from "./config.js";
 import type { DispatcherEvents } from "./events.js";
@@ -26,6 +27,8 @@ export interface ItemTaskDeps {
   readonly backend: ExecBackend;
   readonly actions: LocalActionRegistry;
   readonly live: LiveItems;
+  /** Stored inputs and outputs of any size. */
+  readonly blobs: BlobStore;
   readonly config: DispatcherConfig;
   readonly counters: DispatcherCounters;
   readonly events: Events<DispatcherEvents>;
@@ -98,8 +101,8 @@ export class ItemTasks {
         if (running) events.emit("item:started", item);
       });
     };
-    const { backend, actions, config, counters, completer } = this.deps;
-    const runner = { backend, actions, live, maxOutputBytes: config.maxOutputBytes, onStart };
+    const { backend, actions, blobs, config, counters, completer } = this.deps;
+    const runner = { backend, actions, live, blobs, inlineBytes: blobs.config.inlineBytes, maxOutputBytes: config.maxOutputBytes, onStart };
     try {
       permit?.markUsed();
       const outcome = await runItem(item, runner, controller.signal);

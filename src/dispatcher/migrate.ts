@@ -48,14 +48,20 @@ const insertLedger = `INSERT INTO slotbroker_migrations (version, name, checksum
 const lock = `SELECT pg_advisory_lock($1::bigint)`;
 const unlock = `SELECT pg_advisory_unlock($1::bigint)`;
 
-/** Reads and orders the migration files; numbering must be 1, 2, 3… without gaps. */
+/**
+ * Reads and orders the migration files. Numbers must be unique; gaps are allowed, because
+ * migrations are written on parallel branches and land in any order (a missing lower number
+ * that arrives later is applied then).
+ */
 export function loadMigrations(dir: string = migrationsDir): Migration[] {
   const files = readdirSync(dir).filter((f) => f.endsWith(".sql")).sort();
-  return files.map((file, i) => {
+  let previous = 0;
+  return files.map((file) => {
     const m = /^(\d{4})_([a-z0-9_]+)\.sql$/.exec(file);
     if (!m) throw new SlotbrokerError(Code.Internal, `migration file name "${file}" is not NNNN_name.sql`);
     const version = Number(m[1]);
-    if (version !== i + 1) throw new SlotbrokerError(Code.Internal, `migration ${file}: expected version ${i + 1}; numbering must have no gaps`);
+    if (version <= previous) throw new SlotbrokerError(Code.Internal, `migration ${file}: version ${version} is used twice`);
+    previous = version;
     const sql = readFileSync(`${dir}/${file}`, "utf8");
     return { version, name: m[2]!, sql, checksum: createHash("sha256").update(sql).digest("hex") };
   });
@@ -131,7 +137,7 @@ async function applyPending(client: pg.ClientBase, migrations: readonly Migratio
     log.info({ version: m.version, migration: m.name }, "applied migration");
     applied.push(m.version);
   }
-  const known = migrations.length;
+  const known = Math.max(0, ...migrations.map((m) => m.version));
   const newest = Math.max(known, ...rows.map((r) => r.version));
   if (newest > known) log.warn({ schema: newest, known }, "the database schema is newer than this slotbroker; continuing");
   return { applied, version: newest };

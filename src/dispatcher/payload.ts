@@ -17,6 +17,8 @@ export interface NormalizedSubmit {
   readonly startAfter: Date | undefined;
   readonly maxAttempts: number;
   readonly idempotencyKey: string | undefined;
+  /** Stored uploads the item takes over (stdin_upload ids). */
+  readonly uploads?: readonly string[];
 }
 
 /** Limits applied at submit time. */
@@ -26,6 +28,7 @@ export interface SubmitLimits {
 }
 
 const maxCalls = 64;
+const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const maxKeyLength = 200;
 const int32 = { min: -2_147_483_648, max: 2_147_483_647 };
 
@@ -60,9 +63,12 @@ export function normalizeSubmit(input: SubmitInput, actions: LocalActionRegistry
     inline += validateCall(call, i);
   });
   if (inline > limits.maxInputBytes) {
-    throw invalid(`calls: ${inline} bytes of inline stdin, over the ${limits.maxInputBytes}-byte limit; pass large input by stdin_url`);
+    throw invalid(
+      `calls: ${inline} bytes of inline stdin, over the ${limits.maxInputBytes}-byte limit (dispatcher.maxInputBytes); upload large input to POST /queue/inputs and pass its id as stdin_upload`,
+    );
   }
-  return { kind: "exec", payload: { calls: calls.map(encodeCall) }, ...common };
+  const uploads = calls.flatMap((c) => (c.stdin?.kind === "upload" ? [c.stdin.id] : []));
+  return { kind: "exec", payload: { calls: calls.map(encodeCall) }, uploads, ...common };
 }
 
 function validateCall(call: ExecCallSpec, i: number): number {
@@ -72,6 +78,10 @@ function validateCall(call: ExecCallSpec, i: number): number {
   for (const name of Object.keys(call.env)) if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) throw invalid(`${at}.env: invalid variable name "${name}"`);
   const stdin = call.stdin;
   if (stdin?.kind === "previous" && i === 0) throw invalid(`${at}.stdin_from_previous: the first call has no previous call`);
+  if (stdin?.kind === "upload") {
+    if (i !== 0) throw invalid(`${at}.stdin_upload: only the first call may read an upload`);
+    if (!uuid.test(stdin.id)) throw invalid(`${at}.stdin_upload: not an upload id (a UUID): "${stdin.id.slice(0, 80)}"`);
+  }
   if (stdin?.kind === "url") {
     let url: URL;
     try {
@@ -90,6 +100,7 @@ const storedStdin = z.union([
   z.strictObject({ data: z.base64() }),
   z.strictObject({ url: z.string() }),
   z.strictObject({ previous: z.literal(true) }),
+  z.strictObject({ upload: z.uuid() }),
 ]);
 const storedCall = z.strictObject({
   service: z.string(),
@@ -112,6 +123,8 @@ function encodeStdin(stdin: StdinSource): z.infer<typeof storedStdin> {
       return { url: stdin.url };
     case "previous":
       return { previous: true };
+    case "upload":
+      return { upload: stdin.id };
   }
 }
 
@@ -132,6 +145,7 @@ function encodeLocal(local: LocalActionSpec): z.infer<typeof storedLocal> {
 function decodeStdin(stdin: z.infer<typeof storedStdin>): StdinSource {
   if ("data" in stdin) return { kind: "data", data: Buffer.from(stdin.data, "base64") };
   if ("url" in stdin) return { kind: "url", url: stdin.url };
+  if ("upload" in stdin) return { kind: "upload", id: stdin.upload };
   return { kind: "previous" };
 }
 
@@ -192,6 +206,9 @@ export interface ItemRow {
   finished_at: Date | null;
   result: unknown;
   output: Buffer | null;
+  output_blob: string | null;
+  output_size: string | number | null;
+  output_sha256: string | null;
   error: string | null;
   idempotency_key: string | null;
 }
@@ -217,6 +234,9 @@ export function itemFromRow(row: ItemRow): QueueItem {
     finishedAt: row.finished_at ?? undefined,
     results: decodeResults(row.result),
     output: row.output ?? undefined,
+    outputBlob: row.output_blob ?? undefined,
+    outputSize: row.output_size === null || row.output_size === undefined ? undefined : Number(row.output_size),
+    outputSha256: row.output_sha256 ?? undefined,
     error: row.error ?? undefined,
     idempotencyKey: row.idempotency_key ?? undefined,
   };

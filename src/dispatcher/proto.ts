@@ -44,6 +44,8 @@ function stdinFromProto(call: ExecCall): StdinSource | undefined {
       return { kind: "url", url: call.stdin.value };
     case "stdinFromPrevious":
       return call.stdin.value ? { kind: "previous" } : undefined;
+    case "stdinUpload":
+      return { kind: "upload", id: call.stdin.value };
     default:
       return undefined;
   }
@@ -77,6 +79,8 @@ function stdinToProto(stdin: StdinSource | undefined): ExecCall["stdin"] {
       return { case: "stdinUrl", value: stdin.url };
     case "previous":
       return { case: "stdinFromPrevious", value: true };
+    case "upload":
+      return { case: "stdinUpload", value: stdin.id };
     case undefined:
       return { case: undefined };
   }
@@ -110,6 +114,9 @@ export function itemToProto(item: QueueItem): Item {
     finishedAt: item.finishedAt && timestampFromDate(item.finishedAt),
     results: item.results.map((r) => create(CallResultSchema, { service: r.service, receipt: r.receipt })),
     output: item.output ?? new Uint8Array(),
+    outputSize: BigInt(item.outputSize ?? item.output?.length ?? 0),
+    outputSha256: item.outputSha256 ?? "",
+    outputStored: item.outputBlob !== undefined,
     error: item.error ?? "",
     idempotencyKey: item.idempotencyKey ?? "",
   });

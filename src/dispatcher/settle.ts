@@ -60,7 +60,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
         counters.succeeded += 1;
         events.emit("item:succeeded", item);
         // debug: a busy fylr finishes thousands a second; failures and requeues are the news.
-        log.debug({ attempts: item.attempts, outputBytes: outcome.output.length }, "item succeeded");
+        log.debug({ attempts: item.attempts, outputBytes: outcome.output.size }, "item succeeded");
         return;
       }
       case "failed": {

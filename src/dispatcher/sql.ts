@@ -86,22 +86,30 @@ UPDATE queue_items SET state = 'running', updated_at = now()
 WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state = 'claimed'
 RETURNING state`;
 
-/** → succeeded. Fenced ($1–$3); $4 result, $5 output. */
+/**
+ * → succeeded. Fenced ($1–$3); $4 result, $5 output (whole, or the first bytes of a stored
+ * one), $6 output_blob, $7 output_size, $8 output_sha256. Recording output_blob adopts the
+ * stored output (trigger of migration 0004).
+ */
 export const completeItem = `
 UPDATE queue_items
-SET state = 'succeeded', result = $4, output = $5, error = NULL, finished_at = now(), updated_at = now()
+SET state = 'succeeded', result = $4, output = $5, output_blob = $6, output_size = $7, output_sha256 = $8,
+    error = NULL, finished_at = now(), updated_at = now()
 WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
 RETURNING state`;
 
 /**
  * → succeeded for a batch of items, each fenced by its own (id, claimed_by, lease). Arrays
- * of equal length: $1 ids, $2 owners, $3 leases, $4 results, $5 outputs. Returns the
- * (id, lease) pairs that were written; the others were refused by the fence.
+ * of equal length: $1 ids, $2 owners, $3 leases, $4 results, $5 outputs, $6 output blobs,
+ * $7 output sizes, $8 output digests. Returns the (id, lease) pairs that were written; the
+ * others were refused by the fence.
  */
 export const completeItems = `
 UPDATE queue_items q
-SET state = 'succeeded', result = c.result, output = c.output, error = NULL, finished_at = now(), updated_at = now()
-FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::jsonb[], $5::bytea[]) AS c(id, claimed_by, lease, result, output)
+SET state = 'succeeded', result = c.result, output = c.output, output_blob = c.output_blob, output_size = c.output_size,
+    output_sha256 = c.output_sha256, error = NULL, finished_at = now(), updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::jsonb[], $5::bytea[], $6::uuid[], $7::bigint[], $8::text[])
+  AS c(id, claimed_by, lease, result, output, output_blob, output_size, output_sha256)
 WHERE q.id = c.id AND q.claimed_by = c.claimed_by AND q.lease = c.lease AND q.state IN ('claimed', 'running')
 RETURNING q.id, q.lease`;
 

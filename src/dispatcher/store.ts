@@ -7,7 +7,9 @@ import type pg from "pg";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { encodeResults, itemFromRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
 import { fromPgError } from "./pg-errors.js";
+import * as blobSql from "./blob-sql.js";
 import * as sql from "./sql.js";
+import type { ItemOutput } from "./output-sink.js";
 import type { CallResult, ClaimedItem, Fence, ItemKind, ItemState, QueueItem } from "./types.js";
 
 /** What a fylr says about itself in the `fylrs` table. */
@@ -96,6 +98,7 @@ export class QueueStore {
 
   /** Inserts an item, or returns the one already holding its idempotency key. */
   async submit(n: NormalizedSubmit): Promise<{ item: QueueItem; created: boolean }> {
+    if (n.uploads && n.uploads.length > 0) return this.submitWithUploads(n, n.uploads);
     const params = [n.kind, n.priority, JSON.stringify(n.payload), n.startAfter ?? null, n.maxAttempts, n.idempotencyKey ?? null];
     // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit; the
     // follow-up SELECT runs with a fresh snapshot and therefore sees the winner's row.
@@ -106,6 +109,45 @@ export class QueueStore {
       if (existing.rows[0]) return { item: itemFromRow(existing.rows[0]), created: false };
     }
     throw new SlotbrokerError(Code.Aborted, `submit: idempotency key "${n.idempotencyKey}" conflicted but its item vanished`);
+  }
+
+  // The insert and the adoption of its uploads in one transaction: an item never refers to
+  // an upload it does not own, and a refused adoption leaves no item.
+  private async submitWithUploads(n: NormalizedSubmit, uploads: readonly string[]): Promise<{ item: QueueItem; created: boolean }> {
+    const params = [n.kind, n.priority, JSON.stringify(n.payload), n.startAfter ?? null, n.maxAttempts, n.idempotencyKey ?? null];
+    const client = await this.pool.connect().catch((err: unknown) => {
+      throw fromPgError(err, "submit");
+    });
+    let healthy = false;
+    try {
+      await client.query("BEGIN");
+      const inserted = (await client.query<ItemRow>(sql.insertItem, params)).rows[0];
+      if (!inserted) {
+        // The idempotency key was taken: the first item stands; this upload stays unadopted and expires.
+        await client.query("ROLLBACK");
+        healthy = true;
+        const existing = (await this.query<ItemRow>("submit", sql.selectItemByKey, [n.idempotencyKey])).rows[0];
+        if (existing) return { item: itemFromRow(existing), created: false };
+        throw new SlotbrokerError(Code.Aborted, `submit: idempotency key "${n.idempotencyKey}" conflicted but its item vanished`);
+      }
+      const adopted = new Set((await client.query<{ id: string }>(blobSql.adoptUploads, [inserted.id, uploads])).rows.map((r) => r.id));
+      const missing = uploads.find((id) => !adopted.has(id));
+      if (missing) {
+        await client.query("ROLLBACK");
+        healthy = true;
+        throw new SlotbrokerError(
+          Code.FailedPrecondition,
+          `calls[0].stdin_upload: no upload ${missing} to take: it never completed, expired unused (store.orphanTtl), or another item took it`,
+        );
+      }
+      await client.query("COMMIT");
+      healthy = true;
+      return { item: itemFromRow(inserted), created: true };
+    } catch (err) {
+      throw fromPgError(err, "submit");
+    } finally {
+      client.release(!healthy);
+    }
   }
 
   /** One item, or undefined. */
@@ -139,8 +181,9 @@ export class QueueStore {
   }
 
   /** → succeeded with receipts and output. False when the fence refused it. */
-  async complete(fence: Fence, results: readonly CallResult[], output: Buffer | undefined): Promise<boolean> {
-    const r = await this.query("complete", sql.completeItem, [...fenceParams(fence), encodeResults(results), output ?? null]);
+  async complete(fence: Fence, results: readonly CallResult[], output: ItemOutput | undefined): Promise<boolean> {
+    const o = outputParams(output);
+    const r = await this.query("complete", sql.completeItem, [...fenceParams(fence), encodeResults(results), o.bytes, o.blob, o.size, o.sha256]);
     return r.rowCount === 1;
   }
 
@@ -148,14 +191,18 @@ export class QueueStore {
    * → succeeded for several items in one statement. Resolves with one boolean per entry,
    * in order: false where the fence refused it.
    */
-  async completeMany(entries: readonly { fence: Fence; results: readonly CallResult[]; output: Buffer | undefined }[]): Promise<boolean[]> {
+  async completeMany(entries: readonly { fence: Fence; results: readonly CallResult[]; output: ItemOutput | undefined }[]): Promise<boolean[]> {
     if (entries.length === 0) return [];
+    const outputs = entries.map((e) => outputParams(e.output));
     const r = await this.query<{ id: string; lease: string }>("complete many", sql.completeItems, [
       entries.map((e) => e.fence.id),
       entries.map((e) => e.fence.claimedBy),
       entries.map((e) => e.fence.lease),
       entries.map((e) => JSON.stringify(encodeResults(e.results))),
-      entries.map((e) => e.output ?? null),
+      outputs.map((o) => o.bytes),
+      outputs.map((o) => o.blob),
+      outputs.map((o) => o.size),
+      outputs.map((o) => o.sha256),
     ]);
     const written = new Set(r.rows.map((row) => `${row.id}/${row.lease}`));
     return entries.map((e) => written.has(`${e.fence.id}/${e.fence.lease}`));
@@ -287,6 +334,11 @@ function statementName(text: string): string {
     statementNames.set(text, name);
   }
   return name;
+}
+
+function outputParams(output: ItemOutput | undefined): { bytes: Buffer | null; blob: string | null; size: number | null; sha256: string | null } {
+  if (!output) return { bytes: null, blob: null, size: null, sha256: null };
+  return { bytes: output.bytes, blob: output.blobId ?? null, size: output.size, sha256: output.sha256 };
 }
 
 function fenceParams(fence: Fence): [string, string, number] {

@@ -10,6 +10,8 @@ export type ItemState = "queued" | "claimed" | "running" | "succeeded" | "failed
 export type StdinSource =
   | { readonly kind: "data"; readonly data: Buffer }
   | { readonly kind: "url"; readonly url: string }
+  /** An input uploaded to the store (POST /queue/inputs), by its id. */
+  | { readonly kind: "upload"; readonly id: string }
   | { readonly kind: "previous" };
 
 /** One command for an execserver, as submitted. */
@@ -72,8 +74,14 @@ export interface QueueItem {
   readonly finishedAt: Date | undefined;
   /** Receipts of the calls that ran in the latest attempt. */
   readonly results: readonly CallResult[];
-  /** The final stdout (exec) or the action's output (local). */
+  /** The final stdout (exec) or the action's output (local); only its first bytes when `outputBlob` is set. */
   readonly output: Buffer | undefined;
+  /** The whole output in the store, when it was too large for the row. */
+  readonly outputBlob: string | undefined;
+  /** Size of the whole output. */
+  readonly outputSize: number | undefined;
+  /** SHA-256 of the whole output, hex. */
+  readonly outputSha256: string | undefined;
   readonly error: string | undefined;
   readonly idempotencyKey: string | undefined;
 }

@@ -15,6 +15,27 @@ export const durationMs = z.string().transform((text, ctx) => {
   return ms;
 });
 
+const byteUnits: Record<string, number> = { "": 1, b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30, tib: 2 ** 40 };
+
+/** Parses "64KiB", "10 GB", "1048576" into bytes; undefined when it is not a size. */
+export function parseByteSize(text: string): number | undefined {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(text);
+  const unit = m && byteUnits[m[2]!.toLowerCase()];
+  if (!m || unit === undefined || unit === null) return undefined;
+  const bytes = Math.round(Number(m[1]) * unit);
+  return Number.isSafeInteger(bytes) ? bytes : undefined;
+}
+
+/** A byte size: a number, or a string with a unit ("64KiB", "10GiB", "500MB"). */
+export const byteSize = z.union([z.number().int().nonnegative(), z.string()]).transform((value, ctx) => {
+  const bytes = typeof value === "number" ? value : parseByteSize(value);
+  if (bytes === undefined) {
+    ctx.addIssue({ code: "custom", message: `expected a size such as 65536, "64KiB" or "10GiB", got "${String(value)}"` });
+    return z.NEVER;
+  }
+  return bytes;
+});
+
 /** A "host:port" listen address; port 0 picks a free port. IPv6 hosts go in brackets. */
 export const listenAddress = z.string().refine((text) => splitHostPort(text) !== undefined, {
   message: 'expected "host:port", e.g. "127.0.0.1:7600" or "[::1]:7600"',

@@ -1,5 +1,5 @@
-const units: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
-const pattern = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/;
+const units: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const pattern = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/;
 
 /**
  * Parses a duration with a unit ("250ms", "5s", "1.5m", "2h") into milliseconds.

@@ -91,7 +91,7 @@ describe("QueueService on a fylr", () => {
     const pool = createPgPool({ connectionString: databaseUrl, max: 1 });
     try {
       await migrate(pool);
-      await pool.query("TRUNCATE queue_items, fylrs");
+      await pool.query("TRUNCATE queue_items, fylrs CASCADE");
     } finally {
       await pool.end();
     }

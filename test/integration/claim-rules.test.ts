@@ -34,7 +34,8 @@ describe("a fylr process's claim rules", () => {
   });
   beforeEach(async () => {
     pool = openPool(databaseUrl);
-    await pool.query("DROP TABLE IF EXISTS queue_items, fylrs, slotbroker_migrations CASCADE");
+    // The whole schema: migrations create functions and triggers too, not only tables.
+    await pool.query("DROP SCHEMA public CASCADE; CREATE SCHEMA public");
   });
   afterEach(async () => {
     await closeAll(fylr, exec, pool);

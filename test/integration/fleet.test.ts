@@ -5,7 +5,7 @@
 import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
-import { QueueStore } from "../../src/dispatcher/index.js";
+import { inlineOutput, QueueStore } from "../../src/dispatcher/index.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
@@ -36,7 +36,8 @@ describe("fylr processes sharing one queue and one execserver", () => {
   beforeEach(async () => {
     pool = openPool(databaseUrl);
     // The first fylr migrates; until then there is nothing to truncate.
-    await pool.query("DROP TABLE IF EXISTS queue_items, fylrs, slotbroker_migrations CASCADE");
+    // The whole schema: migrations create functions and triggers too, not only tables.
+    await pool.query("DROP SCHEMA public CASCADE; CREATE SCHEMA public");
   });
   afterEach(async () => {
     await closeAll(...fylrs, exec, pool);
@@ -124,7 +125,7 @@ describe("fylr processes sharing one queue and one execserver", () => {
     expect(rows.rows.every((r) => r.claimed_by === survivor!.id && Number(r.lease) === 2), JSON.stringify(rows.rows)).to.equal(true);
     expect(Number((await survivor!.client.stats({})).orphansRescuedTotal)).to.equal(victimItems.length);
     // The dead owner's late completion is refused by its old lease.
-    const late = await new QueueStore(pool).complete({ id: victimItems[0]!, claimedBy: victim!.id, lease: 1 }, [], Buffer.from("late"));
+    const late = await new QueueStore(pool).complete({ id: victimItems[0]!, claimedBy: victim!.id, lease: 1 }, [], inlineOutput(Buffer.from("late")));
     expect(late).to.equal(false);
     const { item } = await survivor!.client.get({ id: victimItems[0]! });
     expect(item?.state).to.equal(ItemState.SUCCEEDED);

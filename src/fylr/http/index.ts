@@ -6,7 +6,7 @@ export { pipeServiceImpl, registerPipeService } from "./pipe-service.js";
 export { PIPE_IN_PREFIX, PIPE_OUT_PREFIX, pipeUrls, urlHost, type PipeIds, type PipeUrls } from "./pipe-urls.js";
 export { classifyPreface, HTTP2_PREFACE, type WireProtocol } from "./protocol-sniff.js";
 export { matchPath } from "./route-match.js";
-export { httpStatusFor, requestBodyIntact, sendText } from "./responses.js";
+export { abortResponse, endResponse, httpStatusFor, isGone, requestBodyIntact, sendText, writeChunk, writeHead } from "./responses.js";
 export { uploadComplete } from "./upload-complete.js";
 export {
   startFylrHttpServer,

@@ -1,0 +1,65 @@
+/**
+ * The queries of the store for inputs and outputs of any size (migration 0004), one named
+ * constant per purpose. Durations are passed in milliseconds.
+ */
+
+/** A new blob, inside its write transaction. $1 id, $2 item_id, $3 role, $4 chunk_bytes, $5 created_by, $6 orphan ttl ms. */
+export const insertBlob = `
+INSERT INTO blobs (id, item_id, role, size, sha256, chunk_bytes, created_by, expires_at)
+VALUES ($1, $2, $3, 0, '', $4, $5, now() + $6::double precision * interval '1 millisecond')`;
+
+/** One chunk. $1 blob_id, $2 seq, $3 data. */
+export const insertChunk = `INSERT INTO blob_chunks (blob_id, seq, data) VALUES ($1, $2, $3)`;
+
+/** The written blob's size and digest, just before commit. $1 id, $2 size, $3 sha256. */
+export const finishBlob = `UPDATE blobs SET size = $2, sha256 = $3 WHERE id = $1`;
+
+/** A blob's description. $1 id. */
+export const selectBlob = `
+SELECT id, item_id, role, size, sha256, chunk_bytes, created_at, expires_at, item_finished_at
+FROM blobs WHERE id = $1`;
+
+/** Removes one blob and its chunks. $1 id. */
+export const deleteBlob = `DELETE FROM blobs WHERE id = $1 RETURNING size`;
+
+/** Removes every blob of an item. $1 item_id. */
+export const deleteItemBlobs = `DELETE FROM blobs WHERE item_id = $1 RETURNING size`;
+
+/**
+ * Submit adopts uploads: they belong to item $1 from now on and lose their expiry.
+ * $2 uuid[] of uploads. Only unadopted, unexpired inputs qualify; returns those adopted.
+ */
+export const adoptUploads = `
+UPDATE blobs SET item_id = $1, expires_at = NULL
+WHERE id = ANY($2::uuid[]) AND item_id IS NULL AND role = 'input' AND expires_at > now()
+RETURNING id`;
+
+/**
+ * Deletes up to $2 blobs that are due: never adopted and past their expiry, or adopted by
+ * an item that finished more than $1 ms ago. Two index range scans.
+ */
+export const sweepBlobs = `
+WITH due AS (
+  (SELECT id FROM blobs WHERE expires_at < now() LIMIT $2)
+  UNION
+  (SELECT id FROM blobs WHERE item_finished_at < now() - $1::double precision * interval '1 millisecond' LIMIT $2)
+)
+DELETE FROM blobs b USING due WHERE b.id = due.id
+RETURNING b.id, b.size, b.role`;
+
+/** Bytes and blobs stored now. */
+export const storeUsage = `SELECT coalesce(sum(size), 0)::bigint AS bytes, count(*)::bigint AS blobs FROM blobs`;
+
+/**
+ * The bytes of blob `id` from byte `start` to `end` (exclusive) as binary COPY, one row per
+ * chunk, each cut to the range. COPY takes no parameters: every value is a validated uuid
+ * or integer, formatted here.
+ */
+export function copyRange(id: string, chunkBytes: number, start: number, end: number): string {
+  const first = Math.floor(start / chunkBytes);
+  const last = Math.floor((end - 1) / chunkBytes);
+  const from = `CASE WHEN seq = ${first} THEN ${start - first * chunkBytes} ELSE 0 END`;
+  const to = `CASE WHEN seq = ${last} THEN ${end - last * chunkBytes} ELSE ${chunkBytes} END`;
+  return `COPY (SELECT substring(data FROM ${from} + 1 FOR ${to} - ${from}) FROM blob_chunks
+WHERE blob_id = '${id}' AND seq BETWEEN ${first} AND ${last} ORDER BY seq) TO STDOUT (FORMAT binary)`;
+}

@@ -1,0 +1,199 @@
+// The store for inputs and outputs of any size, against a real Postgres: chunked writes in
+// one transaction, binary COPY reads of any byte range, limits, adoption, expiry, retention.
+import { createHash, randomBytes } from "node:crypto";
+import { Readable } from "node:stream";
+import { finished, pipeline } from "node:stream/promises";
+import { expect } from "chai";
+import type pg from "pg";
+import { BlobStore, CopyBinaryDecoder, migrate, OutputSink, QueueStore, StoreLimitError, normalizeSubmit, createDefaultActions, storeConfig, inlineOutput, type StoreConfig } from "../../src/dispatcher/index.js";
+import { parseRange } from "../../src/app/index.js";
+import { createTestDatabase } from "../support/postgres.js";
+import { closeAll, openPool } from "./support.js";
+
+const KiB = 1024;
+
+async function readAll(stream: Readable): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of stream as AsyncIterable<Buffer>) parts.push(chunk);
+  return Buffer.concat(parts);
+}
+
+async function write(store: BlobStore, bytes: Buffer, options: Parameters<BlobStore["createWriter"]>[0] = { role: "input" }): Promise<string> {
+  const writer = store.createWriter(options);
+  // Odd piece sizes, so chunk boundaries never line up with writes.
+  await pipeline(Readable.from(pieces(bytes, 7777)), writer);
+  return writer.result!.id;
+}
+
+function* pieces(bytes: Buffer, size: number): Generator<Buffer> {
+  for (let i = 0; i < bytes.length; i += size) yield bytes.subarray(i, i + size);
+}
+
+describe("blob store", () => {
+  let pool: pg.Pool;
+  const make = (overrides: Partial<StoreConfig> = {}): BlobStore => new BlobStore(pool, storeConfig({ chunkBytes: 64 * KiB, ...overrides }), "test-fylr");
+
+  before(async () => {
+    const url = await createTestDatabase("blobs");
+    await migrate(url);
+    pool = openPool(url, 6);
+  });
+  beforeEach(async () => {
+    await pool.query("TRUNCATE queue_items, fylrs, blobs CASCADE");
+  });
+  after(async () => {
+    await closeAll(pool);
+  });
+
+  it("stores bytes in chunk rows and reads back any range byte for byte", async () => {
+    const store = make();
+    const bytes = randomBytes(5 * 64 * KiB + 12345);
+    const id = await write(store, bytes);
+    const info = (await store.info(id))!;
+    expect(info).to.include({ size: bytes.length, sha256: createHash("sha256").update(bytes).digest("hex"), role: "input", chunkBytes: 64 * KiB });
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blob_chunks WHERE blob_id = $1", [id])).rows[0]!.n).to.equal(6);
+    expect((await readAll(store.read(info))).equals(bytes)).to.equal(true);
+    for (const [start, end] of [[0, 1], [1, 64 * KiB], [64 * KiB - 1, 64 * KiB + 1], [100_000, 300_001], [bytes.length - 5, bytes.length], [3, 3]] as const) {
+      expect((await readAll(store.read(info, { start, end }))).equals(bytes.subarray(start, end)), `${start}-${end}`).to.equal(true);
+    }
+    expect(() => store.read(info, { start: 0, end: bytes.length + 1 })).to.throw(/outside blob/);
+  });
+
+  it("stores an empty blob", async () => {
+    const store = make();
+    const id = await write(store, Buffer.alloc(0));
+    const info = (await store.info(id))!;
+    expect(info.size).to.equal(0);
+    expect((await readAll(store.read(info))).length).to.equal(0);
+  });
+
+  it("leaves nothing when a write is destroyed halfway", async () => {
+    const store = make();
+    const writer = store.createWriter({ role: "input" });
+    writer.on("error", () => undefined);
+    writer.write(randomBytes(200 * KiB));
+    await new Promise((r) => setTimeout(r, 200));
+    writer.destroy(new Error("cut off"));
+    await finished(writer).catch(() => undefined);
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blobs")).rows[0]!.n).to.equal(0);
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blob_chunks")).rows[0]!.n).to.equal(0);
+  });
+
+  it("refuses an announced size over maxItemBytes before taking a byte, and a longer body when it passes the limit", async () => {
+    const store = make({ maxItemBytes: 100 * KiB });
+    const early = store.createWriter({ role: "input", expectedBytes: 100 * KiB + 1 });
+    const err = await finished(early).then(() => undefined, (e: unknown) => e);
+    expect(err).to.be.instanceOf(StoreLimitError);
+    expect((err as Error).message).to.match(/over the 102400-byte limit per item \(store\.maxItemBytes\)/);
+    const late = await write(store, randomBytes(150 * KiB)).then(() => undefined, (e: unknown) => e);
+    expect(late).to.be.instanceOf(StoreLimitError);
+    expect((await store.usage()).blobs).to.equal(0);
+  });
+
+  it("refuses a write that would pass maxTotalBytes, naming the limit", async () => {
+    const store = make({ maxTotalBytes: 300 * KiB });
+    await write(store, randomBytes(200 * KiB));
+    const early = store.createWriter({ role: "input", expectedBytes: 200 * KiB });
+    const err = (await finished(early).then(() => undefined, (e: unknown) => e)) as StoreLimitError;
+    expect(err.limit).to.equal("store.maxTotalBytes");
+    expect(err.message).to.match(/the store holds 204800 of its 307200-byte limit \(store\.maxTotalBytes\)/);
+    const unannounced = (await write(store, randomBytes(200 * KiB)).then(() => undefined, (e: unknown) => e)) as StoreLimitError;
+    expect(unannounced.limit).to.equal("store.maxTotalBytes");
+    expect((await store.usage()).blobs).to.equal(1);
+  });
+
+  it("a submit adopts an upload once; an unadopted upload expires; an adopted one outlives its expiry", async () => {
+    const store = make({ orphanTtlMs: 300 });
+    const queue = new QueueStore(pool);
+    const adopted = await write(store, randomBytes(10 * KiB));
+    const orphan = await write(store, randomBytes(10 * KiB));
+    const submit = (id: string) =>
+      queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {}, stdin: { kind: "upload", id } }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+    const { item } = await submit(adopted);
+    const again = await submit(adopted).then(() => undefined, (e: unknown) => e as Error);
+    expect(again?.message).to.match(/no upload .* to take: it never completed, expired unused \(store\.orphanTtl\), or another item took it/);
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items")).rows[0]!.n).to.equal(1);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(await store.sweep()).to.deep.equal({ blobs: 1, bytes: 10 * KiB });
+    expect(await store.info(orphan)).to.equal(undefined);
+    expect((await store.info(adopted))?.itemId).to.equal(item.id);
+    // Deleting the item deletes its stored data.
+    await pool.query("DELETE FROM queue_items WHERE id = $1", [item.id]);
+    expect(await store.info(adopted)).to.equal(undefined);
+  });
+
+  it("keeps a recorded output until the retention after its item finished, then deletes it", async () => {
+    const store = make({ retentionMs: 300, inlineBytes: 1 * KiB });
+    const queue = new QueueStore(pool);
+    const n = normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 });
+    const { item } = await queue.submit(n);
+    await pool.query("INSERT INTO fylrs (id, hostname, pid) VALUES ('f', 'h', 1)");
+    const [claimed] = await queue.claim("f", "exec", -1000, 1);
+    const sink = new OutputSink(store, { role: "output", itemId: item.id, inlineBytes: 1 * KiB });
+    const bytes = randomBytes(100 * KiB);
+    await pipeline(Readable.from(pieces(bytes, 5000)), sink);
+    const output = sink.output!;
+    expect(output.blobId).to.be.a("string");
+    expect(output.bytes.equals(bytes.subarray(0, KiB))).to.equal(true);
+    expect(await queue.complete(claimed!, [], output)).to.equal(true);
+    const stored = (await queue.get(item.id))!;
+    expect(stored).to.include({ outputBlob: output.blobId, outputSize: bytes.length, outputSha256: createHash("sha256").update(bytes).digest("hex") });
+    expect((await store.info(output.blobId!))?.expiresAt).to.equal(undefined);
+    expect((await store.sweep()).blobs).to.equal(0);
+    await new Promise((r) => setTimeout(r, 400));
+    expect((await store.sweep()).blobs).to.equal(1);
+    expect(await store.info(output.blobId!)).to.equal(undefined);
+  });
+
+  it("an output no completion recorded expires as an orphan", async () => {
+    const store = make({ orphanTtlMs: 200 });
+    const queue = new QueueStore(pool);
+    const { item } = await queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+    const id = await write(store, randomBytes(70 * KiB), { role: "output", itemId: item.id });
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await store.sweep()).blobs).to.equal(1);
+    expect(await store.info(id)).to.equal(undefined);
+    expect(await store.deleteForItem(item.id)).to.equal(0);
+  });
+
+  it("keeps small outputs in memory with their size and digest", async () => {
+    const sink = new OutputSink(make(), { role: "output", itemId: "00000000-0000-4000-8000-000000000000", inlineBytes: 1 * KiB });
+    await pipeline(Readable.from([Buffer.from("hello ")], { objectMode: false }), sink);
+    expect(sink.output).to.deep.equal(inlineOutput(Buffer.from("hello ")));
+  });
+});
+
+describe("binary COPY decoding", () => {
+  it("passes the data through however the input is split", async () => {
+    const header = Buffer.concat([Buffer.from("PGCOPY\n\xff\r\n\0", "latin1"), Buffer.from([0, 0, 0, 0, 0, 0, 0, 4, 9, 9, 9, 9])]);
+    const rows = [randomBytes(1000), Buffer.alloc(0), randomBytes(3)];
+    const framed = Buffer.concat([
+      header,
+      ...rows.flatMap((r) => {
+        const h = Buffer.alloc(6);
+        h.writeInt16BE(1, 0);
+        h.writeInt32BE(r.length, 2);
+        return [h, r];
+      }),
+      Buffer.from([0xff, 0xff]),
+    ]);
+    for (const size of [1, 2, 5, 19, 1000, framed.length]) {
+      const out = await readAll(Readable.from(pieces(framed, size)).pipe(new CopyBinaryDecoder()));
+      expect(out.equals(Buffer.concat(rows)), `pieces of ${size}`).to.equal(true);
+    }
+    const cut = await readAll(Readable.from([framed.subarray(0, framed.length - 4)]).pipe(new CopyBinaryDecoder())).then(() => undefined, (e: unknown) => e as Error);
+    expect(cut?.message).to.match(/ended early/);
+  });
+});
+
+describe("Range headers", () => {
+  it("reads one byte range and refuses ranges outside the body", () => {
+    expect(parseRange(undefined, 10)).to.equal(undefined);
+    expect(parseRange("bytes=2-4", 10)).to.deep.equal({ start: 2, end: 5 });
+    expect(parseRange("bytes=7-", 10)).to.deep.equal({ start: 7, end: 10 });
+    expect(parseRange("bytes=-3", 10)).to.deep.equal({ start: 7, end: 10 });
+    expect(parseRange("bytes=5-100", 10)).to.deep.equal({ start: 5, end: 10 });
+    expect(parseRange("bytes=10-", 10)).to.equal("invalid");
+    expect(parseRange("bytes=0-1,4-5", 10)).to.equal(undefined);
+  });
+});
