@@ -184,6 +184,7 @@ const errorKinds: Record<ErrorKind, string> = {
   [ErrorKind.SPAWN_FAILED]: "could not be started",
   [ErrorKind.PIPE_FAILED]: "pipe failed",
   [ErrorKind.CANCELLED]: "was cancelled",
+  [ErrorKind.CANCEL_REQUESTED]: "was cancelled on request",
 };
 
 /** "exited with code 1: <stderr line>", "timed out: …", "killed by SIGKILL". */

@@ -40,6 +40,7 @@ export const execserverConfigSchema = z.strictObject({
     .optional(),
   offerTimeout: durationMs.prefault("5s"),
   drainTimeout: durationMs.prefault("30s"),
+  cancelGrace: durationMs.prefault("2s"),
   maxWantsPerConnection: z.number().int().min(1).default(100_000),
   waitgroups: z.record(name, z.strictObject({ processes: z.number().int().min(1).max(100_000) })),
   services: z.record(name, serviceSchema),
@@ -81,6 +82,8 @@ export interface ExecserverConfig {
   readonly tls: { readonly certFile: string; readonly keyFile: string; readonly clientCaFile?: string } | undefined;
   readonly offerTimeoutMs: number;
   readonly drainTimeoutMs: number;
+  /** After a Cancel frame: SIGTERM to the job's process group, SIGKILL this much later. */
+  readonly cancelGraceMs: number;
   readonly maxWantsPerConnection: number;
   readonly waitgroups: Readonly<Record<string, { readonly processes: number }>>;
   readonly services: Readonly<Record<string, ServiceConfig>>;
@@ -140,6 +143,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     tls: input.tls,
     offerTimeoutMs: input.offerTimeout,
     drainTimeoutMs: input.drainTimeout,
+    cancelGraceMs: input.cancelGrace,
     maxWantsPerConnection: input.maxWantsPerConnection,
     waitgroups: input.waitgroups,
     services,

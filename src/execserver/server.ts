@@ -57,7 +57,7 @@ export interface ExecserverOptions {
   readonly abortWaitMs?: number;
 }
 
-const capabilities = ["query", "position-eta", "offer-expired", "half-close"];
+const capabilities = ["query", "position-eta", "offer-expired", "half-close", "cancel"];
 
 /**
  * One execserver: the gRPC server (BrokerService, health, reflection), the admin HTTP
@@ -111,6 +111,7 @@ export class Execserver implements SessionHost {
       events: this.events,
       instanceId: config.instanceId,
       offerTimeoutMs: config.offerTimeoutMs,
+      cancelGraceMs: config.cancelGraceMs,
       logger: this.logger,
       runJob: options.runJob,
       now: () => this.now(),
