@@ -40,6 +40,11 @@ export interface DispatcherConfig {
   readonly maxOutputBytes: number;
   /** Most items one claim query takes (default 100). */
   readonly maxClaimBatch: number;
+  /**
+   * A running item whose cancel was asked for is cancelled by any fylr after this long
+   * even without its job's DONE, e.g. when the fylr holding it is gone (default 30 s).
+   */
+  readonly cancelBoundMs: number;
 }
 
 const positiveInt = z.number().int().positive();
@@ -61,6 +66,7 @@ export const dispatcherConfigSchema = z
     maxInputBytes: positiveInt.default(4 << 20),
     maxOutputBytes: positiveInt.default(16 << 20),
     maxClaimBatch: positiveInt.max(10_000).default(100),
+    cancelBound: durationMs.prefault("30s"),
   })
   .superRefine((c, ctx) => {
     if (c.pollInterval <= 0) ctx.addIssue({ code: "custom", path: ["pollInterval"], message: "must be longer than 0" });
@@ -72,6 +78,7 @@ export const dispatcherConfigSchema = z
         message: `must be at least 3 × heartbeatInterval (${3 * c.heartbeatInterval} ms), or live fylrs get declared dead`,
       });
     }
+    if (c.cancelBound <= 0) ctx.addIssue({ code: "custom", path: ["cancelBound"], message: "must be longer than 0" });
     if (c.retryMax < c.retryInitial) ctx.addIssue({ code: "custom", path: ["retryMax"], message: "must not be shorter than retryInitial" });
   })
   .transform(
@@ -90,6 +97,7 @@ export const dispatcherConfigSchema = z
       maxInputBytes: c.maxInputBytes,
       maxOutputBytes: c.maxOutputBytes,
       maxClaimBatch: c.maxClaimBatch,
+      cancelBoundMs: c.cancelBound,
     }),
   );
 

@@ -21,6 +21,9 @@ import { dispatcherConfig, effectiveLocalSlots, type DispatcherConfig } from "./
 import type { DispatcherEvents, DispatcherState } from "./events.js";
 import type { ExecBackend } from "./exec-backend.js";
 import { ItemFollowers } from "./followers.js";
+import { CancelWatch } from "./cancels.js";
+import { ItemControlStore, type CancelResult, type ItemPage } from "./item-control.js";
+import type { ListFilter } from "./item-list.js";
 import { ItemTasks } from "./item-tasks.js";
 import { LiveItems, type LiveItem } from "./live.js";
 import { createDefaultActions, type LocalActionRegistry } from "./local-actions.js";
@@ -103,6 +106,8 @@ const forceTimeoutMs = 5000;
 /** The Postgres dispatcher of one fylr. */
 export class Dispatcher {
   readonly store: QueueStore;
+  /** Cancel, list, retry and delete. */
+  readonly control: ItemControlStore;
   /** Stored inputs and outputs: every fylr of the queue reads what any wrote. */
   readonly blobs: BlobStore;
   readonly config: DispatcherConfig;
@@ -131,10 +136,12 @@ export class Dispatcher {
   private unsubscribeCapacity: () => void = () => undefined;
   private listener: QueueListener | undefined;
   private readonly followers: ItemFollowers;
+  private readonly cancels: CancelWatch;
 
   constructor(private readonly options: DispatcherOptions) {
     this.config = dispatcherConfig(options.config);
     this.store = new QueueStore(options.pool);
+    this.control = new ItemControlStore(options.pool);
     this.fylrId = options.fylrId ?? randomUUID();
     this.blobs = new BlobStore(options.blobPool ?? options.pool, storeConfig(options.store), this.fylrId);
     this.actions = options.actions ?? createDefaultActions();
@@ -163,6 +170,7 @@ export class Dispatcher {
       writes: this.writesAbort.signal,
       finished: () => this.wakeup.notify("finished"),
     });
+    this.cancels = new CancelWatch({ control: this.control, tasks: this.tasks, events: this.events, log: this.log, cancelBoundMs: this.config.cancelBoundMs });
   }
 
   /** The lifecycle state. */
@@ -240,6 +248,33 @@ export class Dispatcher {
     return result;
   }
 
+  /**
+   * Cancels an item (see ItemControlStore.cancel). When this fylr holds it, its task stops
+   * at once; otherwise the holder hears of it by notification (or its heartbeat's check).
+   */
+  async cancel(id: string): Promise<CancelResult> {
+    const result = await this.control.cancel(id);
+    if (result.previous === "claimed" || result.previous === "running") this.cancels.requested(id);
+    return result;
+  }
+
+  /** A page of items, newest first. */
+  list(filter: ListFilter): Promise<ItemPage> {
+    return this.control.list(filter);
+  }
+
+  /** A failed or cancelled item back to the queue with fresh attempts. */
+  async retry(id: string): Promise<QueueItem> {
+    const item = await this.control.retry(id);
+    this.wakeup.notify("submit");
+    return item;
+  }
+
+  /** Removes a finished item and its stored data. */
+  delete(id: string): Promise<{ blobs: number }> {
+    return this.control.delete(id);
+  }
+
   /** An item from the database, or undefined. */
   get(id: string): Promise<QueueItem | undefined> {
     return this.store.get(id);
@@ -297,6 +332,7 @@ export class Dispatcher {
     const listener = new QueueListener(newClient, this.log);
     listener.events.on("queued", () => this.wakeup.notify("notify"));
     listener.events.on("changed", (id) => this.events.emit("queue:changed", id));
+    listener.events.on("cancel", (id) => this.cancels.requested(id));
     listener.events.on("up", () => {
       this.wakeup.notify("notify");
       this.events.emit("notify:up");
@@ -329,6 +365,7 @@ export class Dispatcher {
       if (!signal.aborted && performance.now() - this.lastBeatAt >= this.config.heartbeatIntervalMs) {
         await this.heartbeat();
         await this.sweep();
+        await this.cancels.check();
       }
       if (!signal.aborted && performance.now() - this.lastBlobSweepAt >= this.blobs.config.sweepIntervalMs) await this.sweepBlobs();
       if (this.dbFailures > 0) this.log.info({ failures: this.dbFailures }, "database reachable again");
@@ -360,7 +397,7 @@ export class Dispatcher {
 
   private async sweep(): Promise<void> {
     const reaped = await this.store.reapStale(this.config.staleAfterMs, this.fylrId);
-    const rescued = reaped.requeued.length + reaped.failed.length;
+    const rescued = reaped.requeued.length + reaped.failed.length + reaped.cancelled.length;
     this.counters.orphansRescued += rescued;
     if (reaped.deadFylrs.length > 0 || rescued > 0) {
       this.events.emit("orphans:rescued", reaped);

@@ -42,6 +42,7 @@ const stateTones: Record<string, Tone> = {
   idle: "muted",
   unknown: "muted",
   failed: "bad",
+  cancelled: "muted",
   closed: "bad",
   stopped: "bad",
 };
