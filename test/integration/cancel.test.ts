@@ -1,0 +1,255 @@
+// Cancel at every stage of an item, with real processes: `slotbroker fylr` children sharing
+// one Postgres and a `slotbroker execserver` child that runs real process groups. A cancel
+// is sent to the fylr that does NOT hold the item wherever that matters, so it has to
+// travel through the database to the holder. No job process may survive a cancel.
+import { expect } from "chai";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type pg from "pg";
+import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
+import { ItemState, type Item } from "../../gen/slotbroker/v1/queue_pb.js";
+import { followItem, type QueueClient } from "../../src/api/index.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { createTestDatabase } from "../support/postgres.js";
+import { groupGone } from "../support/process-group.js";
+import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
+
+// Appends its process group id to $1 (one line per run), starts a grandchild in its group
+// and ignores SIGTERM: only the SIGKILL after the cancel grace ends it.
+const stubborn = ["sh", "-c", 'echo $$ >> "$1"; trap "" TERM; sleep 60 & wait; wait', "stubborn"];
+
+/** The execserver every test here uses: "one" has a single slot, "two" two. */
+export const cancelExecConfig = {
+  instanceId: "exec-cancel",
+  cancelGrace: "300ms",
+  waitgroups: { one: { processes: 1 }, two: { processes: 2 } },
+  services: {
+    stubborn: { waitgroup: "one", command: stubborn, timeout: "1m" },
+    quick: { waitgroup: "two", command: ["sh", "-c", 'echo $$ >> "$1"; sleep "$2"', "quick"], timeout: "1m" },
+    marker: { waitgroup: "two", command: ["sh", "-c", 'echo ran >> "$1"', "marker"], timeout: "1m" },
+    noop: { waitgroup: "two", builtin: "noop" as const },
+  },
+};
+
+/** The process group ids written to a run file, once it has `n` lines. */
+export async function runsOf(file: string, n = 1, timeoutMs = 15_000): Promise<number[]> {
+  return waitFor(`${n} run(s) recorded in ${file}`, () => {
+    if (!existsSync(file)) return undefined;
+    const pids = readFileSync(file, "utf8").trim().split("\n").filter(Boolean).map(Number);
+    return pids.length >= n ? pids : undefined;
+  }, timeoutMs);
+}
+
+export async function expectCode(promise: Promise<unknown>, code: Code, message?: RegExp): Promise<void> {
+  try {
+    await promise;
+  } catch (err) {
+    const e = ConnectError.from(err);
+    expect(Code[e.code], e.message).to.equal(Code[code]);
+    if (message) expect(e.rawMessage).to.match(message);
+    return;
+  }
+  expect.fail(`expected ${Code[code]}`);
+}
+
+describe("cancel, retry, delete across fylr processes", function () {
+  this.timeout(120_000);
+  let databaseUrl: string;
+  let pool: pg.Pool;
+  let exec: ExecserverProcess;
+  let fylrs: FylrProcess[];
+  let dir: string;
+
+  before(async () => {
+    databaseUrl = await createTestDatabase("cancel_proc");
+    exec = await spawnExecserver(cancelExecConfig);
+    const config = fastFylrConfig(databaseUrl, [exec.grpcAddress], { dispatcher: { cancelBound: "5s" } });
+    fylrs = [await spawnFylr(config, "fa")];
+    fylrs.push(await spawnFylr(config, "fb"));
+    pool = openPool(databaseUrl);
+    await waitFor("2 fylrs connected", async () => (await exec.status()).connections.length >= 2);
+  });
+  after(async () => closeAll(...fylrs, exec, pool));
+  beforeEach(() => (dir = mkdtempSync(join(tmpdir(), "slotbroker-cancel-"))));
+  afterEach(async () => {
+    // Nothing may be left running for the next test.
+    await waitFor("the execserver to be idle", async () => (await exec.status()).waitgroups.every((w) => w.running === 0 && Number(w.waiting) === 0));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const holderAndOther = (item: Item): { holder: QueueClient; other: QueueClient } => {
+    const holder = fylrs.find((f) => f.id === item.claimedBy);
+    expect(holder, `item held by ${item.claimedBy}`).to.not.equal(undefined);
+    return { holder: holder!.client, other: fylrs.find((f) => f !== holder)!.client };
+  };
+
+  const stateOf = async (id: string): Promise<Item> => (await fylrs[0]!.client.get({ id })).item!;
+
+  it("queued: cancelled at once; then retried with fresh attempts, run, and deleted", async () => {
+    const later = timestampFromDate(new Date(Date.now() + 3_600_000));
+    const { item } = await fylrs[0]!.client.submit({ calls: [{ service: "noop" }], startAfter: later });
+    const cancelled = (await fylrs[1]!.client.cancel({ id: item!.id })).item!;
+    expect(ItemState[cancelled.state]).to.equal("CANCELLED");
+    expect(cancelled.finishedAt).to.not.equal(undefined);
+    // Idempotent.
+    expect(ItemState[(await fylrs[0]!.client.cancel({ id: item!.id })).item!.state]).to.equal("CANCELLED");
+    // Watch ends on CANCELLED.
+    expect(ItemState[(await followItem(fylrs[0]!.client, item!.id)).state]).to.equal("CANCELLED");
+    // Delete refuses an unfinished item; Retry refuses a queued one; both name the state.
+    const retried = (await fylrs[0]!.client.retry({ id: item!.id })).item!;
+    expect(ItemState[retried.state]).to.equal("QUEUED");
+    expect(retried.attempts).to.equal(0);
+    const done = await followItem(fylrs[1]!.client, item!.id);
+    expect(ItemState[done.state]).to.equal("SUCCEEDED");
+    await expectCode(fylrs[0]!.client.cancel({ id: item!.id }), Code.FailedPrecondition, /is succeeded/);
+    await expectCode(fylrs[0]!.client.retry({ id: item!.id }), Code.FailedPrecondition, /is succeeded/);
+    await fylrs[1]!.client.delete({ id: item!.id });
+    await expectCode(fylrs[0]!.client.get({ id: item!.id }), Code.NotFound);
+    await expectCode(fylrs[0]!.client.cancel({ id: item!.id }), Code.NotFound);
+  });
+
+  it("running: cancelled through the fylr that does not hold it; the process group is gone; the receipt says CANCEL_REQUESTED", async () => {
+    const runs = join(dir, "runs");
+    const { item } = await fylrs[0]!.client.submit({ calls: [{ service: "stubborn", args: [runs] }], maxAttempts: 3 });
+    const [pgid] = await runsOf(runs);
+    const running = await waitFor("the item running", async () => {
+      const now = await stateOf(item!.id);
+      return now.state === ItemState.RUNNING ? now : undefined;
+    });
+    const { other } = holderAndOther(running);
+    const answer = (await other.cancel({ id: item!.id })).item!;
+    expect(ItemState[answer.state]).to.equal("RUNNING");
+    expect(answer.cancelRequestedAt).to.not.equal(undefined);
+    const final = await followItem(other, item!.id);
+    expect(ItemState[final.state]).to.equal("CANCELLED");
+    expect(final.results).to.have.length(1);
+    expect(ErrorKind[final.results[0]!.receipt!.error]).to.equal("CANCEL_REQUESTED");
+    expect(await groupGone(pgid!)).to.equal(true);
+    // Never run again: one run recorded, one attempt spent.
+    expect(readFileSync(runs, "utf8").trim().split("\n")).to.have.length(1);
+    expect(final.attempts).to.equal(1);
+  });
+
+  it("claimed, its want parked at the execserver: cancelled at once, the want withdrawn, never run", async () => {
+    const blockerRuns = join(dir, "blocker");
+    const runs = join(dir, "runs");
+    const blocker = (await fylrs[0]!.client.submit({ calls: [{ service: "stubborn", args: [blockerRuns] }] })).item!;
+    const [blockerGroup] = await runsOf(blockerRuns);
+    const { item } = await fylrs[1]!.client.submit({ calls: [{ service: "stubborn", args: [runs] }] });
+    await waitFor("the second want parked", async () => Number((await exec.status()).waitgroups.find((w) => w.name === "one")!.waiting) === 1);
+    const claimed = await stateOf(item!.id);
+    expect(ItemState[claimed.state]).to.equal("CLAIMED");
+    const { other } = holderAndOther(claimed);
+    const answer = (await other.cancel({ id: item!.id })).item!;
+    expect(ItemState[answer.state]).to.equal("CANCELLED");
+    await waitFor("the want withdrawn", async () => Number((await exec.status()).waitgroups.find((w) => w.name === "one")!.waiting) === 0);
+    await fylrs[0]!.client.cancel({ id: blocker.id });
+    expect(ItemState[(await followItem(fylrs[0]!.client, blocker.id)).state]).to.equal("CANCELLED");
+    expect(await groupGone(blockerGroup!)).to.equal(true);
+    expect(existsSync(runs)).to.equal(false);
+  });
+
+  it("a chain cancelled during its first call: the later call never starts", async () => {
+    const runs = join(dir, "runs");
+    const marker = join(dir, "marker");
+    const { item } = await fylrs[0]!.client.submit({
+      calls: [
+        { service: "stubborn", args: [runs] },
+        { service: "marker", args: [marker], stdin: { case: "stdinFromPrevious", value: true } },
+      ],
+    });
+    const [pgid] = await runsOf(runs);
+    await fylrs[1]!.client.cancel({ id: item!.id });
+    const final = await followItem(fylrs[1]!.client, item!.id);
+    expect(ItemState[final.state]).to.equal("CANCELLED");
+    expect(await groupGone(pgid!)).to.equal(true);
+    expect(existsSync(marker)).to.equal(false);
+  });
+
+  it("a chain cancelled between its two calls (the second one's want parked): the second never starts", async () => {
+    const blockerRuns = join(dir, "blocker");
+    const first = join(dir, "first");
+    const second = join(dir, "second");
+    const blocker = (await fylrs[0]!.client.submit({ calls: [{ service: "stubborn", args: [blockerRuns] }] })).item!;
+    await runsOf(blockerRuns);
+    const { item } = await fylrs[0]!.client.submit({
+      calls: [
+        { service: "quick", args: [first, "0"] },
+        { service: "stubborn", args: [second] },
+      ],
+    });
+    await runsOf(first);
+    await waitFor("the second call's want parked", async () => Number((await exec.status()).waitgroups.find((w) => w.name === "one")!.waiting) === 1);
+    const between = await stateOf(item!.id);
+    expect(ItemState[between.state]).to.equal("RUNNING");
+    const { other } = holderAndOther(between);
+    await other.cancel({ id: item!.id });
+    const final = await followItem(other, item!.id);
+    expect(ItemState[final.state]).to.equal("CANCELLED");
+    expect(final.results.map((r) => r.service)).to.deep.equal(["quick"]);
+    await fylrs[0]!.client.cancel({ id: blocker.id });
+    await followItem(fylrs[0]!.client, blocker.id);
+    expect(existsSync(second)).to.equal(false);
+  });
+
+  it("cancel vs DONE at the same moment: exactly one final state, the receipt kept", async () => {
+    const outcomes: string[] = [];
+    for (let i = 0; i < 12; i++) {
+      const runs = join(dir, `race-${i}`);
+      const { item } = await fylrs[i % 2]!.client.submit({ calls: [{ service: "quick", args: [runs, "0.2"] }] });
+      const [pgid] = await runsOf(runs);
+      // Aim the cancel at the job's natural end, a little before or after it.
+      await new Promise((r) => setTimeout(r, 150 + (i % 6) * 15));
+      let answered: string;
+      try {
+        answered = ItemState[(await fylrs[(i + 1) % 2]!.client.cancel({ id: item!.id })).item!.state];
+      } catch (err) {
+        expect(ConnectError.from(err).rawMessage).to.match(/is succeeded/);
+        answered = "too late";
+      }
+      const final = await followItem(fylrs[0]!.client, item!.id);
+      const state = ItemState[final.state];
+      expect(["SUCCEEDED", "CANCELLED"]).to.include(state);
+      if (answered === "too late") expect(state).to.equal("SUCCEEDED");
+      // The receipt of the one run is kept either way.
+      expect(final.results, `${state} after "${answered}"`).to.have.length(1);
+      expect(final.attempts).to.equal(1);
+      expect(await groupGone(pgid!)).to.equal(true);
+      // Stays final: nothing flips it afterwards.
+      await new Promise((r) => setTimeout(r, 50));
+      expect(ItemState[(await stateOf(item!.id)).state]).to.equal(state);
+      outcomes.push(state);
+    }
+    const rows = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items WHERE state IN ('queued', 'claimed', 'running')");
+    expect(rows.rows[0]!.n).to.equal(0);
+    console.log(`      cancel vs DONE outcomes: ${outcomes.join(" ")}`);
+  });
+
+  it("cancel vs claim by another fylr: each item ends in one state and nothing runs on after it", async () => {
+    const ids: string[] = [];
+    const at = new Date(Date.now() + 400);
+    for (let i = 0; i < 20; i++) {
+      const { item } = await fylrs[i % 2]!.client.submit({ calls: [{ service: "quick", args: [join(dir, `claim-${i}`), "30"] }], startAfter: timestampFromDate(at) });
+      ids.push(item!.id);
+    }
+    // Cancel them as they become claimable, racing both fylrs' claims.
+    await new Promise((r) => setTimeout(r, Math.max(0, at.getTime() - Date.now())));
+    const answers = await Promise.all(ids.map((id, i) => fylrs[(i + 1) % 2]!.client.cancel({ id })));
+    const seen = answers.map((a) => ItemState[a.item!.state]);
+    expect(seen.every((s) => s === "CANCELLED" || s === "RUNNING")).to.equal(true);
+    const finals = await Promise.all(ids.map((id) => followItem(fylrs[0]!.client, id)));
+    expect(finals.map((f) => ItemState[f.state])).to.deep.equal(ids.map(() => "CANCELLED"));
+    // Whatever started was stopped: every recorded run's group is gone.
+    for (let i = 0; i < ids.length; i++) {
+      const file = join(dir, `claim-${i}`);
+      if (!existsSync(file)) continue;
+      for (const pgid of readFileSync(file, "utf8").trim().split("\n").map(Number)) expect(await groupGone(pgid)).to.equal(true);
+    }
+    const leases = await pool.query<{ lease: string }>("SELECT lease FROM queue_items WHERE id = ANY($1::uuid[])", [ids]);
+    expect(leases.rows.every((r) => Number(r.lease) <= 1)).to.equal(true);
+    console.log(`      cancel answers: ${seen.filter((s) => s === "CANCELLED").length} at once, ${seen.filter((s) => s === "RUNNING").length} while running`);
+  });
+});
