@@ -44,7 +44,11 @@ export function listQuery(filter: ListFilter): { text: string; values: unknown[]
     values.push(value);
     return `$${values.length}`;
   };
-  if (filter.states && filter.states.length > 0) where.push(`state = ANY(${param([...new Set(filter.states)])}::text[])`);
+  const states = [...new Set(filter.states ?? [])];
+  // One state is an equality, so the (state, seq) index hands rows over in page order;
+  // several states are merged and sorted (still bounded by LIMIT per index range).
+  if (states.length === 1) where.push(`state = ${param(states[0])}`);
+  else if (states.length > 1) where.push(`state = ANY(${param(states)}::text[])`);
   if (filter.service) where.push(`${serviceExpr} = ${param(filter.service)}`);
   if (filter.minPriority !== undefined) where.push(`priority >= ${param(filter.minPriority)}`);
   if (filter.maxPriority !== undefined) where.push(`priority <= ${param(filter.maxPriority)}`);
