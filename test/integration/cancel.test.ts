@@ -16,7 +16,7 @@ import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/exe
 import { createTestDatabase } from "../support/postgres.js";
 import { groupGone } from "../support/process-group.js";
 import { cancelExecConfig, expectCode, runsOf } from "./cancel-support.js";
-import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
+import { closeAll, fastFylrConfig, openPool, slotbroker, spawnFylr, type FylrProcess } from "./support.js";
 
 describe("cancel, retry, delete across fylr processes", function () {
   this.timeout(120_000);
@@ -214,5 +214,33 @@ describe("cancel, retry, delete across fylr processes", function () {
     const leases = await pool.query<{ lease: string }>("SELECT lease FROM queue_items WHERE id = ANY($1::uuid[])", [ids]);
     expect(leases.rows.every((r) => Number(r.lease) <= 1)).to.equal(true);
     console.log(`      cancel answers: ${seen.filter((s) => s === "CANCELLED").length} at once, ${seen.filter((s) => s === "RUNNING").length} while running`);
+  });
+
+  it("the CLI: slotbroker cancel, list, retry and delete", async () => {
+    const api = ["--api", fylrs[0]!.url];
+    const later = timestampFromDate(new Date(Date.now() + 3_600_000));
+    const { item } = await fylrs[1]!.client.submit({ calls: [{ service: "noop" }], startAfter: later, priority: 7 });
+    const id = item!.id;
+    const cancel = await slotbroker(["cancel", id, ...api]);
+    expect(cancel.code, cancel.stderr).to.equal(0);
+    expect(cancel.stdout.toString()).to.match(new RegExp(`^${id} cancelled at `));
+    const list = await slotbroker(["list", "--state", "cancelled", "--service", "noop", "--min-priority", "7", ...api]);
+    expect(list.code, list.stderr).to.equal(0);
+    const lines = list.stdout.toString().trim().split("\n");
+    expect(lines[0]).to.match(/^ID\s+STATE\s+PRIO\s+SERVICE\s+ATTEMPTS\s+CREATED$/);
+    expect(lines.slice(1).map((l) => l.split(/\s+/).slice(0, 4))).to.deep.equal([[id, "cancelled", "7", "noop"]]);
+    const refused = await slotbroker(["delete", "not-a-uuid", ...api]);
+    expect(refused.code).to.equal(1);
+    expect(refused.stderr).to.match(/not a UUID/);
+    const retry = await slotbroker(["retry", id, ...api]);
+    expect(retry.code, retry.stderr).to.equal(0);
+    expect(retry.stdout.toString()).to.match(new RegExp(`^${id} queued`));
+    expect(ItemState[(await followItem(fylrs[0]!.client, id)).state]).to.equal("SUCCEEDED");
+    const again = await slotbroker(["cancel", id, ...api]);
+    expect(again.code).to.equal(1);
+    expect(again.stderr).to.match(/is succeeded/);
+    const del = await slotbroker(["delete", id, ...api]);
+    expect(del.code, del.stderr).to.equal(0);
+    expect(del.stdout.toString()).to.equal(`${id} deleted\n`);
   });
 });
