@@ -69,6 +69,7 @@ background:var(--card);padding:5px 11px;border-radius:20px;box-shadow:var(--shad
 .gauge-text{font:650 17px system-ui,sans-serif;fill:var(--ink)}
 .more{margin:8px 0 0;font-size:12.5px;color:var(--muted)}
 .empty{color:var(--muted);font-style:italic;margin:6px 0}
+button.cancel{font:inherit;font-size:12px;padding:1px 8px;border-radius:6px;border:1px solid var(--line,#ccc);background:transparent;color:inherit;cursor:pointer}button.cancel:disabled{opacity:.6;cursor:default}
 .pill{display:inline-block;padding:1px 9px;border-radius:20px;background:var(--c);color:#fff;font-size:12px;font-weight:600;line-height:18px}
 .table-wrap{overflow-x:auto}
 table{width:100%;border-collapse:collapse;font-size:12.5px}
