@@ -145,5 +145,6 @@ export function statsToProto(stats: DispatcherStats): StatsResponse {
     failedTotal: BigInt(stats.counters.failed),
     requeuedTotal: BigInt(stats.counters.requeued),
     orphansRescuedTotal: BigInt(stats.counters.orphansRescued),
+    cancelledTotal: BigInt(stats.counters.cancelled),
   });
 }

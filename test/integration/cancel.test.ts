@@ -82,10 +82,17 @@ describe("cancel, retry, delete across fylr processes", function () {
       const now = await stateOf(item!.id);
       return now.state === ItemState.RUNNING ? now : undefined;
     });
-    const { other } = holderAndOther(running);
+    const { holder, other } = holderAndOther(running);
+    // Watch on the holder reports the request, then the end.
+    const updates: Item[] = [];
+    const watched = followItem(holder, item!.id, { onUpdate: (u) => updates.push(u.item!) });
+    await waitFor("the watch's first update", () => updates.length > 0 || undefined);
     const answer = (await other.cancel({ id: item!.id })).item!;
     expect(ItemState[answer.state]).to.equal("RUNNING");
     expect(answer.cancelRequestedAt).to.not.equal(undefined);
+    expect(ItemState[(await watched).state]).to.equal("CANCELLED");
+    // SIGTERM is ignored for the 300 ms grace, so the request shows before the end.
+    expect(updates.some((u) => u.state === ItemState.RUNNING && u.cancelRequestedAt !== undefined), "an update with the request").to.equal(true);
     const final = await followItem(other, item!.id);
     expect(ItemState[final.state]).to.equal("CANCELLED");
     expect(final.results).to.have.length(1);
