@@ -72,6 +72,13 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
           store.failAttempt(fence, outcome.results, outcome.error, delayMs, outcome.permanent),
         );
         if (state === undefined) return refused(item, deps, log, "failure");
+        if (state === "cancelled") {
+          // A cancel was asked for while the attempt ran: it ends here, never retried.
+          counters.cancelled += 1;
+          events.emit("item:cancelled", item);
+          log.info({ error: outcome.error }, "attempt failed with a cancel pending; item cancelled");
+          return;
+        }
         if (state === "queued") {
           counters.requeued += 1;
           events.emit("item:requeued", item, "retry");

@@ -225,8 +225,8 @@ export class QueueStore {
     error: string,
     retryDelayMs: number,
     permanent: boolean,
-  ): Promise<"queued" | "failed" | undefined> {
-    const r = await this.query<{ state: "queued" | "failed" }>("fail attempt", sql.failAttempt, [
+  ): Promise<"queued" | "failed" | "cancelled" | undefined> {
+    const r = await this.query<{ state: "queued" | "failed" | "cancelled" }>("fail attempt", sql.failAttempt, [
       ...fenceParams(fence),
       encodeResults(results),
       error,
