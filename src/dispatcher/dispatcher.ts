@@ -28,7 +28,7 @@ import { migrate } from "./migrate.js";
 import { normalizeSubmit } from "./payload.js";
 import { QueueListener } from "./queue-listener.js";
 import { newCounters } from "./settle.js";
-import { QueueStore } from "./store.js";
+import { QueueStore, type FylrRegistration } from "./store.js";
 import { storeConfig } from "./store-config.js";
 import { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
 import type { QueueItem, SubmitInput } from "./types.js";
@@ -78,6 +78,7 @@ export class Dispatcher {
   private dbFailures = 0;
   private loopDone: Promise<void> = Promise.resolve();
   private housekeepingDone: Promise<void> = Promise.resolve();
+  private heartbeatPool: pg.Pool | undefined;
   private stopping: Promise<void> | undefined;
   private unsubscribeCapacity: () => void = () => undefined;
   private listener: QueueListener | undefined;
@@ -131,12 +132,16 @@ export class Dispatcher {
   async start(signal?: AbortSignal): Promise<void> {
     if (this.currentState !== "idle") throw new IllegalTransitionError("dispatcher", this.currentState, "running");
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
-    await this.registerSelf();
+    await this.store.registerFylr(this.registration());
     this.setState("running");
     this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify("capacity"));
     if (this.config.listen) this.listen();
     this.loopDone = this.loop();
-    this.housekeepingDone = this.housekeeping();
+    // One connection of its own: a heartbeat queued behind a burst of submits and writes
+    // in the shared pool can miss the stale threshold, and siblings take over live work.
+    this.heartbeatPool = new pg.Pool({ ...this.options.pool.options, max: 1, application_name: `slotbroker-heartbeat ${this.fylrId}` });
+    this.heartbeatPool.on("error", (err) => this.log.debug({ err: err.message }, "idle heartbeat connection failed"));
+    this.housekeepingDone = this.housekeeping(new QueueStore(this.heartbeatPool));
     this.log.info({ localSlots: this.permits.capacity, headroom: this.config.headroom }, "dispatcher started");
     const stopOnAbort = (): void => void this.stop().catch((err: unknown) => this.log.error({ err }, "stop failed"));
     if (signal?.aborted) stopOnAbort();
@@ -171,6 +176,7 @@ export class Dispatcher {
     }
     this.housekeepingAbort.abort(new AbortReason("shutdown", "dispatcher stopping"));
     await this.housekeepingDone;
+    await this.heartbeatPool?.end().catch((err: unknown) => this.log.debug({ err }, "closing the heartbeat connection failed"));
     try {
       await this.store.deregisterFylr(this.fylrId);
     } catch (err) {
@@ -280,10 +286,11 @@ export class Dispatcher {
     }
   }
 
-  private housekeeping(): Promise<void> {
+  private housekeeping(beats: QueueStore): Promise<void> {
     return runHousekeeping(
       {
         store: this.store,
+        beats,
         blobs: this.blobs,
         config: this.config,
         fylrId: this.fylrId,
@@ -294,15 +301,15 @@ export class Dispatcher {
         rejoin: async () => {
           this.tasks.abortAll(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
           // A stopping fylr's row is removed right after; it does not come back.
-          if (this.currentState === "running") await this.registerSelf();
+          if (this.currentState === "running") await beats.registerFylr(this.registration());
         },
       },
       this.housekeepingAbort.signal,
     );
   }
 
-  private registerSelf(): Promise<void> {
-    return this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
+  private registration(): FylrRegistration {
+    return { id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl };
   }
 
   private async pass(signal: AbortSignal): Promise<void> {

@@ -17,7 +17,10 @@ import type { QueueStore } from "./store.js";
 
 /** What the housekeeping loop works with. */
 export interface HousekeepingDeps {
+  /** The queue, for the sweep. */
   readonly store: QueueStore;
+  /** The same tables over the heartbeat's own connection. */
+  readonly beats: QueueStore;
   readonly blobs: BlobStore;
   readonly config: DispatcherConfig;
   readonly fylrId: string;
@@ -94,7 +97,7 @@ class Background {
 }
 
 async function heartbeat(deps: HousekeepingDeps): Promise<void> {
-  const alive = await deps.store.heartbeat(deps.fylrId);
+  const alive = await deps.beats.heartbeat(deps.fylrId);
   deps.events.emit("heartbeat", alive);
   if (alive) return;
   // A sibling found our heartbeat stale (a long pause, a lost database connection) and

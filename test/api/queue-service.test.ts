@@ -251,14 +251,23 @@ describe("QueueService on a fylr", () => {
 
   it("Position merges the execserver's line with the database's: running, ahead, capacity and a summary", async () => {
     // One slot; admission is 3 (capacity 3, one client, headroom 0), so of five sleeps one
-    // runs, two wait parked at the execserver and two wait in the database.
+    // runs, two wait parked at the execserver and two wait in the database. One at a time,
+    // each awaited in its place: submitted together, the first three are claimed in one pass
+    // and their wants reach the execserver in any order.
+    const sleep = { calls: [{ service: "sleep", args: ["30"] }] };
     const ids: string[] = [];
-    for (let i = 0; i < 5; i++) ids.push((await client.submit({ calls: [{ service: "sleep", args: ["30"] }] })).item!.id);
-    const positions = await waitFor("the execserver to report the parked wants' positions", async () => {
-      const all = await Promise.all(ids.map(async (id) => (await client.position({ id })).position!));
-      const parked = all.filter((p) => p.state === ItemState.CLAIMED && / waiting - you are number /.test(p.summary));
-      return parked.length === 2 && all.filter((p) => p.state === ItemState.QUEUED).length === 2 ? all : undefined;
-    });
+    const submitUntil = async (what: string, until: (u: WatchResponse) => boolean): Promise<void> => {
+      const id = (await client.submit(sleep)).item!.id;
+      ids.push(id);
+      await watchUntil(client, id, what, until);
+    };
+    const parkedAs = (n: number) => (u: WatchResponse) => u.item?.state === ItemState.CLAIMED && new RegExp(` waiting - you are number ${n}\\b`).test(u.position?.summary ?? "");
+    await submitUntil("the first to run", (u) => u.item?.state === ItemState.RUNNING);
+    await submitUntil("the second to be parked first in line", parkedAs(2));
+    await submitUntil("the third to be parked behind it", parkedAs(3));
+    await submitUntil("the fourth to wait in the database", (u) => u.item?.state === ItemState.QUEUED && u.position?.ahead === 2);
+    await submitUntil("the fifth to wait behind it", (u) => u.item?.state === ItemState.QUEUED && u.position?.ahead === 3);
+    const positions = await Promise.all(ids.map(async (id) => (await client.position({ id })).position!));
     const [running, first, second, q1, q2] = positions;
     const shown = positions.map((p) => `${ItemState[p.state]} ${p.summary}`).join("\n");
     expect(running!.state).to.equal(ItemState.RUNNING);
@@ -293,6 +302,20 @@ describe("QueueService on a fylr", () => {
     expect(status.execservers.addresses).to.deep.equal([exec.grpcAddress]);
   });
 });
+
+/** Follows the item's Watch stream until an update passes `until`. */
+async function watchUntil(client: QueueClient, id: string, what: string, until: (update: WatchResponse) => boolean): Promise<WatchResponse> {
+  const seen: string[] = [];
+  try {
+    for await (const update of client.watch({ id }, { timeoutMs: 20_000 })) {
+      if (until(update)) return update;
+      seen.push(`${ItemState[update.item?.state ?? 0]} ${update.position?.summary ?? ""}`);
+    }
+  } catch (err) {
+    throw new Error(`waiting for ${what}: ${(err as Error).message}; saw ${seen.join(" | ")}`);
+  }
+  throw new Error(`waiting for ${what}: the Watch ended; saw ${seen.join(" | ")}`);
+}
 
 async function drain(stream: AsyncIterable<WatchResponse>): Promise<WatchResponse[]> {
   const out: WatchResponse[] = [];
