@@ -12,7 +12,8 @@ import { createQueueClient, type QueueClient } from "../../src/api/index.js";
 import type { FylrHandle } from "../../src/app/index.js";
 import { compileExecserverConfig } from "../../src/execserver/index.js";
 import { startExecserver, type ExecserverHandle } from "../../src/app/execserver.js";
-import { waitFor } from "../support/execserver-process.js";
+import { awaitCondition, eventsOf } from "../support/event-monitor.js";
+import { inState, watchUntil } from "../support/watch-item.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { track } from "../support/resources.js";
 import { closeAll, fastFylrConfig, startTestFylr } from "../integration/support.js";
@@ -72,10 +73,7 @@ async function expectCode(promise: Promise<unknown>, code: Code, message?: RegEx
 }
 
 async function finished(client: QueueClient, id: string): Promise<Item> {
-  return waitFor(`item ${id} to finish`, async () => {
-    const { item } = await client.get({ id });
-    return item && (item.state === ItemState.SUCCEEDED || item.state === ItemState.FAILED) ? item : undefined;
-  });
+  return (await watchUntil(client, id, `item ${id} to finish`, inState(ItemState.SUCCEEDED, ItemState.FAILED))).item!;
 }
 
 describe("QueueService on a fylr", () => {
@@ -98,7 +96,7 @@ describe("QueueService on a fylr", () => {
     exec = await startExec();
     fylr = await startTestFylr(fastFylrConfig(databaseUrl, [exec.grpcAddress], { dispatcher: { headroom: 0 } }));
     client = createQueueClient(fylr.url);
-    await waitFor("the fylr to see the execserver", () => fylr.broker.instances().length === 1);
+    await awaitCondition("the fylr to see the execserver", [eventsOf(fylr.broker.events, "instances")], () => fylr.broker.instances().length === 1);
   });
   afterEach(async () => {
     await closeAll(fylr, exec);
@@ -302,20 +300,6 @@ describe("QueueService on a fylr", () => {
     expect(status.execservers.addresses).to.deep.equal([exec.grpcAddress]);
   });
 });
-
-/** Follows the item's Watch stream until an update passes `until`. */
-async function watchUntil(client: QueueClient, id: string, what: string, until: (update: WatchResponse) => boolean): Promise<WatchResponse> {
-  const seen: string[] = [];
-  try {
-    for await (const update of client.watch({ id }, { timeoutMs: 20_000 })) {
-      if (until(update)) return update;
-      seen.push(`${ItemState[update.item?.state ?? 0]} ${update.position?.summary ?? ""}`);
-    }
-  } catch (err) {
-    throw new Error(`waiting for ${what}: ${(err as Error).message}; saw ${seen.join(" | ")}`);
-  }
-  throw new Error(`waiting for ${what}: the Watch ended; saw ${seen.join(" | ")}`);
-}
 
 async function drain(stream: AsyncIterable<WatchResponse>): Promise<WatchResponse[]> {
   const out: WatchResponse[] = [];

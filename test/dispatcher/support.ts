@@ -25,7 +25,7 @@ import {
   type QueueItem,
 } from "../../src/dispatcher/index.js";
 import { Events } from "../../src/shared/events.js";
-import { EventMonitor } from "../support/event-monitor.js";
+import { awaitCondition, EventMonitor, type WakeSource } from "../support/event-monitor.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { release, track } from "../support/resources.js";
 import { createPgPool } from "../../src/shared/postgres.js";
@@ -59,38 +59,15 @@ type Reachable = keyof typeof reachedBy;
  * Resolves with the item once it is in one of `states`, woken by the dispatcher's events
  * for that item (listening starts before the first look, so no change falls in between).
  */
-export async function itemReaches(d: Dispatcher, id: string, states: readonly Reachable[], timeoutMs = 20_000): Promise<QueueItem> {
-  let heard = 0;
-  let wake: (() => void) | undefined;
-  const onEvent = (item: ClaimedItem): void => {
-    if (item.id !== id) return;
-    heard += 1;
-    wake?.();
+export function itemReaches(d: Dispatcher, id: string, states: readonly Reachable[], timeoutMs = 20_000): Promise<QueueItem> {
+  const forThisItem: WakeSource = (wake) => {
+    const stops = states.map((state) => d.events.on(reachedBy[state], ((item: ClaimedItem) => item.id === id && wake()) as (...args: DispatcherEvents[(typeof reachedBy)[Reachable]]) => void));
+    return () => stops.forEach((stop) => stop());
   };
-  const stops = states.map((state) => d.events.on(reachedBy[state], onEvent as (...args: DispatcherEvents[(typeof reachedBy)[Reachable]]) => void));
-  const deadline = Date.now() + timeoutMs;
-  try {
-    for (;;) {
-      const before = heard;
-      const seen = await d.get(id);
-      if (seen && (states as readonly string[]).includes(seen.state)) return seen;
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`item ${id} did not reach ${states.join("/")} within ${timeoutMs} ms (it is ${seen?.state ?? "gone"})`);
-      // Look again after the next event for this item (or at once if one came while we looked).
-      if (heard === before) {
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, left);
-          wake = () => {
-            clearTimeout(timer);
-            wake = undefined;
-            resolve();
-          };
-        });
-      }
-    }
-  } finally {
-    for (const stop of stops) stop();
-  }
+  return awaitCondition(`item ${id} to reach ${states.join("/")}`, [forThisItem], async () => {
+    const item = await d.get(id);
+    return item && (states as readonly string[]).includes(item.state) ? item : undefined;
+  }, timeoutMs);
 }
 
 /** Resolves once each dispatcher ran `n` more loop passes: long enough to have looked again. */
