@@ -178,6 +178,7 @@ describe("fylr polling fallback", function () {
   it("does not fall back for an address that refuses connections (a dead execserver is not an old one)", async () => {
     const replica = keep(await startReplica({ addresses: ["127.0.0.1:1"], clientName: "dead", polling: fastPolling }, "dead"));
     await waitFor("a failed attempt", () => replica.broker.pools()[0]!.connections()[0]?.lastError !== undefined);
+    // The thing under test is that nothing happens: half a second of retries, no fallback.
     await new Promise((r) => setTimeout(r, 500));
     expect(transports(replica.broker)).to.deep.equal(["broker"]);
     expect(replica.broker.instances()).to.deep.equal([]);

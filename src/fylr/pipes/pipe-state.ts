@@ -1,3 +1,4 @@
+import { Events } from "../../shared/events.js";
 import { Transitions } from "../../shared/lifecycle.js";
 import type { Logger } from "../../shared/log.js";
 import { PipeError } from "./errors.js";
@@ -60,6 +61,8 @@ export interface PipeHandle {
 export abstract class PipeBase implements PipeHandle {
   readonly id: string;
   readonly done: Promise<number>;
+  /** Lifecycle events: `state` on every move (the consumer arrived, the pipe settled). */
+  readonly events = new Events<{ state: [state: PipeState] }>();
   protected bytes = 0;
   protected readonly logger: Logger;
   private current: PipeState = "waiting";
@@ -140,6 +143,7 @@ export abstract class PipeBase implements PipeHandle {
 
   private setState(next: PipeState): void {
     this.current = transitions.check(this.current, next);
+    this.events.emit("state", next);
   }
 
   private settle(): void {
