@@ -9,8 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable, type Readable } from "node:stream";
 import { PipeError, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type FylrHttpServerOptions } from "../../src/fylr/index.js";
-import type { PipeState } from "../../src/fylr/pipes/index.js";
-import type { Events } from "../../src/shared/events.js";
+import type { PipeHandle } from "../../src/fylr/pipes/index.js";
 import { release, track } from "../support/resources.js";
 import { requireTool } from "../support/system-tools.js";
 
@@ -128,7 +127,7 @@ export async function pipeFailure(promise: Promise<unknown>): Promise<PipeError>
 }
 
 /** Resolves once the pipe's consumer arrived (state "streaming"); rejects if it settled without. */
-export async function streaming(pipe: { readonly state: PipeState; readonly events: Events<{ state: [state: PipeState] }> }): Promise<void> {
+export async function streaming(pipe: PipeHandle): Promise<void> {
   if (pipe.state === "streaming") return;
   if (pipe.state !== "waiting") throw new Error(`the pipe is ${pipe.state}, it never streamed`);
   const [state] = await pipe.events.next("state");
