@@ -98,6 +98,7 @@ describe("fylr processes sharing one queue and one execserver", () => {
       const held = await heldByFylr(pool);
       for (const [id, n] of Object.entries(held)) most[id] = Math.max(most[id] ?? 0, n);
       if (((await countByState(pool)).succeeded ?? 0) === total) break;
+      // A sampling interval: the most each fylr held is what is measured.
       await new Promise((r) => setTimeout(r, 50));
     }
     expect(Object.keys(most).sort()).to.deep.equal(team.map((f) => f.id).sort());
