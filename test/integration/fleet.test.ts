@@ -48,7 +48,13 @@ describe("fylr processes sharing one queue and one execserver", () => {
 
   const startFylrs = async (n: number, extra: Parameters<typeof fastFylrConfig>[2] = {}): Promise<FylrProcess[]> => {
     // One at a time: concurrent first starts would all migrate (safe, but slower on 2 cores).
-    for (let i = 0; i < n; i++) fylrs.push(await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress], extra), `f${fylrs.length}`));
+    // Generous liveness timeouts: these tests count claims and runs, and on a machine at load
+    // 30 a fylr's stream to the live execserver was dropped once in five runs (its running
+    // jobs cancelled and retried under a new lease); the Ping (5 s) and keepalive (20 s)
+    // timeouts are what drop a stream whose peer is merely slow. Half-open detection has
+    // tests of its own.
+    const liveness = { execserver: { addresses: [exec!.grpcAddress], pingTimeout: "30s", keepaliveTimeout: "60s", ...extra.execserver } };
+    for (let i = 0; i < n; i++) fylrs.push(await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress], { ...extra, ...liveness }), `f${fylrs.length}`));
     return fylrs.slice(-n);
   };
 
