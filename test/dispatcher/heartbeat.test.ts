@@ -52,6 +52,23 @@ describe("dispatcher heartbeat", function () {
     await release(d);
   });
 
+  it("beats on while every connection of the shared pool is taken", async () => {
+    const small = openPool(url, 2);
+    const d = await startDispatcher({ pool: small, capacity: new ManualCapacitySource([exec]), backend: new TestBackend(), config: { ...config, listen: false } });
+    await new EventMonitor(d.events, "heartbeat").awaitCount(1);
+    // What a burst of submits and writes does to the pool: every connection busy, more queued.
+    const held = [await small.connect(), await small.connect()];
+    try {
+      const beats = new EventMonitor(d.events, "heartbeat");
+      await beats.awaitCount(3);
+      expect([small.totalCount, small.idleCount], "every connection of the shared pool busy").to.deep.equal([2, 0]);
+    } finally {
+      for (const client of held) client.release();
+    }
+    await release(d);
+    await closeAll(small);
+  });
+
   it("beats on while a graceful stop waits for a running item", async () => {
     const gate = new Gate();
     const backend = new TestBackend(async (_request, options) => {
