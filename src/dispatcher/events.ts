@@ -45,6 +45,8 @@ export interface DispatcherEvents {
   "item:requeued": [item: ClaimedItem, reason: RequeueReason];
   /** The lease fence refused this fylr's write: the item was taken back meanwhile. */
   "item:fenced": [item: ClaimedItem];
+  /** This fylr's heartbeat was written; `alive` false when a sibling had declared it dead. */
+  heartbeat: [alive: boolean];
   /** A sweep found fylrs with stale heartbeats and requeued (or failed) their claims. */
   "orphans:rescued": [result: ReapResult];
   /** A notification said this item's state changed (on any fylr). */

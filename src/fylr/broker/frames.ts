@@ -20,7 +20,7 @@ import { stringFieldSize, varintSize, writeStringField, writeVarint } from "../.
 //   query   = 6 LEN Query   { job_id = 1 LEN }
 //   cancel  = 7 LEN Cancel  { job_id = 1 LEN }
 // Empty strings are left out, as proto3 does; a sub-message is written even when empty.
-// The varint and field helpers are shared with the execserver's OFFER (shared/proto-wire.ts).
+// The varint and field helpers are shared with the execserver's OFFER (src/shared/proto-wire.ts).
 
 /** A hand-encoded ConnectRequest carrying a Want. */
 export function encodeWant(jobId: string, service: string, priority: number): Buffer {
