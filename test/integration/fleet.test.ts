@@ -60,7 +60,15 @@ describe("fylr processes sharing one queue and one execserver", () => {
 
   it("several fylrs claim concurrently and every item is claimed and run exactly once", async function () {
     this.timeout(120_000);
-    exec = await spawnExecserver({ instanceId: "exec-noop", waitgroups: { bench: { processes: 40 } }, services: { noop: { waitgroup: "bench", builtin: "noop" } } });
+    // offerTimeout 30 s: at load 30 a fylr's JOB once came after the default 5 s, the offer was
+    // stale and the attempt retried under a new lease (the job never ran twice, but the
+    // lease count this test reads went to 2).
+    exec = await spawnExecserver({
+      instanceId: "exec-noop",
+      offerTimeout: "30s",
+      waitgroups: { bench: { processes: 40 } },
+      services: { noop: { waitgroup: "bench", builtin: "noop" } },
+    });
     // staleAfter 10 s: at load 36 on two cores one fylr process went without CPU for over
     // the default test threshold (2 s) and was rightly declared dead; this test counts
     // claims between live fylrs (the takeover has its own test below).
