@@ -62,19 +62,23 @@ export const fylrChurn: Scenario = {
       // Two per fylr (the least allowed) plus its LISTEN connection: 65 fylrs stay well
       // under the embedded server's max_connections of 300.
       databasePoolSize: 2,
-      execserver: { addresses: execs.map((e) => e.grpc) },
+      // One stream per execserver: each address is one instance, and the execservers take
+      // turns per connection, so a fylr whose pool grew would get more turns than the rest.
+      // A want may wait long in this crowd: a short connectTimeout would give items back.
+      execserver: { addresses: execs.map((e) => e.grpc), maxConnectionsPerAddress: 1, connectTimeout: "5m" },
       dispatcher: { headroom: p.headroom, stopGrace: "2s", heartbeatInterval: "1s", staleAfter: `${p.staleAfterS}s` },
     };
-    // The first host alone (its first fylr migrates the database), then the rest at once.
-    const hosts = [await startFylrHost(ctx, "host-0", p.perHost, fylr)];
-    hosts.push(...(await Promise.all(Array.from({ length: p.hosts - 1 }, (_, i) => startFylrHost(ctx, `host-${i + 1}`, p.perHost, fylr)))));
-    const crashHost = await startFylrHost(ctx, "host-crash", p.crashFylrs, fylr);
+    // All at once: the migrations' advisory lock lets one fylr migrate while the rest wait.
+    const [crashHost, ...hosts] = await Promise.all([
+      startFylrHost(ctx, "host-crash", p.crashFylrs, fylr),
+      ...Array.from({ length: p.hosts }, (_, i) => startFylrHost(ctx, `host-${i}`, p.perHost, fylr)),
+    ]);
     const { processes: _p, headroom: _h, hosts: _n, perHost: _ph, crashFylrs: _c, staleAfterS: _s, drainTimeoutS, ...env } = p;
     return {
       env: {
         ...env,
         HOST_ADDRS: hosts.join(","),
-        CRASH_HOST: crashHost,
+        CRASH_HOST: crashHost!,
         EXECSERVERS: execs.length,
         MIN_FYLRS: p.hosts * p.perHost,
         RESCUE_MS: (p.staleAfterS + 5) * 1000,

@@ -75,8 +75,8 @@ const server = createServer((request, response) => {
   });
 });
 
-// One at a time: the first fylr of the first host migrates the database.
-for (let i = 0; i < config.fylrs; i++) await join();
+// All at once: migrations hold an advisory lock, so concurrent starts wait for the first.
+await Promise.all(Array.from({ length: config.fylrs }, () => join()));
 await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
 process.stdout.write(`fylr-host listening control=127.0.0.1:${(server.address() as AddressInfo).port}\n`);
 

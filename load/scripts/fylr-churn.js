@@ -10,9 +10,9 @@
 //            window every WINDOW_S after WARMUP_S. In each window the fylrs present at both
 //            ends (and already present at its start) are compared: claims in the window
 //            against their mean (`window_max_deviation`).
-//   chaos    one VU, on a schedule: CRASH_AT the crash host SIGKILLs itself (its fylrs go
-//            without a goodbye; `rescue_ms` is how long until no item is still claimed by
-//            them), JOIN_AT and JOIN2_AT JOIN_N fylrs start on the stable hosts
+//   crash    one VU: at CRASH_AT the crash host SIGKILLs itself (its fylrs go without a
+//            goodbye; `rescue_ms` is how long until no item is still claimed by them)
+//   churn    one VU, on a schedule: JOIN_AT and JOIN2_AT JOIN_N fylrs start on the stable hosts
 //            (`newcomer_share_ms`: start → the newcomer holds its full admission, taken
 //            from the HELLO of every execserver), LEAVE_AT LEAVE_N fylrs stop gracefully.
 import { sleep } from 'k6';
@@ -27,6 +27,7 @@ const WARMUP_S = envInt('WARMUP_S', 12);
 const WINDOW_S = envInt('WINDOW_S', 15);
 const CHURN_S = envInt('CHURN_S', 57);
 const DEPTH = envInt('DEPTH', 800);
+const TOPUP = envInt('TOPUP', 150);
 const CRASH_AT = envInt('CRASH_AT', 15);
 const JOIN_AT = envInt('JOIN_AT', 20);
 const LEAVE_AT = envInt('LEAVE_AT', 33);
@@ -57,9 +58,13 @@ const left = new Counter('fylrs_left');
 const crashed = new Counter('fylrs_crashed');
 
 export const options = {
+  setupTimeout: '180s',
+  batch: 40,
+  batchPerHost: 10,
   scenarios: {
     observe: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'observe' },
-    chaos: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'chaos' },
+    crash: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'crash' },
+    churn: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'churn' },
   },
   thresholds: {
     window_max_deviation: [`max<=${MAX_DEVIATION}`],
@@ -97,21 +102,54 @@ function membership(hosts) {
 }
 
 const elapsed = (t0) => (Date.now() - t0) / 1000;
+const hostOf = new Map(); // fylr id → control address of its host (observer VU only)
 
-export function observe() {
+/** The first fylr of each stable host: never asked to leave, so Submits go to them. */
+function anchorsOf(fylrs) {
+  return [...fylrs.values()].filter((f, i, all) => all.findIndex((g) => g.host === f.host) === i);
+}
+
+/** Submits items from..to-1 round-robin over `anchors`; returns how many were created. */
+function submitItems(anchors, from, to) {
+  const batch = [];
+  for (let n = from; n < to; n++) {
+    batch.push(queueCall(anchors[n % anchors.length].http, 'Submit', { calls: [{ service: 'sleep', args: [JOB_S] }], idempotencyKey: `${RUN}-${n}` }));
+  }
+  let created = 0;
+  for (const r of http.batch(batch)) {
+    if (r.status === 200 && r.json('created') === true) created++;
+    else {
+      submitErrors.add(1);
+      console.error(`submit: ${r.status} ${r.body}`);
+    }
+  }
+  submitted.add(created);
+  return created;
+}
+
+// The first DEPTH items go in before the clock starts, so the first window is not spent
+// filling the queue.
+export function setup() {
+  submitItems(anchorsOf(membership(HOSTS)), 0, DEPTH);
+  return { submitted: DEPTH };
+}
+
+export function observe(data) {
   const t0 = Date.now();
-  const anchors = [...membership(HOSTS).values()].filter((f, i, all) => all.findIndex((g) => g.host === f.host) === i);
+  const anchors = anchorsOf(membership(HOSTS));
   const firstSeen = new Map(); // id → seconds since t0
   const lastStats = new Map(); // id → last Stats
   let windowStart; // { at, claims: Map id → claimedTotal }
   let nextWindow = WARMUP_S;
-  let submittedTotal = 0;
-  let feedTurn = 0;
+  let submittedTotal = data.submitted;
   while (elapsed(t0) < CHURN_S) {
     const tick = Date.now();
     const fylrs = membership([...HOSTS, CRASH_HOST]);
     const now = elapsed(t0);
-    for (const id of fylrs.keys()) if (!firstSeen.has(id)) firstSeen.set(id, now);
+    for (const [id, f] of fylrs) {
+      if (!firstSeen.has(id)) firstSeen.set(id, now);
+      hostOf.set(id, f.host);
+    }
     const list = [...fylrs.values()];
     const responses = http.batch(list.map((f) => queueCall(f.http, 'Stats', {})));
     const claims = new Map();
@@ -136,20 +174,10 @@ export function observe() {
     // Top the queue up: items submitted and not yet finished, by the fylrs' own counts.
     let finished = 0;
     for (const s of lastStats.values()) finished += Number(s.succeededTotal || 0) + Number(s.failedTotal || 0);
-    const want = Math.min(DEPTH - (submittedTotal - finished), DEPTH);
+    // At most TOPUP a tick, so a slow tick cannot snowball into a slower one.
+    const want = Math.min(DEPTH - (submittedTotal - finished), TOPUP);
     if (want > 0) {
-      const batch = [];
-      for (let i = 0; i < want; i++) {
-        const anchor = anchors[feedTurn++ % anchors.length];
-        batch.push(queueCall(anchor.http, 'Submit', { calls: [{ service: 'sleep', args: [JOB_S] }], idempotencyKey: `${RUN}-${submittedTotal + i}` }));
-      }
-      for (const r of http.batch(batch)) {
-        if (r.status === 200 && r.json('created') === true) submitted.add(1);
-        else {
-          submitErrors.add(1);
-          console.error(`submit: ${r.status} ${r.body}`);
-        }
-      }
+      submitItems(anchors, submittedTotal, submittedTotal + want);
       submittedTotal += want;
     }
     sleep(Math.max(0, 1 - (Date.now() - tick) / 1000));
@@ -159,12 +187,14 @@ export function observe() {
 
 function closeWindow(start, endAt, end, firstSeen) {
   const deltas = [];
+  const perHost = new Map();
   for (const [id, after] of end) {
     const before = start.claims.get(id);
     // Present at both ends and already there when the window opened (a newcomer's first,
     // partial window would compare a part with wholes).
     if (before === undefined || firstSeen.get(id) > start.at) continue;
     deltas.push({ id, n: after - before });
+    perHost.set(hostOf.get(id), [...(perHost.get(hostOf.get(id)) || []), after - before]);
   }
   if (deltas.length === 0) return;
   const mean = deltas.reduce((a, d) => a + d.n, 0) / deltas.length;
@@ -177,7 +207,7 @@ function closeWindow(start, endAt, end, firstSeen) {
   windows.add(1);
   console.log(
     `window ${start.at.toFixed(0)}–${endAt.toFixed(0)} s: ${deltas.length} fylrs, claims ${Math.min(...ns)}–${Math.max(...ns)} (mean ${mean.toFixed(1)}), ` +
-      `max deviation ${(deviation * 100).toFixed(1)} % (${worst.id})`,
+      `max deviation ${(deviation * 100).toFixed(1)} % (${worst.id}); per host: ${[...perHost].map(([h, ns]) => `${h} [${ns.join(' ')}]`).join(', ')}`,
   );
 }
 
@@ -189,10 +219,11 @@ function waitUntil(t0, at) {
 function join(t0, count) {
   for (let i = 0; i < count; i++) {
     const host = HOSTS[i % HOSTS.length];
-    const started = Date.now();
-    const r = http.post(`http://${host}/join`, null, { timeout: '30s', tags: { method: 'join' } });
+    const r = http.post(`http://${host}/join`, null, { timeout: '60s', tags: { method: 'join' } });
     if (r.status !== 200) throw new Error(`join on ${host}: ${r.status} ${r.body}`);
     const fylr = r.json();
+    // From the moment startFylr returned: it is claiming, its broker connections opening.
+    const started = Date.now();
     newcomers.add(1);
     // Its share: every execserver's HELLO seen and the admission they give all held.
     for (;;) {
@@ -213,7 +244,7 @@ function join(t0, count) {
   }
 }
 
-export function chaos() {
+export function crash() {
   const t0 = Date.now();
   waitUntil(t0, CRASH_AT);
   const crash = http.post(`http://${CRASH_HOST}/crash`, null, { timeout: '5s' });
@@ -233,7 +264,10 @@ export function chaos() {
   rescueMs.add(Date.now() - crashAt);
   rescued.add(heldAtCrash);
   console.log(`crash at ${CRASH_AT} s: ${ids.length} fylrs, ${heldAtCrash} items held, all rescued after ${Date.now() - crashAt} ms`);
+}
 
+export function churn() {
+  const t0 = Date.now();
   waitUntil(t0, JOIN_AT);
   join(t0, JOIN_N);
 
