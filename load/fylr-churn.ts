@@ -16,6 +16,7 @@ import { freshDatabase, startExecserverProcess, type ServerContext } from "./ser
 const ITEM_SHAPES = `
   SELECT state, (lease > 1) AS again, (error IS NOT NULL) AS has_error, count(*)::int AS n
   FROM queue_items GROUP BY 1, 2, 3 ORDER BY n DESC`;
+const ERRORS = `SELECT left(error, 160) AS error, count(*)::int AS n FROM queue_items WHERE error IS NOT NULL GROUP BY 1 ORDER BY 2 DESC LIMIT 4`;
 const UNFINISHED = `SELECT count(*)::int AS n FROM queue_items WHERE state IN ('queued', 'claimed', 'running')`;
 
 /** Starts one fylr-host process running `fylrs` fylrs; resolves with its control address. */
@@ -52,6 +53,9 @@ export const fylrChurn: Scenario = {
       ["a", "b", "c"].map((name) =>
         startExecserverProcess(ctx, `exec-churn-${name}`, {
           instanceId: `load-churn-${name}`,
+          // 55 fylrs in 6 processes on 2 shared cores may take seconds to answer an OFFER;
+          // the default 5 s would expire offers and measure starvation, not fairness.
+          offerTimeout: "30s",
           waitgroups: { work: { processes: p.processes } },
           services: { sleep: { waitgroup: "work", command: ["sleep"], timeout: "1m" } },
         }),
@@ -103,10 +107,11 @@ async function checkDatabase(url: string, drainTimeoutS: number): Promise<Runner
     const shapes = (await client.query<{ state: string; again: boolean; has_error: boolean; n: number }>(ITEM_SHAPES)).rows;
     const total = shapes.reduce((n, r) => n + r.n, 0);
     const succeeded = shapes.filter((r) => r.state === "succeeded").reduce((n, r) => n + r.n, 0);
+    const errors = (await client.query<{ error: string; n: number }>(ERRORS)).rows.map((r) => `${r.n}× "${r.error}"`).join("; ");
     const describe = shapes.map((r) => `${r.n}× ${r.state}${r.again ? "/claimed again" : ""}${r.has_error ? "/error" : ""}`).join(", ");
     return [
       { name: `queue drained within ${drainTimeoutS} s`, ok: unfinished === 0, detail: `${unfinished} items queued, claimed or running` },
-      { name: "every item succeeded (rescued ones on a later claim)", ok: total > 0 && succeeded === total, detail: describe || "no rows" },
+      { name: "every item succeeded (rescued ones on a later claim)", ok: total > 0 && succeeded === total, detail: `${describe || "no rows"}${errors ? `; errors: ${errors}` : ""}` },
     ];
   } finally {
     await client.end();
