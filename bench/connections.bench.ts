@@ -93,8 +93,24 @@ class Probe {
   }
 
   private next(): Promise<ConnectResponse> {
-    return new Promise((resolve) => (this.waiting = resolve));
+    return new Promise((resolve, reject) => {
+      this.waiting = resolve;
+      const check = setInterval(() => {
+        if (!this.stream.closed) return;
+        clearInterval(check);
+        reject(new Error(`probe stream ended: ${this.stream.closeReason}`));
+      }, 1000);
+      const settle = this.waiting;
+      this.waiting = (frame) => {
+        clearInterval(check);
+        settle(frame);
+      };
+    });
   }
+}
+
+function progress(line: string): void {
+  process.stderr.write(`connections: ${line}\n`);
 }
 
 async function metric(admin: string, name: string): Promise<number> {
@@ -173,6 +189,8 @@ async function main(): Promise<void> {
     const kernel1 = kernelSocketBytes(port);
     const slab1 = slabBytes();
     const atScale = await probe.grants(samples, "scale");
+    const us = (xs: number[]): string => `p50 ${percentile(xs, 50).toFixed(0)} µs, p99 ${percentile(xs, 99).toFixed(0)} µs`;
+    progress(`grant with ${baselineConnections}: ${us(base)}; with ${total}: ${us(atScale)}; RSS ${rss0} → ${rss1} B, kernel socket bytes ${kernel0} → ${kernel1}`);
 
     // HELLO broadcast when the count changes by one: a join, then the same stream leaving.
     const cpuHello0 = processCpuMs(pid);
@@ -190,6 +208,7 @@ async function main(): Promise<void> {
     }
     const cpuPerChange = (processCpuMs(pid) - cpuHello0) / helloChanges;
     broadcastMs.sort((a, b) => a - b);
+    progress(`HELLO broadcast after one change: ${broadcastMs.map((m) => m.toFixed(0)).join(", ")} ms; CPU per change ${cpuPerChange} ms`);
 
     // 10⁶ parked wants spread over the client connections.
     const perStream = Math.ceil(wants / (total - baselineConnections));
@@ -200,7 +219,9 @@ async function main(): Promise<void> {
     const parkMs = Date.now() - parkStart;
     await sleep(2000);
     const rss2 = rssBytes(pid);
+    progress(`${parked} wants parked in ${parkMs} ms; RSS ${rss2} B`);
     const withWants = await probe.grants(samples, "parked");
+    progress(`grant with ${parked} parked: ${us(withWants)}`);
 
     // Mass disconnect: every client process killed at once.
     const dropStart = Date.now();
@@ -210,6 +231,7 @@ async function main(): Promise<void> {
       async () => (await metric(admin, "slotbroker_connections")) === baselineConnections && (await metric(admin, 'slotbroker_book_depth{waitgroup="park"')) === 0,
     );
     const dropMs = Date.now() - dropStart;
+    progress(`mass disconnect: ${dropMs} ms`);
     const after = await probe.grants(samples, "after");
 
     const params = { connections: total, parked, client_processes: clientProcesses, samples, batch, pauseMs, join_ms: joinMs, park_ms: parkMs, better: "lower" };

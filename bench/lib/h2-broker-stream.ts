@@ -13,6 +13,8 @@ const connectPath = "/slotbroker.v1.BrokerService/Connect";
 export class H2BrokerStream {
   private pending: Buffer = Buffer.alloc(0);
   private closedValue = false;
+  /** Why the stream ended, once it has. */
+  closeReason = "";
 
   private constructor(
     private readonly session: ClientHttp2Session,
@@ -20,12 +22,14 @@ export class H2BrokerStream {
     private readonly onFrame: (frame: ConnectResponse) => void,
   ) {
     stream.on("data", (chunk: Buffer) => this.receive(chunk));
-    const closed = (): void => {
+    const closed = (why: string) => (err?: Error): void => {
+      if (!this.closedValue) this.closeReason = `${why}${err ? `: ${err.message}` : ""} (rst ${stream.rstCode ?? "-"})`;
       this.closedValue = true;
     };
-    stream.on("close", closed);
-    stream.on("error", closed);
-    session.on("error", closed);
+    stream.on("close", closed("stream closed"));
+    stream.on("error", closed("stream error"));
+    session.on("error", closed("session error"));
+    session.on("goaway", (code: number) => closed(`GOAWAY ${code}`)());
   }
 
   /** Opens a session and its Connect stream. */
