@@ -153,6 +153,7 @@ export function observe(data) {
     const list = [...fylrs.values()];
     const responses = http.batch(list.map((f) => queueCall(f.http, 'Stats', {})));
     const claims = new Map();
+    const connected = new Set(); // fylrs whose Stats show a share of every execserver
     responses.forEach((r, i) => {
       // A fylr may leave between the listing and its Stats: then it simply is not counted.
       if (r.status !== 200) {
@@ -162,12 +163,13 @@ export function observe(data) {
       const s = r.json();
       lastStats.set(list[i].id, s);
       claims.set(list[i].id, Number(s.claimedTotal || 0));
+      if ((s.shares || []).length === EXECSERVERS) connected.add(list[i].id);
     });
     present.add(claims.size);
 
     if (now >= nextWindow) {
       if (windowStart) closeWindow(windowStart, now, claims, firstSeen);
-      windowStart = { at: now, claims };
+      windowStart = { at: now, claims, connected };
       nextWindow += WINDOW_S;
     }
 
@@ -190,9 +192,10 @@ function closeWindow(start, endAt, end, firstSeen) {
   const perHost = new Map();
   for (const [id, after] of end) {
     const before = start.claims.get(id);
-    // Present at both ends and already there when the window opened (a newcomer's first,
-    // partial window would compare a part with wholes).
-    if (before === undefined || firstSeen.get(id) > start.at) continue;
+    // Present at both ends and already connected to every execserver when the window
+    // opened (a newcomer's first, partial window — its initial fill — would compare a part
+    // with wholes).
+    if (before === undefined || firstSeen.get(id) > start.at || !start.connected.has(id)) continue;
     deltas.push({ id, n: after - before });
     perHost.set(hostOf.get(id), [...(perHost.get(hostOf.get(id)) || []), after - before]);
   }
