@@ -114,7 +114,17 @@ function progress(line: string): void {
 }
 
 async function metric(admin: string, name: string): Promise<number> {
-  const text = await (await fetch(`http://${admin}/metrics`)).text();
+  let text = "";
+  // A reused keep-alive connection may be reset under load; a fresh try is fine here.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      text = await (await fetch(`http://${admin}/metrics`)).text();
+      break;
+    } catch (err) {
+      if (attempt >= 5) throw err;
+      await sleep(100);
+    }
+  }
   let sum = 0;
   for (const line of text.split("\n")) if (line.startsWith(name) && !line.startsWith("#")) sum += Number(line.slice(line.lastIndexOf(" ") + 1));
   return sum;

@@ -82,7 +82,7 @@ export const fylrChurn: Scenario = {
       env: {
         ...env,
         HOST_ADDRS: hosts.join(","),
-        CRASH_HOST: crashHost!,
+        CRASH_HOST: crashHost,
         EXECSERVERS: execs.length,
         MIN_FYLRS: p.hosts * p.perHost,
         RESCUE_MS: (p.staleAfterS + 5) * 1000,
