@@ -34,7 +34,7 @@ case "$mode" in
   short|long|timeout) sleep "$param" ;;
   large) head -c "$param" /dev/zero ;;
   fail) echo "failing on purpose" >&2; code=3 ;;
-  largefail) head -c "$param" /dev/zero; sleep 0.3; code=3 ;;
+  largefail) head -c "$param" /dev/zero; sleep 1; code=3 ;;
 esac
 echo "end $tag $$ $PPID $(now) $code" >> "$ledger"
 exit $code
@@ -68,7 +68,7 @@ export function makeItem(run: string, n: number, rand: () => number): SoakItem {
   if (r < 0.65) return { tag, mode: "long", param: (2 + rand() * 4).toFixed(1), maxAttempts: 8 };
   if (r < 0.83) return { tag, mode: "large", param: String(rand() < 0.8 ? 20_000 : 300_000), maxAttempts: 8 };
   if (r < 0.91) return { tag, mode: "fail", param: "0", maxAttempts: 2 };
-  if (r < 0.96) return { tag, mode: "largefail", param: "50000", maxAttempts: 2 };
+  if (r < 0.96) return { tag, mode: "largefail", param: "200000", maxAttempts: 2 };
   return { tag, mode: "timeout", param: "30", timeout: "1s", maxAttempts: 2 };
 }
 

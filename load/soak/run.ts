@@ -2,7 +2,7 @@
 // fleet (Postgres, execservers behind HAProxy and direct, fylrs, chaos proxies), submits a
 // seeded mix of items for N minutes while the driver injects faults, lets the fleet heal
 // and drain, then checks every invariant (load/soak/checker.ts). Exit 1 on any violation.
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -86,6 +86,9 @@ async function openCount(url: string): Promise<number> {
   return row?.n ?? 0;
 }
 
+/** Job processes found left over; killed before the work dir is removed. */
+const strays = new Set<number>();
+
 async function leftovers(fleet: Fleet, jobScript: string): Promise<string[]> {
   const found: string[] = [];
   for (const [i, address] of fleet.execAddresses.entries()) {
@@ -100,7 +103,10 @@ async function leftovers(fleet: Fleet, jobScript: string): Promise<string[]> {
   for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
     try {
       const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ");
-      if (cmd.includes(jobScript)) found.push(`job process ${pid}: ${cmd.slice(0, 160)}`);
+      if (cmd.includes(jobScript)) {
+        found.push(`job process ${pid}: ${cmd.slice(0, 160)}`);
+        strays.add(Number(pid));
+      }
     } catch {
       /* gone */
     }
@@ -113,6 +119,7 @@ async function main(): Promise<number> {
   const rate = Number(args.rate);
   if (!(minutes > 0) || !(rate > 0)) throw new Error("--minutes and --rate must be positive numbers");
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-soak-"));
+  chmodSync(dir, 0o755); // as root, the embedded Postgres runs as "postgres" and needs to reach pg/
   const ledger = join(dir, "ledger.txt");
   writeFileSync(ledger, "");
   const jobScript = writeJobScript(dir);
@@ -205,7 +212,14 @@ async function main(): Promise<number> {
     await fleet?.stop().catch((err: unknown) => console.error(`stopping the fleet: ${(err as Error).message}`));
     const swept = sweepLeftovers(runId);
     if (swept.length > 0) console.error(`killed leftover processes of this run: ${swept.join("; ")}`);
-    if (!args.keep) rmSync(dir, { recursive: true, force: true });
+    for (const pid of strays) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        /* gone */
+      }
+    }
+    if (!args.keep) rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
   }
 }
 
