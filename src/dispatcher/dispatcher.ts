@@ -31,6 +31,7 @@ import { QueueListener } from "./queue-listener.js";
 import { newCounters, type DispatcherCounters } from "./settle.js";
 import { QueueStore, type StoredPosition } from "./store.js";
 import { storeConfig, type StoreConfig } from "./store-config.js";
+import { SweepGate } from "./sweep-gate.js";
 import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
 
@@ -126,6 +127,7 @@ export class Dispatcher {
   private lastBeatAt = -Infinity;
   private lastBlobSweepAt = -Infinity;
   private dbFailures = 0;
+  private sweepGate: SweepGate | undefined;
   private loopDone: Promise<void> = Promise.resolve();
   private stopping: Promise<void> | undefined;
   private unsubscribeCapacity: () => void = () => undefined;
@@ -181,6 +183,7 @@ export class Dispatcher {
     if (this.currentState !== "idle") throw new IllegalTransitionError("dispatcher", this.currentState, "running");
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
     await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
+    this.sweepGate = new SweepGate(this.config.staleAfterMs, performance.now());
     this.setState("running");
     this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify("capacity"));
     if (this.config.listen) this.listen();
@@ -328,7 +331,8 @@ export class Dispatcher {
       if (!signal.aborted) await this.claimLocal();
       if (!signal.aborted && performance.now() - this.lastBeatAt >= this.config.heartbeatIntervalMs) {
         await this.heartbeat();
-        await this.sweep();
+        this.sweepGate?.healthy(performance.now());
+        if (this.sweepGate?.mayReap(performance.now())) await this.sweep();
       }
       if (!signal.aborted && performance.now() - this.lastBlobSweepAt >= this.blobs.config.sweepIntervalMs) await this.sweepBlobs();
       if (this.dbFailures > 0) this.log.info({ failures: this.dbFailures }, "database reachable again");
@@ -336,6 +340,7 @@ export class Dispatcher {
     } catch (err) {
       if (signal.aborted) return;
       this.dbFailures += 1;
+      this.sweepGate?.unhealthy();
       // Staged: the first failure and every 30th are warnings, the rest debug noise.
       const level = this.dbFailures === 1 || this.dbFailures % 30 === 0 ? "warn" : "debug";
       this.log[level]({ err, failures: this.dbFailures }, "dispatcher pass failed; retrying next poll");

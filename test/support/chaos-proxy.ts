@@ -1,7 +1,7 @@
 // A loopback TCP proxy a test or the soak controls: it forwards every connection to one
 // upstream and can sever all of them at once (both sockets destroyed mid-stream) or freeze
-// them (no byte moves either way until thaw). For broker streams, whose peers must notice
-// a dead or silent connection on their own.
+// them (no byte moves either way until thaw), or refuse them (a server that is down). For
+// broker streams and database connections, whose peers must notice on their own.
 import { createServer, connect, type Server, type Socket } from "node:net";
 
 /** One proxied connection: the client's socket and the one to the upstream. */
@@ -13,6 +13,7 @@ interface Pair {
 export class ChaosProxy {
   private readonly pairs = new Set<Pair>();
   private frozen = false;
+  private blocked = false;
   private server: Server | undefined;
   /** Connections accepted since start. */
   accepted = 0;
@@ -47,6 +48,16 @@ export class ChaosProxy {
     for (const pair of [...this.pairs]) this.drop(pair);
     this.severed += n;
     return n;
+  }
+
+  /** Severs every connection and refuses new ones (accepted, then closed at once) until unblock(). */
+  block(): void {
+    this.blocked = true;
+    this.sever();
+  }
+
+  unblock(): void {
+    this.blocked = false;
   }
 
   /** Stops moving bytes on every connection, new ones included, until thaw(). */
@@ -84,6 +95,10 @@ export class ChaosProxy {
   }
 
   private accept(client: Socket): void {
+    if (this.blocked) {
+      client.destroy();
+      return;
+    }
     this.accepted += 1;
     const upstream = connect(this.upstream.port, this.upstream.host);
     const pair: Pair = { client, upstream };
