@@ -50,7 +50,7 @@ export class ServerProcess {
     const child = spawn(process.execPath, this.args, { cwd: this.options.cwd, env: { ...process.env, ...this.options.env }, stdio: ["ignore", "pipe", "pipe"] });
     this.child = child;
     this.starts += 1;
-    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
       this.log = (this.log + chunk).slice(-50_000);
     });
     this.expectingExit = false;
