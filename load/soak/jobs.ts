@@ -3,6 +3,9 @@
 // the checker counts executions from the jobs themselves, not from what the system says.
 import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { prng } from "../../test/support/prng.js";
+
+export { prng };
 
 /** How an item's job behaves. */
 export type JobMode = "short" | "long" | "large" | "fail" | "largefail" | "timeout";
@@ -46,18 +49,6 @@ export function writeJobScript(dir: string): string {
   writeFileSync(path, script);
   chmodSync(path, 0o755);
   return path;
-}
-
-/** A small seeded PRNG (mulberry32): the same seed gives the same mix and the same chaos. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** The n-th item of a run: mostly short, some long, large, failing and timing out. */
