@@ -53,7 +53,8 @@ export class FakeExecserver {
 
   /** Drops every open stream (the fylr reconnects). */
   dropStreams(): void {
-    for (const call of this.calls) call.destroy(new Error("dropped"));
+    for (const call of this.calls) call.emit("error", { code: grpc.status.UNAVAILABLE, details: "dropped" });
+    this.calls.clear();
   }
 
   async close(): Promise<void> {
@@ -70,7 +71,10 @@ export class FakeExecserver {
       if (!call.destroyed && !call.writableEnded) void call.write(bytes);
     };
     const send = (frame: Frame): void => write(Buffer.from(toBinary(ConnectResponseSchema, create(ConnectResponseSchema, { frame }))));
-    const fail = (): void => call.destroy(new Error("the fake execserver drops the stream"));
+    const fail = (): void => {
+      // grpc-js sends a status for an 'error' event; destroy() alone may leave the client waiting.
+      call.emit("error", { code: grpc.status.UNAVAILABLE, details: "the fake execserver drops the stream" });
+    };
     send({ case: "hello", value: { instanceId: "fake-exec", services: { fz: "w" }, waitgroups: [{ name: "w", processes: 4 }], clients: 1, peerAddress: call.getPeer() } });
     let tokens = 0;
     call.on("data", (bytes: Buffer) => {
