@@ -22,7 +22,7 @@ async function finalItem(fylr: FylrProcess, id: string, timeoutMs = 60_000): Pro
     `item ${id} to reach a final state`,
     async () => {
       const { item } = await fylr.client.get({ id });
-      return item && (item.state === ItemState.SUCCEEDED || item.state === ItemState.FAILED || item.state === ItemState.CANCELLED) ? item : undefined;
+      return item && (item.state === ItemState.SUCCEEDED || item.state === ItemState.FAILED) ? item : undefined;
     },
     timeoutMs,
     100,
