@@ -40,6 +40,8 @@ export interface DispatcherConfig {
   readonly maxOutputBytes: number;
   /** Most items one claim query takes (default 100). */
   readonly maxClaimBatch: number;
+  /** URL prefixes a submit's stdin_url must start with; empty allows any http(s) URL (default empty). */
+  readonly stdinUrlPrefixes: readonly string[];
 }
 
 const positiveInt = z.number().int().positive();
@@ -61,6 +63,7 @@ export const dispatcherConfigSchema = z
     maxInputBytes: positiveInt.default(4 << 20),
     maxOutputBytes: positiveInt.default(16 << 20),
     maxClaimBatch: positiveInt.max(10_000).default(100),
+    stdinUrlPrefixes: z.array(z.string().regex(/^https?:\/\/[^/]+\//i, "expected an http(s) URL prefix ending in a path, e.g. https://files.example.com/")).default([]),
   })
   .superRefine((c, ctx) => {
     if (c.pollInterval <= 0) ctx.addIssue({ code: "custom", path: ["pollInterval"], message: "must be longer than 0" });
@@ -90,6 +93,7 @@ export const dispatcherConfigSchema = z
       maxInputBytes: c.maxInputBytes,
       maxOutputBytes: c.maxOutputBytes,
       maxClaimBatch: c.maxClaimBatch,
+      stdinUrlPrefixes: c.stdinUrlPrefixes,
     }),
   );
 
