@@ -28,7 +28,7 @@ export class FakeExecserver {
 
   static async start(handlers: FakeExecserver["handlers"]): Promise<FakeExecserver> {
     const server = new grpc.Server();
-    let fake: FakeExecserver | undefined;
+    const ref: { fake?: FakeExecserver } = {};
     const definition: grpc.ServiceDefinition = {
       connect: {
         path: "/slotbroker.v1.BrokerService/Connect",
@@ -40,10 +40,10 @@ export class FakeExecserver {
         responseDeserialize: identity,
       },
     };
-    server.addService(definition, { connect: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => fake!.serve(call) });
+    server.addService(definition, { connect: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => ref.fake!.serve(call) });
     const port = await new Promise<number>((resolve, reject) => server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
-    fake = new FakeExecserver(server, port, handlers);
-    return fake;
+    ref.fake = new FakeExecserver(server, port, handlers);
+    return ref.fake;
   }
 
   /** Sets what happens to later JOBs (e.g. well-behaved after the fuzzing). */
