@@ -75,7 +75,7 @@ export class ChaosDriver {
   private async one(): Promise<void> {
     const r = this.o.rand();
     const { fleet } = this;
-    if (Date.now() - this.lastPostgres >= this.o.postgresEveryMs && r < 0.15) return this.restartPostgres();
+    if (Date.now() - this.lastPostgres >= this.o.postgresEveryMs) return this.restartPostgres();
     if (r < 0.2) return this.crash("kill-fylr", this.pick(fleet.fylrs), 300 + this.o.rand() * 1500);
     if (r < 0.35) return this.freeze("stop-fylr", this.pick(fleet.fylrs), 500 + this.o.rand() * 6000);
     if (r < 0.5) return this.crash("kill-execserver", this.pick(fleet.execservers), 300 + this.o.rand() * 1500);

@@ -130,7 +130,7 @@ async function main(): Promise<number> {
     await query(fleet.databaseUrl, SCHEMA);
     log(`fleet up: ${fleet.fylrs.length} fylrs, ${fleet.execservers.length} execservers (2 behind HAProxy ${fleet.haproxy.address}), proxies ${fleet.proxies.map((p) => p.address).join(" ")}`);
 
-    const driver = new ChaosDriver(fleet, { rand: chaosRand, meanGapMs: 1500, postgresEveryMs: 25_000, log: args.verbose ? log : () => undefined });
+    const driver = new ChaosDriver(fleet, { rand: chaosRand, meanGapMs: 1500, postgresEveryMs: 30_000, log: args.verbose ? log : () => undefined });
     driver.start();
     const chaosEnd = Date.now() + minutes * 60_000;
     const items: SoakItem[] = [];
