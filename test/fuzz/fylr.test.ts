@@ -131,14 +131,16 @@ describe("fuzz: a real fylr", function () {
       // fylr must notice and retry them.
       fake.setJobHandler(behave);
       fake.dropStreams();
-      const open = async (): Promise<{ state: string; attempts: number; error: string | null }[]> =>
-        (await pool.query<{ state: string; attempts: number; error: string | null }>("SELECT state, attempts, error FROM queue_items WHERE id = ANY($1) AND state NOT IN ('succeeded', 'failed')", [ids])).rows;
+      const open = async (): Promise<{ id: string; state: string; attempts: number; error: string | null }[]> =>
+        (await pool.query<{ id: string; state: string; attempts: number; error: string | null }>("SELECT id, state, attempts, error FROM queue_items WHERE id = ANY($1) AND state NOT IN ('succeeded', 'failed')", [ids])).rows;
       await waitFor("every item final", async () => {
         alive();
         return (await open()).length === 0;
       }, 30_000, 200).catch(async (err: Error) => {
         alive();
-        throw new Error(`${err.message}; still open: ${JSON.stringify(await open())}\nfylr log:\n${fylr.stderr().slice(-4000)}`);
+        const stuck = await open();
+        const lines = fylr.stderr().split("\n").filter((l) => stuck.some((i) => l.includes(i.id)));
+        throw new Error(`${err.message}; still open: ${JSON.stringify(stuck)}; what the fake did per job: ${JSON.stringify(Object.fromEntries(scenarios))}\nfylr log about them:\n${lines.join("\n").slice(-6000)}`);
       });
       await healthy();
     });
@@ -150,12 +152,17 @@ const behave: JobHandler = (job, stream) => {
   stream.send({ case: "done", value: { jobId: job.jobId, receipt: { exitCode: 0, stdoutPrefix: Buffer.from("ok"), stdoutBytes: 2n, instanceId: "fake-exec", duration: durationFromMs(1) } } });
 };
 
+/** Job id → which misbehaviour the fake chose, for failure messages. */
+const scenarios = new Map<string, number>();
+
 async function misbehave(fuzz: Fuzz, job: Job, stream: Parameters<JobHandler>[1]): Promise<void> {
   const out = job.spec?.stdoutUrl ? new URL(job.spec.stdoutUrl) : undefined;
   const inUrl = job.spec?.stdinUrl ? new URL(job.spec.stdinUrl) : undefined;
   const done = (receipt: object): void => stream.send({ case: "done", value: { jobId: job.jobId, receipt: { instanceId: "fake-exec", ...receipt } } });
   const validDone = toBinary(ConnectResponseSchema, create(ConnectResponseSchema, { frame: { case: "done", value: { jobId: job.jobId, receipt: { exitCode: 0, stdoutPrefix: Buffer.from("ok"), stdoutBytes: 2n } } } }));
-  switch (fuzz.int(10)) {
+  const scenario = fuzz.int(10);
+  scenarios.set(job.jobId, scenario);
+  switch (scenario) {
     case 0:
       return behave(job, stream);
     case 1:
