@@ -4,6 +4,7 @@
  * is refused by `text` and `jsonb` columns alike, and an outcome that cannot be written
  * would leave its item claimed for as long as the fylr lives. Both become U+FFFD.
  */
+// eslint-disable-next-line no-control-regex -- NUL is exactly what must go
 const unstorable = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 
 /** `s` with NUL characters and lone surrogates replaced by U+FFFD. */
