@@ -67,11 +67,12 @@ export function parseLedger(text: string): Map<string, Execution[]> {
   return byTag;
 }
 
-const fylrFaults = new Set(["kill-fylr", "stop-fylr", "restart-postgres"]);
+const fylrFaults = new Set(["kill-fylr", "stop-fylr", "restart-postgres", "crash-fylr"]);
 
 /** Checks every invariant; `violations` empty means the run passed. */
 export function check(input: CheckInput): CheckResult {
-  const violations: string[] = [];
+  // Crashes and leftovers first: they are the most telling, and the list is cut when printed.
+  const violations: string[] = [...input.crashes.map((c) => `a process crashed on its own: ${c}`), ...input.leftovers.map((l) => `left over: ${l}`)];
   const runs = parseLedger(input.ledger);
   const rows = new Map(input.rows.map((r) => [r.tag, r]));
   const explained: Record<string, number> = {};
@@ -144,8 +145,6 @@ export function check(input: CheckInput): CheckResult {
     }
   }
 
-  for (const c of input.crashes) violations.push(`a process crashed on its own: ${c}`);
-  for (const l of input.leftovers) violations.push(`left over: ${l}`);
 
   const faults: Record<string, number> = {};
   for (const f of input.faults) faults[f.kind] = (faults[f.kind] ?? 0) + 1;
