@@ -12,7 +12,7 @@ import { spawnExecserver, stopExecserver, waitFor, type ExecserverProcess } from
 import { track, release } from "../support/resources.js";
 import { Fuzz, withSeed } from "./fuzz.js";
 
-const STREAMS = 60;
+const STREAMS = 40;
 const FRAMES_PER_STREAM = 30;
 const identity = (b: Buffer): Buffer => b;
 

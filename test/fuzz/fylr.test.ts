@@ -16,8 +16,8 @@ import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from 
 import { FakeExecserver, type JobHandler } from "./fake-execserver.js";
 import { Fuzz, withSeed } from "./fuzz.js";
 
-const QUEUE_REQUESTS = 300;
-const PIPE_REQUESTS = 200;
+const QUEUE_REQUESTS = 200;
+const PIPE_REQUESTS = 150;
 const ITEMS = 30;
 const methods = ["Submit", "Get", "Position", "Stats", "Watch"];
 const validSubmit = { calls: [{ service: "fz", args: ["x"], env: {}, timeout: "5s" }], priority: 1, maxAttempts: 2, idempotencyKey: "k" };
