@@ -196,7 +196,7 @@ async function main(): Promise<number> {
     const execDeaths = new Map<number, number>();
     for (const e of fleet.execservers) for (const [pid, at] of e.deaths) execDeaths.set(pid, at);
     const crashes = [...fleet.fylrs, ...fleet.execservers].flatMap((p) =>
-      p.crashes.map((c) => `${p.name} pid ${c.pid} (${c.how}) at ${((c.at - started) / 1000).toFixed(1)} s: ${c.tail.split("\n").filter(Boolean).slice(-4).join(" | ").slice(-1500)}`),
+      p.crashes.map((c) => `${p.name} pid ${c.pid} (${c.how}) at ${((c.at - started) / 1000).toFixed(1)} s: ${c.tail.split("\n").filter(Boolean).slice(-40).join(" | ").slice(-4000)}`),
     );
         // A crash explains the re-runs it causes (the crash itself is a violation).
     const crashFaults = [...fleet.fylrs, ...fleet.execservers].flatMap((p) => p.crashes.map((c) => ({ at: c.at, until: c.at + 5_000, kind: `crash-${p.name.replace(/-\d+$/, "")}`, target: p.name })));

@@ -11,7 +11,7 @@ import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../support/resources.js";
 import { closeAll, Gate, openPool, receiptFor, startDispatcher, TestBackend, waitFor } from "./support.js";
 
-const fast: Partial<DispatcherConfig> = { pollIntervalMs: 50, heartbeatIntervalMs: 100, staleAfterMs: 1500, retryInitialMs: 20, retryMaxMs: 100, maxClaimBatch: 2 };
+const fast: Partial<DispatcherConfig> = { pollIntervalMs: 50, heartbeatIntervalMs: 100, staleAfterMs: 3000, retryInitialMs: 20, retryMaxMs: 100, maxClaimBatch: 2 };
 const one: ExecInstance = { instanceId: "exec-1", address: "127.0.0.1:7600", capacity: 4, clients: 2 };
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -49,15 +49,15 @@ describe("dispatcher after a database outage", function () {
 
     // The database is gone for both, longer than the stale threshold…
     for (const p of proxies) p.block();
-    await sleep(2 * fast.staleAfterMs!);
-    // …and comes back for a first, half a threshold before b: b's heartbeat is old, but b
-    // is as alive as a.
+    await sleep(1.2 * fast.staleAfterMs!);
+    // …and comes back for a first, a moment before b: b's heartbeat is old, but b is as
+    // alive as a.
     proxies[0]!.unblock();
     await waitFor("a's heartbeat after the outage", async () => (await store.listFylrs()).some((f) => f.id === a.fylrId && Date.now() - f.heartbeatAt.getTime() < 300));
-    await sleep(fast.staleAfterMs! / 2);
+    await sleep(300);
     proxies[1]!.unblock();
     await waitFor("b's heartbeat after the outage", async () => (await store.listFylrs()).some((f) => f.id === b.fylrId && Date.now() - f.heartbeatAt.getTime() < 300));
-    await sleep(2 * fast.staleAfterMs!);
+    await sleep(1.5 * fast.staleAfterMs!);
 
     expect(a.stats().counters.orphansRescued + b.stats().counters.orphansRescued, "claims requeued").to.equal(0);
     gate.open();

@@ -51,6 +51,11 @@ export class FakeExecserver {
     this.handlers.onJob = onJob;
   }
 
+  /** Broker streams open now. */
+  get streams(): number {
+    return this.calls.size;
+  }
+
   /** Drops every open stream (the fylr reconnects). */
   dropStreams(): void {
     for (const call of this.calls) call.emit("error", { code: grpc.status.UNAVAILABLE, details: "dropped" });

@@ -104,12 +104,20 @@ describe("fuzz: a real fylr", function () {
       fake.setJobHandler((job, stream) => misbehave(fuzz, job, stream));
       const ids: string[] = [];
       for (let i = 0; i < ITEMS; i++) {
-        const res = await fetch(`${fylr.url}/slotbroker.v1.QueueService/Submit`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ calls: [{ service: "fz", args: [String(i)] }], maxAttempts: 3 }),
+        // Submit refuses a service no connected execserver offers: wait out a reconnect.
+        const res = await waitFor("a submit the fylr accepts", async () => {
+          const r = await fetch(`${fylr.url}/slotbroker.v1.QueueService/Submit`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ calls: [{ service: "fz", args: [String(i)] }], maxAttempts: 3 }),
+          });
+          if (r.status === 200) return r;
+          const text = await r.text();
+          if (!text.includes("no connected execserver")) expect.fail(`submit: ${r.status} ${text}`);
+          return undefined;
+        }, 10_000, 100).catch((err: Error) => {
+          throw new Error(`${err.message}; streams open at the fake: ${fake.streams}\nfylr log:\n${fylr.stderr().slice(-3000)}`);
         });
-        expect(res.status).to.equal(200);
         ids.push(((await res.json()) as { item: { id: string } }).item.id);
       }
       let lastDrop = Date.now();
