@@ -20,7 +20,8 @@ export function brokerCapacity(broker: BrokerClient): CapacitySource {
  * The dispatcher's ExecBackend on top of an ExecClient. A NoSlotError carries code
  * RESOURCE_EXHAUSTED, which the dispatcher reads as "no slot in time".
  */
-export function execBackend(client: ExecClient): ExecBackend {
+export function execBackend(client: ExecClient, options: { readonly followRedirects?: boolean } = {}): ExecBackend {
+  const redirect: "error" | "follow" = options.followRedirects === false ? "error" : "follow";
   return {
     async run(request: ExecRequest, options: ExecRunOptions): Promise<ExecResult> {
       const result = await client.run({
@@ -30,7 +31,7 @@ export function execBackend(client: ExecClient): ExecBackend {
         timeoutMs: request.timeoutMs,
         priority: options.priority,
         signal: options.signal,
-        stdin: request.stdin instanceof URL ? fetchLazily(request.stdin, options.signal) : request.stdin,
+        stdin: request.stdin instanceof URL ? fetchLazily(request.stdin, options.signal, redirect) : request.stdin,
         stdout: options.stdout,
         maxStdoutBytes: options.maxStdoutBytes,
         onPosition: options.onPosition && ((position) => options.onPosition!(position)),
@@ -43,10 +44,10 @@ export function execBackend(client: ExecClient): ExecBackend {
 
 // The fetch starts only when the execserver reads the in-pipe: Readable.from pulls the
 // generator on the first read, so no connection is held open while the want is parked.
-function fetchLazily(url: URL, signal: AbortSignal): Readable {
+function fetchLazily(url: URL, signal: AbortSignal, redirect: "error" | "follow"): Readable {
   return Readable.from(
     (async function* () {
-      const response = await fetch(url, { signal });
+      const response = await fetch(url, { signal, redirect });
       if (!response.ok || !response.body) {
         throw new SlotbrokerError(Code.Unavailable, `stdin ${url.href}: HTTP ${response.status}`);
       }

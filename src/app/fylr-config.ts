@@ -10,6 +10,7 @@
  *   dispatcher: { headroom: 2, pollInterval: 1s, staleAfter: 15s, … }
  *   store: { maxItemBytes: 64GiB, retention: 7d, inlineBytes: 64KiB, … }
  *   api: { watchPoll: 500ms }
+ *   http: { headersTimeout: 20s, idleTimeout: 60s, maxConnections: 4096, maxRequestBytes: 16MiB }
  */
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
@@ -18,6 +19,7 @@ import { dispatcherConfigSchema, storeConfigSchema, type DispatcherConfig, type 
 import { brokerConfigSchema, compileBrokerConfig, type BrokerConfig } from "../fylr/index.js";
 import { applyEnvOverrides, durationMs, listenAddress, parseConfig, readYamlFile } from "../shared/config.js";
 import { ConfigError } from "../shared/errors.js";
+import { httpLimitsSchema, type HttpLimits } from "../shared/http-limits.js";
 
 /** The YAML schema of a fylr config. */
 export const fylrConfigSchema = z.strictObject({
@@ -36,6 +38,8 @@ export const fylrConfigSchema = z.strictObject({
   /** Inputs and outputs of any size: limits, retention, the inline size. */
   store: storeConfigSchema.prefault({}),
   api: z.strictObject({ watchPoll: durationMs.prefault("500ms") }).prefault({}),
+  /** The HTTP port's limits against slow or greedy clients. */
+  http: httpLimitsSchema.prefault({}),
 });
 
 /** The raw config as written in YAML. */
@@ -53,6 +57,8 @@ export interface FylrConfig {
   readonly store: StoreConfig;
   /** Watch's database poll for items other fylrs run. */
   readonly watchPollMs: number;
+  /** Header/idle deadlines, connection and request caps of the HTTP port. */
+  readonly http: HttpLimits;
 }
 
 /** Environment variables that override config keys (DATABASE_URL only fills a gap). */
@@ -82,6 +88,7 @@ export function compileFylrConfig(raw: unknown, source = "config", env: NodeJS.P
     dispatcher: c.dispatcher,
     store: c.store,
     watchPollMs: c.api.watchPoll,
+    http: c.http,
   };
 }
 

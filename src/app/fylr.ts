@@ -120,6 +120,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     const http = await startFylrHttpServer({
       listen: config.listen,
       registry: pipes,
+      limits: config.http,
       logger,
       closeTimeoutMs: 5000,
       connectRoutes: (router) =>
@@ -140,7 +141,9 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     });
     late.http = http;
     stack.defer("HTTP port", () => http.close());
-    late.backend = execBackend(new ExecClient({ broker, pipes, pipePort: http.port, logger }));
+    // With an allow-list of stdin URL prefixes, a redirect could lead anywhere: refused.
+    const followRedirects = config.dispatcher.stdinUrlPrefixes.length === 0;
+    late.backend = execBackend(new ExecClient({ broker, pipes, pipePort: http.port, logger }), { followRedirects });
     broker.start();
     // Stopped first: running items still need the HTTP port, the pipes and the broker.
     stack.defer("dispatcher", () => dispatcher.stop());

@@ -45,6 +45,8 @@ export interface DispatcherConfig {
    * even without its job's DONE, e.g. when the fylr holding it is gone (default 30 s).
    */
   readonly cancelBoundMs: number;
+  /** URL prefixes a submit's stdin_url must start with; empty allows any http(s) URL (default empty). */
+  readonly stdinUrlPrefixes: readonly string[];
 }
 
 const positiveInt = z.number().int().positive();
@@ -67,6 +69,7 @@ export const dispatcherConfigSchema = z
     maxOutputBytes: positiveInt.default(16 << 20),
     maxClaimBatch: positiveInt.max(10_000).default(100),
     cancelBound: durationMs.prefault("30s"),
+    stdinUrlPrefixes: z.array(z.string().regex(/^https?:\/\/[^/]+\//i, "expected an http(s) URL prefix ending in a path, e.g. https://files.example.com/")).default([]),
   })
   .superRefine((c, ctx) => {
     if (c.pollInterval <= 0) ctx.addIssue({ code: "custom", path: ["pollInterval"], message: "must be longer than 0" });
@@ -98,6 +101,7 @@ export const dispatcherConfigSchema = z
       maxOutputBytes: c.maxOutputBytes,
       maxClaimBatch: c.maxClaimBatch,
       cancelBoundMs: c.cancelBound,
+      stdinUrlPrefixes: c.stdinUrlPrefixes,
     }),
   );
 

@@ -202,6 +202,7 @@ export class Dispatcher {
     const normalized = normalizeSubmit(input, this.actions, {
       maxInputBytes: this.config.maxInputBytes,
       defaultMaxAttempts: this.config.maxAttempts,
+      stdinUrlPrefixes: this.config.stdinUrlPrefixes,
     });
     const result = await this.store.submit(normalized);
     if (result.created) this.wakeup.notify("submit");

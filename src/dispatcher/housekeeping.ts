@@ -14,6 +14,7 @@ import type { DispatcherConfig } from "./config.js";
 import type { DispatcherEvents } from "./events.js";
 import type { DispatcherCounters } from "./settle.js";
 import type { QueueStore } from "./store.js";
+import { SweepGate } from "./sweep-gate.js";
 
 /** What the housekeeping loop works with. */
 export interface HousekeepingDeps {
@@ -45,19 +46,23 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
   const blobSweep = new Background(log, "sweep of stored data");
   const cancelCheck = new Background(log, "cancel check");
   let lastBlobSweepAt = -Infinity;
+  const gate = new SweepGate(config.staleAfterMs, performance.now());
   while (!signal.aborted) {
     const startedAt = performance.now();
     try {
       await heartbeat(deps);
       if (failures > 0) log.info({ failures }, "database reachable again (heartbeat)");
       failures = 0;
+      gate.healthy(performance.now());
     } catch (err) {
       if (signal.aborted) break;
+      gate.unhealthy();
       failures += 1;
       // Staged: the first failure and every 30th are warnings, the rest debug noise.
       log[failures === 1 || failures % 30 === 0 ? "warn" : "debug"]({ err, failures }, "heartbeat failed; retrying next interval");
     }
-    claimSweep.runUnlessBusy(() => sweepStaleClaims(deps));
+    // After an outage (or right after start) every sibling's heartbeat may look stale.
+    if (gate.mayReap(performance.now())) claimSweep.runUnlessBusy(() => sweepStaleClaims(deps));
     if (deps.cancelCheck) cancelCheck.runUnlessBusy(deps.cancelCheck);
     if (performance.now() - lastBlobSweepAt >= deps.blobs.config.sweepIntervalMs && blobSweep.runUnlessBusy(() => sweepBlobs(deps))) {
       lastBlobSweepAt = performance.now();

@@ -87,6 +87,8 @@ export class OutputSink extends Writable {
   private spill(): void {
     const blob = this.store.createWriter({ role: this.options.role, itemId: this.options.itemId });
     blob.on("error", (err) => {
+      // A blob this sink destroyed itself (the upload aborted) did not fail the store.
+      if (this.destroyed) return;
       this.storeError ??= err;
       this.destroy(err);
     });

@@ -6,6 +6,7 @@ import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { z } from "zod";
 import { ReceiptSchema } from "../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
+import { checkArgs, checkEnvSize } from "../shared/job-limits.js";
 import type { LocalActionRegistry } from "./local-actions.js";
 import type { CallResult, ExecCallSpec, ItemKind, ItemState, LocalActionSpec, QueueItem, StdinSource, SubmitInput } from "./types.js";
 
@@ -25,6 +26,8 @@ export interface NormalizedSubmit {
 export interface SubmitLimits {
   readonly maxInputBytes: number;
   readonly defaultMaxAttempts: number;
+  /** stdin_url must start with one of these; empty allows any http(s) URL. */
+  readonly stdinUrlPrefixes?: readonly string[];
 }
 
 const maxCalls = 64;
@@ -47,6 +50,7 @@ export function normalizeSubmit(input: SubmitInput, actions: LocalActionRegistry
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1000) throw invalid(`max_attempts: must be 1…1000, got ${maxAttempts}`);
   const key = input.idempotencyKey || undefined;
   if (key !== undefined && key.length > maxKeyLength) throw invalid(`idempotency_key: longer than ${maxKeyLength} characters`);
+  if (key?.includes("\0")) throw invalid("idempotency_key: must not contain a NUL character");
   if (input.startAfter && Number.isNaN(input.startAfter.getTime())) throw invalid("start_after: not a valid time");
   const common = { priority, startAfter: input.startAfter, maxAttempts, idempotencyKey: key };
   if (input.local) {
@@ -60,7 +64,7 @@ export function normalizeSubmit(input: SubmitInput, actions: LocalActionRegistry
   if (calls.length > maxCalls) throw invalid(`calls: at most ${maxCalls} calls per item, got ${calls.length}`);
   let inline = 0;
   calls.forEach((call, i) => {
-    inline += validateCall(call, i);
+    inline += validateCall(call, i, limits.stdinUrlPrefixes ?? []);
   });
   if (inline > limits.maxInputBytes) {
     throw invalid(
@@ -71,11 +75,20 @@ export function normalizeSubmit(input: SubmitInput, actions: LocalActionRegistry
   return { kind: "exec", payload: { calls: calls.map(encodeCall) }, uploads, ...common };
 }
 
-function validateCall(call: ExecCallSpec, i: number): number {
+function validateCall(call: ExecCallSpec, i: number, stdinUrlPrefixes: readonly string[]): number {
   const at = `calls[${i}]`;
   if (!call.service || call.service.length > 200) throw invalid(`${at}.service: must be a non-empty name`);
+  if (call.service.includes("\0")) throw invalid(`${at}.service: must not contain a NUL character`);
   if (call.timeoutMs !== undefined && !(call.timeoutMs > 0)) throw invalid(`${at}.timeout: must be longer than 0`);
   for (const name of Object.keys(call.env)) if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) throw invalid(`${at}.env: invalid variable name "${name}"`);
+  // What an execserver would refuse in the JOB frame is refused here, before it is queued;
+  // a NUL cannot be stored in the database's text, nor passed to a process.
+  const tooBig = checkArgs(call.args, `${at}.args`) ?? checkEnvSize(call.env, `${at}.env`);
+  if (tooBig) throw invalid(`${tooBig} (the execserver's limit)`);
+  call.args.forEach((arg, k) => {
+    if (arg.includes("\0")) throw invalid(`${at}.args[${k}]: must not contain a NUL character`);
+  });
+  for (const [name, value] of Object.entries(call.env)) if (value.includes("\0")) throw invalid(`${at}.env.${name}: must not contain a NUL character`);
   const stdin = call.stdin;
   if (stdin?.kind === "previous" && i === 0) throw invalid(`${at}.stdin_from_previous: the first call has no previous call`);
   if (stdin?.kind === "upload") {
@@ -90,6 +103,9 @@ function validateCall(call: ExecCallSpec, i: number): number {
       throw invalid(`${at}.stdin_url: not a URL: "${stdin.url}"`);
     }
     if (url.protocol !== "http:" && url.protocol !== "https:") throw invalid(`${at}.stdin_url: must be http(s), got ${url.protocol}`);
+    if (stdinUrlPrefixes.length > 0 && !stdinUrlPrefixes.some((prefix) => url.href.startsWith(prefix))) {
+      throw invalid(`${at}.stdin_url: not under an allowed prefix (dispatcher.stdinUrlPrefixes): "${url.href.slice(0, 200)}"`);
+    }
   }
   return stdin?.kind === "data" ? stdin.data.length : 0;
 }

@@ -10,6 +10,7 @@ import { fromPgError } from "./pg-errors.js";
 import * as blobSql from "./blob-sql.js";
 import * as sql from "./sql.js";
 import type { ItemOutput } from "./output-sink.js";
+import { storableJson, storableText } from "./storable.js";
 import type { CallResult, ClaimedItem, Fence, ItemKind, ItemState, QueueItem } from "./types.js";
 
 /** What a fylr says about itself in the `fylrs` table. */
@@ -190,7 +191,7 @@ export class QueueStore {
   /** → succeeded with receipts and output. False when the fence refused it. */
   async complete(fence: Fence, results: readonly CallResult[], output: ItemOutput | undefined): Promise<boolean> {
     const o = outputParams(output);
-    const r = await this.query("complete", sql.completeItem, [...fenceParams(fence), encodeResults(results), o.bytes, o.blob, o.size, o.sha256]);
+    const r = await this.query("complete", sql.completeItem, [...fenceParams(fence), storableJson(encodeResults(results)), o.bytes, o.blob, o.size, o.sha256]);
     return r.rowCount === 1;
   }
 
@@ -205,7 +206,7 @@ export class QueueStore {
       entries.map((e) => e.fence.id),
       entries.map((e) => e.fence.claimedBy),
       entries.map((e) => e.fence.lease),
-      entries.map((e) => JSON.stringify(encodeResults(e.results))),
+      entries.map((e) => JSON.stringify(storableJson(encodeResults(e.results)))),
       outputs.map((o) => o.bytes),
       outputs.map((o) => o.blob),
       outputs.map((o) => o.size),
@@ -228,8 +229,8 @@ export class QueueStore {
   ): Promise<"queued" | "failed" | "cancelled" | undefined> {
     const r = await this.query<{ state: "queued" | "failed" | "cancelled" }>("fail attempt", sql.failAttempt, [
       ...fenceParams(fence),
-      encodeResults(results),
-      error,
+      storableJson(encodeResults(results)),
+      storableText(error),
       retryDelayMs,
       permanent,
     ]);

@@ -138,6 +138,8 @@ export interface BrokerCoreOptions {
   readonly waitgroups: Readonly<Record<string, { readonly processes: number }>>;
   readonly services: Readonly<Record<string, ServiceConfig>>;
   readonly maxWantsPerConnection: number;
+  /** Wants parked over all connections at most (default: no limit beyond the per-connection one). */
+  readonly maxWantsTotal?: number;
   /** How long an offer stays reserved. */
   readonly offerTimeoutMs: number;
   /** Monotonic clock in ms. */
@@ -157,6 +159,8 @@ export class BrokerCore {
   /** Jobs running outside the book (the legacy token protocol), counted for drain. */
   legacyRunning = 0;
   private drainingFlag = false;
+  // Wants parked over all connections (the sum of every connection's wantsParked).
+  private wantsParkedTotal = 0;
   // Outstanding offers, oldest first. All offers share one timeout, so this is also
   // expiry order: adding and removing are O(1) and the head is the next to expire.
   private expiryHead: JobRecord | undefined = undefined;
@@ -247,10 +251,15 @@ export class BrokerCore {
         `job_id: this connection already has ${connection.wantsParked} wants parked (limit ${this.options.maxWantsPerConnection})`,
       );
     }
+    const maxTotal = this.options.maxWantsTotal ?? Number.POSITIVE_INFINITY;
+    if (this.wantsParkedTotal >= maxTotal) {
+      return this.reject(connection, RejectCode.BOOK_FULL, `job_id: the want-book is full (${this.wantsParkedTotal} wants parked, maxWantsTotal ${maxTotal}); want again later`);
+    }
     const group = service.group;
     const record = new JobRecord(jobId, connection, service.config, group, priority, this.options.now());
     connection.jobs.set(jobId, record);
     connection.wantsParked++;
+    this.wantsParkedTotal++;
     // An idle slot and an empty book: the want is granted at once without being parked.
     if (group.ledger.free > 0 && group.book.size === 0) this.grant(record);
     else {
@@ -392,6 +401,7 @@ export class BrokerCore {
     record.expiresAt = this.options.now() + this.options.offerTimeoutMs;
     this.linkExpiry(record);
     record.connection.wantsParked--;
+    this.wantsParkedTotal--;
     record.connection.offers++;
     record.group.ledger.reserve();
     this.effects.offered(record);
@@ -402,6 +412,7 @@ export class BrokerCore {
     record.want = undefined;
     record.state = "ended";
     record.connection.wantsParked--;
+    this.wantsParkedTotal--;
   }
 
   private endOffer(record: JobRecord, outcome: OfferOutcome): void {

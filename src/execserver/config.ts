@@ -42,6 +42,7 @@ export const execserverConfigSchema = z.strictObject({
   drainTimeout: durationMs.prefault("30s"),
   cancelGrace: durationMs.prefault("2s"),
   maxWantsPerConnection: z.number().int().min(1).default(100_000),
+  maxWantsTotal: z.number().int().min(1).default(250_000),
   waitgroups: z.record(name, z.strictObject({ processes: z.number().int().min(1).max(100_000) })),
   services: z.record(name, serviceSchema),
   /** false = legacy-only: no BrokerService; `listen` serves the token protocol over plain HTTP. */
@@ -85,6 +86,8 @@ export interface ExecserverConfig {
   /** After a Cancel frame: SIGTERM to the job's process group, SIGKILL this much later. */
   readonly cancelGraceMs: number;
   readonly maxWantsPerConnection: number;
+  /** Wants parked over all connections at most; more are rejected with BOOK_FULL. */
+  readonly maxWantsTotal: number;
   readonly waitgroups: Readonly<Record<string, { readonly processes: number }>>;
   readonly services: Readonly<Record<string, ServiceConfig>>;
   /** False in legacy-only mode: no gRPC server; `listen` serves the token protocol. */
@@ -145,6 +148,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     drainTimeoutMs: input.drainTimeout,
     cancelGraceMs: input.cancelGrace,
     maxWantsPerConnection: input.maxWantsPerConnection,
+    maxWantsTotal: input.maxWantsTotal,
     waitgroups: input.waitgroups,
     services,
     brokerService: input.brokerService,

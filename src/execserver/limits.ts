@@ -1,6 +1,7 @@
 import type { JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
 import type { ServiceConfig } from "./config.js";
 import { durationMs } from "@bufbuild/protobuf/wkt";
+import { checkArgs, checkEnvSize, jobSpecLimits } from "../shared/job-limits.js";
 
 /**
  * Size limits on what a peer may send. They bound the memory one frame can pin; a frame
@@ -12,19 +13,18 @@ export const limits = {
   jobIdBytes: 128,
   /** Want.service, in UTF-8 bytes. */
   serviceBytes: 128,
-  /** JobSpec.args: entries, and bytes summed over them. */
-  args: 4096,
-  argsBytes: 256 * 1024,
-  /** JobSpec.env: entries, and bytes of names plus values. */
-  env: 256,
-  envBytes: 64 * 1024,
+  /** JobSpec.args and env: entries and bytes (shared with the fylr's submit checks). */
+  args: jobSpecLimits.args,
+  argsBytes: jobSpecLimits.argsBytes,
+  env: jobSpecLimits.env,
+  envBytes: jobSpecLimits.envBytes,
   /** JobSpec.stdin_url / stdout_url, in bytes. */
   urlBytes: 8192,
   /** JobSpec.labels: entries, and bytes of keys plus values. */
   labels: 64,
   labelsBytes: 16 * 1024,
   /** Largest ConnectRequest frame accepted by gRPC. */
-  maxFrameBytes: 1024 * 1024,
+  maxFrameBytes: jobSpecLimits.maxFrameBytes,
   /** Frames queued to a peer that does not read before its stream is failed. */
   maxQueuedFrames: 10_000,
 } as const;
@@ -54,22 +54,18 @@ export interface CheckedJob {
 /** Validates a JobSpec against the limits and the service's env allow-list. */
 export function checkJobSpec(spec: JobSpec | undefined, service: ServiceConfig): CheckedJob | { readonly error: string } {
   const args = spec?.args ?? [];
-  if (args.length > limits.args) return { error: `spec.args: more than ${limits.args} entries` };
-  let bytes = 0;
-  for (const arg of args) bytes += Buffer.byteLength(arg);
-  if (bytes > limits.argsBytes) return { error: `spec.args: more than ${limits.argsBytes} bytes` };
+  const badArgs = checkArgs(args, "spec.args");
+  if (badArgs) return { error: badArgs };
 
   const env = spec?.env ?? {};
-  const names = Object.keys(env);
-  if (names.length > limits.env) return { error: `spec.env: more than ${limits.env} entries` };
-  bytes = 0;
-  for (const envName of names) {
+  const badEnv = checkEnvSize(env, "spec.env");
+  if (badEnv) return { error: badEnv };
+  for (const envName of Object.keys(env)) {
     if (!service.env.includes(envName)) {
       return { error: `spec.env: "${envName.slice(0, 64)}" is not allowed for service ${service.name}` };
     }
-    bytes += Buffer.byteLength(envName) + Buffer.byteLength(env[envName]!);
   }
-  if (bytes > limits.envBytes) return { error: `spec.env: more than ${limits.envBytes} bytes` };
+  let bytes = 0;
 
   const labels = spec?.labels ?? {};
   const labelKeys = Object.keys(labels);

@@ -38,7 +38,12 @@ export class ForwardingSink extends Writable {
   }
 }
 
-/** Collects stdout in memory up to `limit` bytes; the rest is counted and dropped. */
+/**
+ * Collects stdout in memory up to `limit` bytes; the rest is counted and dropped. An
+ * aborted upload destroys it with the error, which its owner reads from the run's result
+ * (`stdoutError`) or `errored`: the 'error' event is swallowed here, so no failed job can
+ * become an uncaught exception of the fylr.
+ */
 export class BufferCollector extends Writable {
   private readonly chunks: Buffer[] = [];
   private kept = 0;
@@ -47,6 +52,7 @@ export class BufferCollector extends Writable {
 
   constructor(private readonly limit = Number.POSITIVE_INFINITY) {
     super();
+    this.on("error", () => undefined);
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {

@@ -1,8 +1,9 @@
 import type { Readable, Writable } from "node:stream";
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { JobSpecSchema, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 import { linkedAbortController } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
+import { checkArgs, checkEnvSize, jobSpecLimits } from "../shared/job-limits.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { receiptSucceeded } from "../shared/receipt.js";
 import type { BrokerClient, PolledSlot, Slot } from "./broker/index.js";
@@ -108,6 +109,7 @@ export class ExecClient {
 
   /** Runs one command to completion (see the class comment for the outcome rules). */
   async run(options: RunOptions): Promise<RunResult> {
+    checkSpecLimits(options);
     const controller = linkedAbortController(options.signal);
     const signal = controller.signal;
     const acquired = await this.options.broker.acquire({
@@ -253,6 +255,21 @@ async function settleWithin(pipe: PipeHandle, timeoutMs: number): Promise<number
     return await Promise.race([pipe.done, timeout]);
   } finally {
     clearTimeout(timer);
+  }
+}
+
+// Room in the JOB frame for the pipe URLs and the frame's own fields.
+const FRAME_MARGIN_BYTES = 32 * 1024;
+
+// What the execserver would refuse is refused here, before a slot is taken: a JOB frame
+// over its size limit would end the whole broker stream, and every sibling job with it.
+function checkSpecLimits(options: RunOptions): void {
+  const bad = checkArgs(options.args ?? [], "args") ?? checkEnvSize(options.env ?? {}, "env");
+  if (bad) throw new SlotbrokerError(Code.InvalidArgument, `${bad} (the execserver's limit)`);
+  const spec = create(JobSpecSchema, { args: [...(options.args ?? [])], env: { ...options.env }, labels: { ...options.labels } });
+  const bytes = toBinary(JobSpecSchema, spec).byteLength;
+  if (bytes > jobSpecLimits.maxFrameBytes - FRAME_MARGIN_BYTES) {
+    throw new SlotbrokerError(Code.InvalidArgument, `the job spec is ${bytes} bytes; a JOB frame must stay under ${jobSpecLimits.maxFrameBytes} bytes`);
   }
 }
 

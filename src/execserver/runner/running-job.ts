@@ -3,6 +3,7 @@ import { performance } from "node:perf_hooks";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../../shared/abort.js";
 import type { Logger } from "../../shared/log.js";
+import { GroupWatchdog } from "./group-watchdog.js";
 import { ProcessGroup } from "./process-group.js";
 import { receiptFromOutcome, type JobFailure } from "./receipt.js";
 import { MAX_TIMEOUT_MS, parsePipeUrl } from "./request-check.js";
@@ -26,6 +27,7 @@ export class RunningJob {
   readonly #request: RunRequest;
   readonly #log: Logger;
   readonly #group: ProcessGroup;
+  readonly #watchdog: GroupWatchdog;
   readonly #stdout = new StdoutBuffer();
   readonly #stderr = new LastLineTracker();
   readonly #upload: StdoutSink | undefined;
@@ -37,6 +39,7 @@ export class RunningJob {
     this.#request = request;
     this.#log = log;
     this.#group = new ProcessGroup(child.pid!, request.killGraceMs ?? DEFAULT_KILL_GRACE_MS, () => this.#abandonPipes());
+    this.#watchdog = new GroupWatchdog(child.pid!, (err) => log.warn({ err }, "cannot watch the job's process group"));
     const stdoutUrl = request.stdoutUrl ? parsePipeUrl(request.stdoutUrl) : undefined;
     const onFail = (message: string): void => this.fail(ErrorKind.PIPE_FAILED, message);
     this.#upload = stdoutUrl ? new StdoutUpload(stdoutUrl, onFail) : request.stdout && new StreamSink(request.stdout, onFail);
@@ -71,7 +74,9 @@ export class RunningJob {
       this.#startStdin();
       if (signal.aborted) onAbort();
       const [[exitCode, exitSignal]] = await Promise.all([closed, this.#drainStdout()]);
-      // The leader is reaped: kill stragglers now, while its group id is still the job's.
+      // The leader is reaped: kill stragglers now, while its group id is still the job's
+      // (the watchdog first, so it never signals a group id that could be reused later).
+      this.#watchdog.stop();
       this.#group.release();
       this.#stdin?.stop();
       await this.#settleUpload(exitCode, exitSignal);
@@ -91,6 +96,7 @@ export class RunningJob {
       signal.removeEventListener("abort", onAbort);
       this.#stdin?.stop();
       this.#upload?.abort("the runner stopped");
+      this.#watchdog.stop();
       this.#group.release();
       this.#abandonPipes();
     }

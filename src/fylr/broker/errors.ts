@@ -40,13 +40,17 @@ export class UnknownServiceError extends SlotbrokerError {
   }
 }
 
-/** The broker connection that ran (or was about to run) a job dropped; the execserver cancels the job. */
+/**
+ * The broker connection that ran (or was about to run) a job dropped. A live execserver
+ * cancels the job when it sees the stream end; a dead one took the job with it (its
+ * per-job watchdog kills the process group).
+ */
 export class ConnectionLostError extends SlotbrokerError {
   override name = "ConnectionLostError";
   constructor(jobId: string, instanceId: string, address: string, cause?: unknown) {
     super(
       Code.Unavailable,
-      `broker connection to execserver ${instanceId} (${address}) was lost while job ${jobId} was running; the execserver cancels it`,
+      `broker connection to execserver ${instanceId} (${address}) was lost while job ${jobId} was running; a live execserver cancels the job, a dead one took it down with it`,
       { cause, details: { jobId, instanceId, address } },
     );
   }

@@ -4,7 +4,9 @@ import * as net from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { splitHostPort } from "../../shared/config.js";
+import { ConnectionDeadlines } from "../../shared/connection-deadlines.js";
 import { ConfigError } from "../../shared/errors.js";
+import { defaultHttpLimits, type HttpLimits } from "../../shared/http-limits.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import type { PipeRegistry } from "../pipes/index.js";
 import type { HttpRequest, HttpResponse, RawRoute } from "./http-types.js";
@@ -39,6 +41,8 @@ export interface FylrHttpServerOptions {
   readonly closeTimeoutMs?: number;
   /** A connection must show its first bytes within this time (default 30 s). */
   readonly firstBytesTimeoutMs?: number;
+  /** Header/idle deadlines, the connection cap and the request message cap (defaults: defaultHttpLimits). */
+  readonly limits?: HttpLimits;
   readonly logger?: Logger;
 }
 
@@ -73,6 +77,8 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
   const where = splitHostPort(options.listen);
   if (!where) throw new ConfigError(`listen: expected "host:port", got "${options.listen}"`);
   const logger = (options.logger ?? silentLogger).child({ component: "fylr-http" });
+  const limits = options.limits ?? defaultHttpLimits;
+  const deadlines = new ConnectionDeadlines(limits);
   let state: ServerState = "listening";
   const setState = (next: ServerState): void => {
     const allowed: Record<ServerState, ServerState[]> = { listening: ["closing"], closing: ["closed"], closed: [] };
@@ -97,6 +103,9 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     },
     // A typo in a JSON request is an error naming the field, not a silently dropped value.
     jsonOptions: { ignoreUnknownFields: false },
+    // Per message: a unary request's whole body, one message of a stream. The store's
+    // upload route is a raw route with its own limits, so it is not capped here.
+    readMaxBytes: limits.maxRequestBytes,
     contextValues: (req) => nodeRequestContext(req),
     fallback: (req, res) => answerUnknownRoute(req, res as HttpResponse),
   });
@@ -130,7 +139,9 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
   const h1Track = (req: http.IncomingMessage, res: http.ServerResponse): void => {
     const socket = req.socket;
     h1Busy.set(socket, (h1Busy.get(socket) ?? 0) + 1);
+    deadlines.requestStarted(socket);
     res.once("close", () => {
+      deadlines.requestEnded(socket);
       const left = (h1Busy.get(socket) ?? 1) - 1;
       h1Busy.set(socket, left);
       // A request that was in flight when closing began leaves an idle keep-alive socket.
@@ -145,7 +156,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     h1Track(req, res);
     dispatch(req, res, true);
   });
-  const h2 = http2.createServer({ settings: { initialWindowSize: H2_WINDOW } }, (req, res) => dispatch(req, res, false));
+  const h2 = http2.createServer({ settings: { initialWindowSize: H2_WINDOW, maxConcurrentStreams: 10_000 } }, (req, res) => dispatch(req, res, false));
   h2.on("checkContinue", (req, res) => dispatch(req, res, true));
 
   const sockets = new Map<net.Socket, WireProtocol | "sniffing">();
@@ -155,6 +166,15 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     session.once("close", () => sessions.delete(session));
     session.on("error", (err: Error) => logger.debug({ err: err.message }, "http/2 session error"));
     session.setLocalWindowSize(H2_WINDOW);
+    // An HTTP/2 connection with no stream open and no traffic for idleTimeout is closed.
+    let open = 0;
+    session.on("stream", (stream: http2.ServerHttp2Stream) => {
+      open++;
+      stream.once("close", () => open--);
+    });
+    session.setTimeout(limits.idleTimeoutMs, () => {
+      if (open === 0) session.close();
+    });
   });
   h2.on("sessionError", (err: Error) => logger.debug({ err: err.message }, "http/2 session error"));
   h1.on("clientError", (err, socket) => {
@@ -174,11 +194,14 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
       if (protocol === "h2") {
         h2.emit("connection", socket);
       } else {
+        deadlines.opened(socket);
         h1.emit("connection", socket);
         socket.resume();
       }
     });
   });
+  // Past the cap new connections are closed at once; those open keep being served.
+  listener.maxConnections = limits.maxConnections;
   await new Promise<void>((resolve, reject) => {
     listener.once("error", reject);
     listener.listen(where.port, where.host, () => {

@@ -1,0 +1,170 @@
+// The soak's invariant check, pure: from what was submitted, the database's final rows, the
+// completions a trigger recorded, the jobs' own ledger and the faults the driver injected,
+// it says what happened to every item and which invariant broke.
+import { failingModes, type SoakItem } from "./jobs.js";
+import type { FaultEvent } from "./driver.js";
+
+/** One execution as the job wrote it to the ledger. */
+export interface Execution {
+  readonly tag: string;
+  readonly pid: number;
+  /** The execserver that spawned the job (the shell's parent). */
+  readonly execPid: number;
+  readonly start: number;
+  end?: number;
+  code?: number;
+}
+
+/** An item's row at the end of the run. */
+export interface FinalRow {
+  readonly tag: string;
+  readonly state: string;
+  readonly attempts: number;
+  readonly error: string | null;
+}
+
+export interface CheckInput {
+  readonly items: readonly SoakItem[];
+  readonly rows: readonly FinalRow[];
+  /** tag → how many times the item moved into a final state (the trigger's table). */
+  readonly completions: ReadonlyMap<string, number>;
+  readonly ledger: string;
+  readonly faults: readonly FaultEvent[];
+  /** Execserver pid → when it died. */
+  readonly execDeaths: ReadonlyMap<number, number>;
+  /** Crashes the soak did not cause: "name pid how". */
+  readonly crashes: readonly string[];
+  /** Leftovers found at the end: slots, wants, job processes. */
+  readonly leftovers: readonly string[];
+}
+
+export interface CheckResult {
+  readonly report: string[];
+  readonly violations: string[];
+}
+
+/** Parses the ledger's "start TAG PID PPID MS" and "end TAG PID PPID MS CODE" lines. */
+export function parseLedger(text: string): Map<string, Execution[]> {
+  const byPid = new Map<number, Execution>();
+  const byTag = new Map<string, Execution[]>();
+  for (const line of text.split("\n")) {
+    const f = line.trim().split(" ");
+    if (f[0] === "start" && f.length === 5) {
+      const e: Execution = { tag: f[1]!, pid: Number(f[2]), execPid: Number(f[3]), start: Number(f[4]) };
+      byPid.set(e.pid, e);
+      const list = byTag.get(e.tag) ?? [];
+      list.push(e);
+      byTag.set(e.tag, list);
+    } else if (f[0] === "end" && f.length === 6) {
+      const e = byPid.get(Number(f[2]));
+      if (e && e.tag === f[1]) {
+        e.end = Number(f[4]);
+        e.code = Number(f[5]);
+      }
+    }
+  }
+  for (const list of byTag.values()) list.sort((a, b) => a.start - b.start);
+  return byTag;
+}
+
+const fylrFaults = new Set(["kill-fylr", "stop-fylr", "restart-postgres", "crash-fylr"]);
+
+/** Checks every invariant; `violations` empty means the run passed. */
+export function check(input: CheckInput): CheckResult {
+  // Crashes and leftovers first: they are the most telling, and the list is cut when printed.
+  const violations: string[] = [...input.crashes.map((c) => `a process crashed on its own: ${c}`), ...input.leftovers.map((l) => `left over: ${l}`)];
+  const runs = parseLedger(input.ledger);
+  const rows = new Map(input.rows.map((r) => [r.tag, r]));
+  const explained: Record<string, number> = {};
+  const states: Record<string, number> = {};
+  const histogram: Record<number, number> = {};
+  const chaosFailures: Record<string, number> = {};
+  let executions = 0;
+  let maxRecoveryMs = 0;
+  let maxRecoveryTag = "";
+  const explain = (why: string): void => void (explained[why] = (explained[why] ?? 0) + 1);
+  const faultBetween = (from: number, to: number, kinds?: ReadonlySet<string>): FaultEvent | undefined =>
+    input.faults.find((f) => f.at <= to && f.until >= from - 1000 && (!kinds || kinds.has(f.kind)));
+
+  for (const item of input.items) {
+    const row = rows.get(item.tag);
+    const list = runs.get(item.tag) ?? [];
+    executions += list.length;
+    histogram[list.length] = (histogram[list.length] ?? 0) + 1;
+    if (!row) {
+      violations.push(`${item.tag}: lost (accepted, but no row in the database)`);
+      continue;
+    }
+    states[row.state] = (states[row.state] ?? 0) + 1;
+    if (row.state !== "succeeded" && row.state !== "failed") violations.push(`${item.tag}: not final (${row.state}, ${row.attempts} attempts)`);
+    const done = input.completions.get(item.tag) ?? 0;
+    if (done > 1) violations.push(`${item.tag}: completion accepted ${done} times`);
+    if ((row.state === "succeeded" || row.state === "failed") && done === 0) violations.push(`${item.tag}: final without a recorded completion`);
+    const failing = failingModes.has(item.mode);
+    if (failing && row.state === "succeeded") violations.push(`${item.tag}: a ${item.mode} job succeeded`);
+    if (!failing && row.state === "failed") {
+      const reason = (row.error ?? "").replace(/[0-9a-f-]{8,}/g, "…").slice(0, 90);
+      chaosFailures[reason] = (chaosFailures[reason] ?? 0) + 1;
+    }
+    if (!failing && row.state === "succeeded" && !list.some((e) => e.code === 0)) violations.push(`${item.tag}: succeeded, but no execution finished`);
+    if (list.length > row.attempts) violations.push(`${item.tag}: ${list.length} executions but only ${row.attempts} claims (attempts)`);
+
+    for (const e of list) {
+      const died = input.execDeaths.get(e.execPid);
+      if (died !== undefined && e.end !== undefined && e.end > died + 200) {
+        violations.push(`${item.tag}: job pid ${e.pid} outlived its execserver (pid ${e.execPid} died, the job ended ${e.end - died} ms later)`);
+      }
+    }
+    for (let k = 1; k < list.length; k++) {
+      const prev = list[k - 1]!;
+      const next = list[k]!;
+      const interrupted = prev.end === undefined;
+      if (interrupted || prev.code === 0) {
+        const since = prev.end ?? prev.start;
+        if (next.start - since > maxRecoveryMs) {
+          maxRecoveryMs = next.start - since;
+          maxRecoveryTag = item.tag;
+        }
+      }
+      // A failed attempt is retried by design.
+      if (failing && prev.end !== undefined && prev.code !== 0) {
+        explain("retry after a failed attempt");
+        continue;
+      }
+      if (failing && interrupted && item.mode === "timeout") {
+        explain("retry after a timeout");
+        continue;
+      }
+      const overlap = prev.end === undefined ? (input.execDeaths.get(prev.execPid) ?? Infinity) > next.start : prev.end > next.start;
+      const fault = faultBetween(prev.start, next.start, overlap ? fylrFaults : undefined);
+      if (!fault) {
+        violations.push(`${item.tag}: execution ${k + 1} (pid ${next.pid}) started ${next.start - prev.start} ms after the previous one with no fault to explain it${overlap ? " (overlapping)" : ""}`);
+        continue;
+      }
+      explain(overlap ? `overlapping run: its fylr was declared dead (${fault.kind}); the fence refused the old completion` : `rescued after ${fault.kind}`);
+    }
+  }
+
+
+  const faults: Record<string, number> = {};
+  for (const f of input.faults) faults[f.kind] = (faults[f.kind] ?? 0) + 1;
+  const fmt = (o: Record<string | number, number>): string =>
+    Object.entries(o)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(", ") || "none";
+  const report = [
+    `items submitted and accepted: ${input.items.length}`,
+    `final states: ${fmt(states)}`,
+    `lost: ${input.items.filter((i) => !rows.has(i.tag)).length}`,
+    `completions accepted twice: ${[...input.completions.values()].filter((n) => n > 1).length}`,
+    `executions (ledger): ${executions}; items by executions: ${fmt(histogram)}`,
+    `extra executions explained: ${fmt(explained)}`,
+    `items meant to succeed that failed under chaos: ${fmt(chaosFailures)}`,
+    `faults injected: ${fmt(faults)}`,
+    `crashes not caused by the soak: ${input.crashes.length}`,
+    `leftovers (slots, wants, job processes): ${input.leftovers.length}`,
+    `longest wait for recovery: ${maxRecoveryMs} ms${maxRecoveryTag ? ` (${maxRecoveryTag})` : ""}`,
+    `violations: ${violations.length}`,
+  ];
+  return { report, violations };
+}

@@ -1,0 +1,212 @@
+// The soak's fleet on loopback: one restartable Postgres, execservers (two behind HAProxy),
+// fylrs, and a chaos proxy in front of every broker address the fylrs dial. Every process
+// keeps its ports across restarts and carries the run marker for the final /proc sweep.
+import { spawn, type ChildProcess } from "node:child_process";
+import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { stringify } from "yaml";
+import { freePort, startEmbeddedPostgres, type LocalPostgres } from "../../src/shared/embedded-postgres.js";
+import { createDatabase } from "../../test/support/databases.js";
+import { waitForOutput } from "../../test/support/child-output.js";
+import { ChaosProxy } from "../../test/support/chaos-proxy.js";
+import { startHaproxy, type Haproxy } from "../../test/support/haproxy.js";
+import { release } from "../../test/support/resources.js";
+import { RUN_MARKER } from "../processes.js";
+
+/** A server process that can be killed, frozen and started again on the same ports. */
+export class ServerProcess {
+  private child: ChildProcess | undefined;
+  private log = "";
+  /** Start-up banner's match of the current incarnation. */
+  banner: RegExpExecArray | undefined;
+  /** Times this process was started. */
+  starts = 0;
+  /** pid → when it died (ms since epoch), for every incarnation that is gone. */
+  readonly deaths = new Map<number, number>();
+  /** Exits nobody asked for (a crash): when, which pid, and the log's tail. */
+  readonly crashes: { at: number; pid: number; how: string; tail: string }[] = [];
+  private expectingExit = false;
+
+  constructor(
+    readonly name: string,
+    private readonly args: string[],
+    private readonly bannerPattern: RegExp,
+    private readonly options: { cwd: string; env: NodeJS.ProcessEnv },
+  ) {}
+
+  get pid(): number | undefined {
+    return this.alive ? this.child?.pid : undefined;
+  }
+
+  get alive(): boolean {
+    return !!this.child && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  stderr(): string {
+    return this.log;
+  }
+
+  async start(): Promise<void> {
+    const child = spawn(process.execPath, this.args, { cwd: this.options.cwd, env: { ...process.env, ...this.options.env }, stdio: ["ignore", "pipe", "pipe"] });
+    this.child = child;
+    this.starts += 1;
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
+      this.log = (this.log + chunk).slice(-50_000);
+    });
+    this.expectingExit = false;
+    child.once("exit", (code, signal) => {
+      this.deaths.set(child.pid!, Date.now());
+      if (!this.expectingExit) this.crashes.push({ at: Date.now(), pid: child.pid!, how: signal ?? `exit ${code}`, tail: this.log.slice(-3_000) });
+    });
+    this.banner = await waitForOutput(child, this.bannerPattern, { timeoutMs: 60_000, context: () => this.log });
+  }
+
+  signal(signal: NodeJS.Signals): void {
+    if (this.alive) this.child!.kill(signal);
+  }
+
+  /** Sends `signal` (SIGKILL: a crash) and waits for the exit. */
+  async kill(signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
+    const child = this.child;
+    if (!child || !this.alive) return;
+    const exited = new Promise<void>((done) => child.once("exit", () => done()));
+    this.expectingExit = true;
+    child.kill("SIGCONT");
+    child.kill(signal);
+    const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+export interface FleetOptions {
+  readonly root: string;
+  readonly dir: string;
+  readonly runId: string;
+  readonly jobScript: string;
+  readonly execservers: number;
+  readonly fylrs: number;
+  readonly slotsPerExecserver: number;
+  readonly logLevel: string;
+}
+
+/** Everything the soak started; stop() takes it all down. */
+export interface Fleet {
+  readonly databaseUrl: string;
+  readonly execservers: ServerProcess[];
+  /** gRPC address of each execserver (index as `execservers`). */
+  readonly execAddresses: string[];
+  readonly fylrs: ServerProcess[];
+  /** "http://127.0.0.1:PORT" of each fylr. */
+  readonly fylrUrls: string[];
+  readonly proxies: ChaosProxy[];
+  readonly haproxy: Haproxy;
+  restartPostgres(downMs: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** Starts the fleet: Postgres, execservers, HAProxy over the first two, proxies, fylrs. */
+export async function startFleet(o: FleetOptions): Promise<Fleet> {
+  const env = { [RUN_MARKER]: o.runId, SLOTBROKER_LOG_LEVEL: o.logLevel };
+  const cli = join(o.root, "src", "cli.ts");
+  let pg: LocalPostgres | undefined;
+  let adminUrl = process.env.DATABASE_URL;
+  const pgDir = join(o.dir, "pg");
+  mkdirSync(pgDir, { recursive: true });
+  chmodSync(pgDir, 0o755); // as root the server runs as the "postgres" user
+  const pgPort = await freePort();
+  if (!adminUrl) {
+    pg = await startEmbeddedPostgres({ dataDir: join(pgDir, "data"), port: pgPort, persistent: true });
+    adminUrl = pg.url;
+  }
+  const { url: databaseUrl } = await createDatabase(adminUrl, "soak");
+
+  const execservers: ServerProcess[] = [];
+  const execAddresses: string[] = [];
+  for (let i = 0; i < o.execservers; i++) {
+    const listen = `127.0.0.1:${await freePort()}`;
+    const path = join(o.dir, `exec-${i}.yaml`);
+    writeFileSync(
+      path,
+      stringify({
+        instanceId: `soak-exec-${i}`,
+        listen,
+        adminListen: "127.0.0.1:0",
+        drainTimeout: "2s",
+        offerTimeout: "3s",
+        waitgroups: { work: { processes: o.slotsPerExecserver } },
+        services: { soak: { waitgroup: "work", command: ["sh", o.jobScript], timeout: "20s" } },
+      }),
+    );
+    execservers.push(new ServerProcess(`execserver-${i}`, ["--import", "tsx", cli, "execserver", "--config", path], /^execserver (\S+) listening (.+)$/m, { cwd: o.root, env }));
+    execAddresses.push(listen);
+  }
+  await Promise.all(execservers.map((e) => e.start()));
+  // Two (or more) behind HAProxy, the last one direct; every path through a chaos proxy.
+  const balanced = execAddresses.slice(0, Math.max(2, o.execservers - 1));
+  const direct = execAddresses.slice(balanced.length);
+  const haproxy = await startHaproxy(balanced);
+  const proxies = await Promise.all([haproxy.address, ...direct].map((a) => ChaosProxy.start(a)));
+
+  const fylrs: ServerProcess[] = [];
+  const fylrUrls: string[] = [];
+  for (let i = 0; i < o.fylrs; i++) {
+    const listen = `127.0.0.1:${await freePort()}`;
+    const path = join(o.dir, `fylr-${i}.yaml`);
+    writeFileSync(
+      path,
+      stringify({
+        name: `soak-fylr-${i}`,
+        listen,
+        databaseUrl,
+        databasePoolSize: 6,
+        execserver: {
+          addresses: proxies.map((p) => p.address),
+          connectTimeout: "10s",
+          retryTick: "300ms",
+          growInterval: "500ms",
+          reconnectInitial: "100ms",
+          reconnectMax: "1s",
+          pingInterval: "1s",
+          pingTimeout: "2s",
+        },
+        dispatcher: {
+          pollInterval: "500ms",
+          heartbeatInterval: "500ms",
+          staleAfter: "4s",
+          noSlotDelay: "1s",
+          retryInitial: "200ms",
+          retryMax: "2s",
+          stopGrace: "2s",
+        },
+      }),
+    );
+    fylrs.push(new ServerProcess(`fylr-${i}`, ["--import", "tsx", cli, "fylr", "--config", path], /^fylr (\S+) listening http=(\S+)$/m, { cwd: o.root, env }));
+    fylrUrls.push(`http://${listen}`);
+  }
+  // The first migrates the database; the others find it done.
+  await fylrs[0]!.start();
+  await Promise.all(fylrs.slice(1).map((f) => f.start()));
+
+  return {
+    databaseUrl,
+    execservers,
+    execAddresses,
+    fylrs,
+    fylrUrls,
+    proxies,
+    haproxy,
+    async restartPostgres(downMs) {
+      if (!pg) return; // DATABASE_URL: not ours to restart
+      await pg.stop();
+      await new Promise((r) => setTimeout(r, downMs));
+      pg = await startEmbeddedPostgres({ dataDir: join(pgDir, "data"), port: pgPort, persistent: true });
+    },
+    async stop() {
+      await Promise.all([...fylrs, ...execservers].map((p) => p.kill("SIGTERM")));
+      await Promise.all(proxies.map((p) => p.close()));
+      await release(haproxy);
+      await pg?.stop();
+    },
+  };
+}

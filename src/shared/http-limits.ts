@@ -1,0 +1,44 @@
+/**
+ * Limits every HTTP listener of slotbroker applies against slow or greedy clients: a
+ * deadline for a request's headers (also the idle time of a kept-alive connection), a
+ * cap on open connections, and a cap on a Connect/JSON request message.
+ */
+import { z } from "zod";
+import { byteSize, durationMs } from "./config.js";
+
+/** Compiled HTTP limits. */
+export interface HttpLimits {
+  /** A connection must send a request's complete headers within this time (default 20 s). */
+  readonly headersTimeoutMs: number;
+  /** A kept-alive connection with no request in flight is closed after this time (default 60 s). */
+  readonly idleTimeoutMs: number;
+  /** Open connections at most; more are closed at once (default 4096). */
+  readonly maxConnections: number;
+  /** Largest Connect/gRPC/JSON request message (default 16 MiB; the store upload route has its own limits). */
+  readonly maxRequestBytes: number;
+}
+
+/** The YAML shape (`http:` in the fylr config, `adminHttp:` in the execserver's). */
+export const httpLimitsSchema = z
+  .strictObject({
+    headersTimeout: durationMs.prefault("20s"),
+    idleTimeout: durationMs.prefault("60s"),
+    maxConnections: z.number().int().min(1).max(1_000_000).default(4096),
+    maxRequestBytes: byteSize.prefault("16MiB"),
+  })
+  .superRefine((c, ctx) => {
+    if (c.headersTimeout <= 0) ctx.addIssue({ code: "custom", path: ["headersTimeout"], message: "must be longer than 0" });
+    if (c.idleTimeout <= 0) ctx.addIssue({ code: "custom", path: ["idleTimeout"], message: "must be longer than 0" });
+    if (c.maxRequestBytes < 64 * 1024) ctx.addIssue({ code: "custom", path: ["maxRequestBytes"], message: "must be at least 64KiB" });
+  })
+  .transform(
+    (c): HttpLimits => ({
+      headersTimeoutMs: c.headersTimeout,
+      idleTimeoutMs: c.idleTimeout,
+      maxConnections: c.maxConnections,
+      maxRequestBytes: c.maxRequestBytes,
+    }),
+  );
+
+/** The defaults. */
+export const defaultHttpLimits: HttpLimits = httpLimitsSchema.parse({});

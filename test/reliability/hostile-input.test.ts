@@ -1,0 +1,163 @@
+// Findings 4, 5 and 7 of the trust review, with real processes: what an execserver would
+// refuse is refused at submit (naming the field), request bodies are capped, one job's
+// oversize frame never takes down its siblings, slow or idle connections are closed and
+// the connection count is capped, and NUL characters are a 400, not a 500.
+import { connect, type Socket } from "node:net";
+import { ConnectError, Code } from "@connectrpc/connect";
+import { expect } from "chai";
+import type pg from "pg";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { startReplica, stopReplica } from "../support/fylr-replica.js";
+import { createTestDatabase } from "../support/postgres.js";
+import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "../integration/support.js";
+
+async function submitError(fylr: FylrProcess, request: Parameters<FylrProcess["client"]["submit"]>[0]): Promise<ConnectError> {
+  try {
+    await fylr.client.submit(request);
+  } catch (err) {
+    return ConnectError.from(err);
+  }
+  throw new Error("the submit was accepted");
+}
+
+function openSocket(port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, "127.0.0.1", () => resolve(socket));
+    socket.once("error", reject);
+  });
+}
+
+describe("reliability: hostile input at the fylr's doors", () => {
+  let databaseUrl: string;
+  let pool: pg.Pool;
+  let exec: ExecserverProcess | undefined;
+  let fylr: FylrProcess | undefined;
+  const sockets: Socket[] = [];
+
+  before(async () => {
+    databaseUrl = await createTestDatabase("hostile_input");
+  });
+  beforeEach(async () => {
+    pool = openPool(databaseUrl);
+    await pool.query("DROP SCHEMA public CASCADE; CREATE SCHEMA public");
+    exec = await spawnExecserver({
+      instanceId: "exec-hostile",
+      waitgroups: { w: { processes: 4 } },
+      services: { echo: { waitgroup: "w", command: ["echo"] }, sleep: { waitgroup: "w", command: ["sleep"] } },
+    });
+  });
+  afterEach(async () => {
+    for (const s of sockets.splice(0)) s.destroy();
+    await closeAll(fylr, exec, pool);
+    fylr = exec = undefined;
+  });
+
+  const start = async (extra: Parameters<typeof fastFylrConfig>[2] = {}): Promise<FylrProcess> =>
+    (fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress], extra), "f-hostile"));
+
+  it("finding 4: an argument over the execserver's limit is refused at submit, naming the field", async function () {
+    this.timeout(60_000);
+    await start();
+    const err = await submitError(fylr!, { calls: [{ service: "echo", args: ["x".repeat(2_000_000)] }] });
+    expect(err.code).to.equal(Code.InvalidArgument);
+    expect(err.rawMessage).to.match(/^calls\[0\]\.args: 2000000 bytes, more than 262144/);
+    const many = await submitError(fylr!, { calls: [{ service: "echo", args: Array.from({ length: 5000 }, () => "a") }] });
+    expect(many.rawMessage).to.match(/^calls\[0\]\.args: more than 4096 entries/);
+  });
+
+  it("finding 4: a QueueService request body over http.maxRequestBytes is refused before it is parsed", async function () {
+    this.timeout(60_000);
+    await start({ http: { maxRequestBytes: "1MiB" } });
+    const body = JSON.stringify({ calls: [{ service: "echo", stdinData: Buffer.alloc(3 << 20).toString("base64") }] });
+    const response = await fetch(`${fylr!.url}/slotbroker.v1.QueueService/Submit`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body,
+    });
+    const answer = (await response.json()) as { code: string; message: string };
+    expect(answer.code, answer.message).to.equal("resource_exhausted");
+    expect(response.status).to.equal(429);
+    // And a normal submit still works.
+    const ok = await fylr!.client.submit({ calls: [{ service: "echo", args: ["hi"] }] });
+    expect(ok.created).to.equal(true);
+  });
+
+  it("finding 4: one job's oversize spec fails alone; its sibling on the same broker stream carries on", async function () {
+    this.timeout(60_000);
+    const replica = await startReplica({ addresses: [exec!.grpcAddress], connectTimeout: "30s" }, "siblings");
+    try {
+      const sibling = replica.exec.run({ service: "sleep", args: ["1"] });
+      await waitFor("the sibling to run", async () => (await exec!.status()).waitgroups[0]!.running === 1);
+      let error: Error | undefined;
+      await replica.exec.run({ service: "echo", args: ["y".repeat(2_000_000)] }).catch((err: Error) => (error = err));
+      expect(error?.message).to.match(/args: 2000000 bytes, more than 262144/);
+      const result = await sibling;
+      expect(result.receipt.exitCode, result.receipt.errorMessage).to.equal(0);
+    } finally {
+      await stopReplica(replica);
+    }
+  });
+
+  it("finding 5: connections trickling their headers are closed after http.headersTimeout; the port keeps serving", async function () {
+    this.timeout(60_000);
+    await start({ http: { headersTimeout: "1s", idleTimeout: "1s" } });
+    const port = Number(new URL(fylr!.url).port);
+    const trickling = await Promise.all(Array.from({ length: 20 }, () => openSocket(port)));
+    sockets.push(...trickling);
+    const closed = new Set<Socket>();
+    for (const s of trickling) s.once("close", () => closed.add(s));
+    const header = "GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: ";
+    let i = 0;
+    const drip = setInterval(() => {
+      for (const s of trickling) if (!s.destroyed) s.write(header[i % header.length]!);
+      i++;
+    }, 200);
+    try {
+      await waitFor("every trickling connection to be closed", () => closed.size === trickling.length, 5_000, 50);
+    } finally {
+      clearInterval(drip);
+    }
+    // An idle kept-alive connection is closed too.
+    const idle = await openSocket(port);
+    sockets.push(idle);
+    const idleClosed = new Promise((done) => idle.once("close", done));
+    idle.write("GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n");
+    await idleClosed;
+    expect((await fetch(`${fylr!.url}/healthz`)).status).to.equal(200);
+  });
+
+  it("finding 5: connections past http.maxConnections are closed at once; those open keep being served", async function () {
+    this.timeout(60_000);
+    await start({ http: { maxConnections: 20 } });
+    const port = Number(new URL(fylr!.url).port);
+    const held = await Promise.all(Array.from({ length: 30 }, () => openSocket(port)));
+    sockets.push(...held);
+    const closed = new Set<Socket>();
+    for (const s of held) s.once("close", () => closed.add(s));
+    await waitFor("the connections over the cap to be closed", () => closed.size >= 10, 5_000, 50);
+    expect(closed.size).to.equal(10);
+    for (const s of held.filter((x) => !closed.has(x)).slice(0, 12)) s.destroy();
+    await waitFor("the port to serve again", async () => (await fetch(`${fylr!.url}/healthz`)).status === 200, 5_000, 50);
+  });
+
+  it("finding 7: a NUL character in an argument, env value or idempotency key is a 400 naming the field", async function () {
+    this.timeout(60_000);
+    await start();
+    const arg = await submitError(fylr!, { calls: [{ service: "echo", args: ["ok", "a\u0000b"] }] });
+    expect(arg.code).to.equal(Code.InvalidArgument);
+    expect(arg.rawMessage).to.equal("calls[0].args[1]: must not contain a NUL character");
+    const key = await submitError(fylr!, { calls: [{ service: "echo" }], idempotencyKey: "k\u0000" });
+    expect(key.code).to.equal(Code.InvalidArgument);
+    expect(key.rawMessage).to.equal("idempotency_key: must not contain a NUL character");
+  });
+
+  it("finding 7: stdin_url outside dispatcher.stdinUrlPrefixes is refused at submit", async function () {
+    this.timeout(60_000);
+    await start({ dispatcher: { stdinUrlPrefixes: ["https://files.example.com/"] } });
+    const err = await submitError(fylr!, { calls: [{ service: "echo", stdin: { case: "stdinUrl", value: "http://169.254.169.254/latest/meta-data/" } }] });
+    expect(err.code).to.equal(Code.InvalidArgument);
+    expect(err.rawMessage).to.match(/^calls\[0\]\.stdin_url: not under an allowed prefix \(dispatcher\.stdinUrlPrefixes\)/);
+    const ok = await fylr!.client.submit({ calls: [{ service: "echo", stdin: { case: "stdinUrl", value: "https://files.example.com/a.txt" } }], maxAttempts: 1 });
+    expect(ok.created).to.equal(true);
+  });
+});
