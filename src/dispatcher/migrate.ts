@@ -78,6 +78,7 @@ export async function migrate(
   const log = (options.logger ?? silentLogger).child({ component: "migrate" });
   const migrations = options.migrations ?? loadMigrations();
   const own = typeof db === "string" ? new pg.Client({ connectionString: db }) : undefined;
+  own?.on("error", () => undefined); // a dropped connection fails the query in flight; never crash
   let client: pg.ClientBase;
   // A pooled connection goes back to the pool only if its advisory lock was released;
   // otherwise it is destroyed, which drops the session lock with it.
@@ -88,8 +89,15 @@ export async function migrate(
       client = own;
     } else {
       const pooled = await (db as pg.Pool).connect();
+      // Checked out, it has no 'error' listener of the pool's: a server restart mid-migration
+      // must fail the migration, not crash the process.
+      const ignore = (): void => undefined;
+      pooled.on("error", ignore);
       client = pooled;
-      releasePooled = (destroy) => pooled.release(destroy);
+      releasePooled = (destroy) => {
+        pooled.off("error", ignore);
+        pooled.release(destroy);
+      };
     }
   } catch (err) {
     await own?.end().catch(() => undefined);

@@ -126,6 +126,10 @@ export class QueueStore {
     const client = await this.pool.connect().catch((err: unknown) => {
       throw fromPgError(err, "submit");
     });
+    // A checked-out client has no 'error' listener of the pool's: a server restart between
+    // two of these queries would otherwise crash the process (the query fails anyway).
+    const ignore = (): void => undefined;
+    client.on("error", ignore);
     let healthy = false;
     try {
       await client.query("BEGIN");
@@ -154,6 +158,7 @@ export class QueueStore {
     } catch (err) {
       throw fromPgError(err, "submit");
     } finally {
+      client.off("error", ignore);
       client.release(!healthy);
     }
   }
