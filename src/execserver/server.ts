@@ -124,6 +124,10 @@ export class Execserver implements SessionHost {
     this.auth = new BearerAuth(config.token);
     this.grpcServer = new grpc.Server({
       "grpc.max_receive_message_length": limits.maxFrameBytes,
+      // A connection carries a few streams (one broker stream, status and health calls);
+      // one with no stream at all for 5 minutes is closed.
+      "grpc.max_concurrent_streams": 1000,
+      "grpc.max_connection_idle_ms": 5 * 60_000,
       "grpc.keepalive_time_ms": 30_000,
       "grpc.keepalive_timeout_ms": 10_000,
       // Let fylrs ping every few seconds for half-open detection without a GOAWAY.
@@ -136,7 +140,7 @@ export class Execserver implements SessionHost {
     });
     addReflection(this.grpcServer, [BrokerService.typeName]);
     this.health = addHealth(this.grpcServer, Object.fromEntries(healthServices.map((s) => [s, "SERVING" as const])));
-    this.admin = new AdminServer(this.logger);
+    this.admin = new AdminServer(this.logger, { auth: this.auth, limits: config.adminHttp });
     if (config.legacy && tokens) {
       this.legacy = new LegacyTransport({
         tokens,
@@ -148,7 +152,7 @@ export class Execserver implements SessionHost {
         runJob: options.runJob,
         jobFinished: () => this.jobFinished(),
       });
-      const target = config.legacy.listen === "admin" ? this.admin : (this.legacyServer = new AdminServer(this.logger));
+      const target = config.legacy.listen === "admin" ? this.admin : (this.legacyServer = new AdminServer(this.logger, { auth: this.auth, limits: config.adminHttp }));
       const handler = (req: Parameters<LegacyTransport["handle"]>[0], res: Parameters<LegacyTransport["handle"]>[1]): Promise<void> | void =>
         this.legacy!.handle(req, res);
       target.route("/job", handler).routePrefix("/token/", handler);
