@@ -81,6 +81,7 @@ export class Execserver implements SessionHost {
   // Aborted when the server stops; every session listens and ends its stream.
   private readonly shutdown = new AbortController();
   private readonly services: Record<string, string> = {};
+  private readonly serviceEnv: Record<string, { names: string[] }> = {};
   private readonly logger: Logger;
   // Refused connections are logged, but a client retrying with a wrong token cannot flood the log.
   private readonly refusedLog = new LogBudget(10, 10_000);
@@ -105,7 +106,10 @@ export class Execserver implements SessionHost {
     this.logger = options.logger.child({ component: "execserver", instanceId: config.instanceId });
     // One listener per session; thousands are expected.
     setMaxListeners(0, this.shutdown.signal);
-    for (const [name, s] of Object.entries(config.services)) this.services[name] = s.waitgroup;
+    for (const [name, s] of Object.entries(config.services)) {
+      this.services[name] = s.waitgroup;
+      this.serviceEnv[name] = { names: [...s.env] };
+    }
     this.events = new Events((err, event) => this.logger.error({ err, event }, "an execserver event listener threw"));
     this.io = new BrokerIo({
       events: this.events,
@@ -197,6 +201,7 @@ export class Execserver implements SessionHost {
     return create(HelloSchema, {
       instanceId: this.config.instanceId,
       services: this.services,
+      serviceEnv: this.serviceEnv,
       waitgroups: helloWaitgroups(this.broker),
       clients: this.sessions.size,
       capabilities,

@@ -32,7 +32,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file slotbroker/v1/broker.proto.
  */
 export const file_slotbroker_v1_broker: GenFile = /*@__PURE__*/
-  fileDesc("ChpzbG90YnJva2VyL3YxL2Jyb2tlci5wcm90bxINc2xvdGJyb2tlci52MSKBAgoOQ29ubmVjdFJlcXVlc3QSIwoEd2FudBgBIAEoCzITLnNsb3Ricm9rZXIudjEuV2FudEgAEicKBnVud2FudBgCIAEoCzIVLnNsb3Ricm9rZXIudjEuVW53YW50SAASIQoDam9iGAMgASgLMhIuc2xvdGJyb2tlci52MS5Kb2JIABIpCgdkZWNsaW5lGAQgASgLMhYuc2xvdGJyb2tlci52MS5EZWNsaW5lSAASIwoEcGluZxgFIAEoCzITLnNsb3Ricm9rZXIudjEuUGluZ0gAEiUKBXF1ZXJ5GAYgASgLMhQuc2xvdGJyb2tlci52MS5RdWVyeUgAQgcKBWZyYW1lIr4CCg9Db25uZWN0UmVzcG9uc2USJQoFaGVsbG8YASABKAsyFC5zbG90YnJva2VyLnYxLkhlbGxvSAASJQoFb2ZmZXIYAiABKAsyFC5zbG90YnJva2VyLnYxLk9mZmVySAASIwoEZG9uZRgDIAEoCzITLnNsb3Ricm9rZXIudjEuRG9uZUgAEiMKBHBvbmcYBCABKAsyEy5zbG90YnJva2VyLnYxLlBvbmdIABIrCghwb3NpdGlvbhgFIAEoCzIXLnNsb3Ricm9rZXIudjEuUG9zaXRpb25IABInCgZyZWplY3QYBiABKAsyFS5zbG90YnJva2VyLnYxLlJlamVjdEgAEjQKDW9mZmVyX2V4cGlyZWQYByABKAsyGy5zbG90YnJva2VyLnYxLk9mZmVyRXhwaXJlZEgAQgcKBWZyYW1lIjkKBFdhbnQSDgoGam9iX2lkGAEgASgJEg8KB3NlcnZpY2UYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUiGAoGVW53YW50Eg4KBmpvYl9pZBgBIAEoCSJQCgNKb2ISDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJEiQKBHNwZWMYAyABKAsyFi5zbG90YnJva2VyLnYxLkpvYlNwZWMiLgoHRGVjbGluZRIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkiFQoEUGluZxINCgVub25jZRgBIAEoBCIXCgVRdWVyeRIOCgZqb2JfaWQYASABKAkihQIKBUhlbGxvEhMKC2luc3RhbmNlX2lkGAEgASgJEjQKCHNlcnZpY2VzGAIgAygLMiIuc2xvdGJyb2tlci52MS5IZWxsby5TZXJ2aWNlc0VudHJ5EjEKCndhaXRncm91cHMYAyADKAsyHS5zbG90YnJva2VyLnYxLldhaXRncm91cFN0YXRlEg8KB2NsaWVudHMYBCABKA0SFAoMY2FwYWJpbGl0aWVzGAUgAygJEhQKDHBlZXJfYWRkcmVzcxgGIAEoCRIQCghkcmFpbmluZxgHIAEoCBovCg1TZXJ2aWNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUwoOV2FpdGdyb3VwU3RhdGUSDAoEbmFtZRgBIAEoCRIRCglwcm9jZXNzZXMYAiABKA0SDwoHcnVubmluZxgDIAEoDRIPCgd3YWl0aW5nGAQgASgNIm4KBU9mZmVyEg4KBmpvYl9pZBgBIAEoCRITCgtvZmZlcl90b2tlbhgCIAEoCRItCgpleHBpcmVzX2luGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCXdhaXRncm91cBgEIAEoCSIzCgxPZmZlckV4cGlyZWQSDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJIj8KBERvbmUSDgoGam9iX2lkGAEgASgJEicKB3JlY2VpcHQYAiABKAsyFi5zbG90YnJva2VyLnYxLlJlY2VpcHQiFQoEUG9uZxINCgVub25jZRgBIAEoBCK0AQoIUG9zaXRpb24SDgoGam9iX2lkGAEgASgJEg8KB3J1bm5pbmcYAiABKA0SDQoFYWhlYWQYAyABKA0SEAoIY2FwYWNpdHkYBCABKA0SJgoDZXRhGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKBXN0YXRlGAYgASgOMhwuc2xvdGJyb2tlci52MS5Qb3NpdGlvblN0YXRlEhEKCXdhaXRncm91cBgHIAEoCSJSCgZSZWplY3QSDgoGam9iX2lkGAEgASgJEicKBGNvZGUYAiABKA4yGS5zbG90YnJva2VyLnYxLlJlamVjdENvZGUSDwoHbWVzc2FnZRgDIAEoCSKnAgoHSm9iU3BlYxIMCgRhcmdzGAEgAygJEiwKA2VudhgCIAMoCzIfLnNsb3Ricm9rZXIudjEuSm9iU3BlYy5FbnZFbnRyeRIqCgd0aW1lb3V0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCXN0ZGluX3VybBgEIAEoCRISCgpzdGRvdXRfdXJsGAUgASgJEjIKBmxhYmVscxgGIAMoCzIiLnNsb3Ricm9rZXIudjEuSm9iU3BlYy5MYWJlbHNFbnRyeRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEinAIKB1JlY2VpcHQSFgoJZXhpdF9jb2RlGAEgASgFSACIAQESDgoGc2lnbmFsGAIgASgJEisKCGR1cmF0aW9uGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC3N0ZGVycl9saW5lGAQgASgJEhUKDXN0ZG91dF9wcmVmaXgYBSABKAwSFAoMc3Rkb3V0X2J5dGVzGAYgASgEEhcKD3N0ZG91dF9zdHJlYW1lZBgHIAEoCBInCgVlcnJvchgIIAEoDjIYLnNsb3Ricm9rZXIudjEuRXJyb3JLaW5kEhUKDWVycm9yX21lc3NhZ2UYCSABKAkSEwoLaW5zdGFuY2VfaWQYCiABKAlCDAoKX2V4aXRfY29kZSISChBHZXRTdGF0dXNSZXF1ZXN0IvQCChFHZXRTdGF0dXNSZXNwb25zZRITCgtpbnN0YW5jZV9pZBgBIAEoCRIyCgp3YWl0Z3JvdXBzGAIgAygLMh4uc2xvdGJyb2tlci52MS5XYWl0Z3JvdXBTdGF0dXMSNAoLY29ubmVjdGlvbnMYAyADKAsyHy5zbG90YnJva2VyLnYxLkNvbm5lY3Rpb25TdGF0dXMSQAoIc2VydmljZXMYBCADKAsyLi5zbG90YnJva2VyLnYxLkdldFN0YXR1c1Jlc3BvbnNlLlNlcnZpY2VzRW50cnkSEAoIZHJhaW5pbmcYBSABKAgSLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoGbGVnYWN5GAcgASgLMhsuc2xvdGJyb2tlci52MS5MZWdhY3lTdGF0dXMaLwoNU2VydmljZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIsACCgxMZWdhY3lTdGF0dXMSGgoSdG9rZW5zX291dHN0YW5kaW5nGAEgASgNEhUKDXRva2Vuc19pc3N1ZWQYAiABKAQSFwoPdG9rZW5zX3JlZGVlbWVkGAMgASgEEhYKDnRva2Vuc19leHBpcmVkGAQgASgEEhcKD3Rva2Vuc19yZWxlYXNlZBgFIAEoBBIcChRyZWZ1c2VkX3dhbnRzX3BhcmtlZBgGIAEoBBIXCg9yZWZ1c2VkX25vX3Nsb3QYByABKAQSHwoXcmVmdXNlZF91bmtub3duX3NlcnZpY2UYCCABKAQSGAoQcmVmdXNlZF9kcmFpbmluZxgJIAEoBBIYChB0b2tlbnNfbm90X2ZvdW5kGAogASgEEhQKDGpvYnNfcnVubmluZxgLIAEoDRIRCglqb2JzX2RvbmUYDCABKAQikgIKD1dhaXRncm91cFN0YXR1cxIMCgRuYW1lGAEgASgJEhEKCXByb2Nlc3NlcxgCIAEoDRIPCgdydW5uaW5nGAMgASgNEg8KB29mZmVyZWQYBCABKA0SDAoEZnJlZRgFIAEoDRIPCgd3YWl0aW5nGAYgASgEEioKBGJvb2sYByADKAsyHC5zbG90YnJva2VyLnYxLlByaW9yaXR5RGVwdGgSEQoJY29tcGxldGVkGAggASgEEi8KDG1lYW5fcnVudGltZRgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWdhY3lfdG9rZW5zGAogASgNEhYKDmxlZ2FjeV9ydW5uaW5nGAsgASgNIjAKDVByaW9yaXR5RGVwdGgSEAoIcHJpb3JpdHkYASABKAUSDQoFd2FudHMYAiABKAQijwIKEENvbm5lY3Rpb25TdGF0dXMSFQoNY29ubmVjdGlvbl9pZBgBIAEoCRIUCgxwZWVyX2FkZHJlc3MYAiABKAkSEwoLY2xpZW50X25hbWUYAyABKAkSMAoMY29ubmVjdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgx3YW50c19wYXJrZWQYBSABKAQSDgoGb2ZmZXJzGAYgASgEEg4KBmdyYW50cxgHIAEoBBIQCghkZWNsaW5lcxgIIAEoBBIPCgdleHBpcmVkGAkgASgEEg8KB3JlamVjdHMYCiABKAQSDwoHcnVubmluZxgLIAEoDRIMCgRkb25lGAwgASgEKoIBCg1Qb3NpdGlvblN0YXRlEh4KGlBPU0lUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASGQoVUE9TSVRJT05fU1RBVEVfUEFSS0VEEAESGgoWUE9TSVRJT05fU1RBVEVfT0ZGRVJFRBACEhoKFlBPU0lUSU9OX1NUQVRFX1JVTk5JTkcQAyqBAgoKUmVqZWN0Q29kZRIbChdSRUpFQ1RfQ09ERV9VTlNQRUNJRklFRBAAEh8KG1JFSkVDVF9DT0RFX1VOS05PV05fU0VSVklDRRABEhsKF1JFSkVDVF9DT0RFX1NUQUxFX09GRkVSEAISHQoZUkVKRUNUX0NPREVfRFVQTElDQVRFX0pPQhADEiAKHFJFSkVDVF9DT0RFX0lOVkFMSURfQVJHVU1FTlQQBBIYChRSRUpFQ1RfQ09ERV9EUkFJTklORxAFEiIKHlJFSkVDVF9DT0RFX1JFU09VUkNFX0VYSEFVU1RFRBAGEhkKFVJFSkVDVF9DT0RFX0JPT0tfRlVMTBAHKqkBCglFcnJvcktpbmQSGgoWRVJST1JfS0lORF9VTlNQRUNJRklFRBAAEhYKEkVSUk9SX0tJTkRfVElNRU9VVBABEhUKEUVSUk9SX0tJTkRfS0lMTEVEEAISGwoXRVJST1JfS0lORF9TUEFXTl9GQUlMRUQQAxIaChZFUlJPUl9LSU5EX1BJUEVfRkFJTEVEEAQSGAoURVJST1JfS0lORF9DQU5DRUxMRUQQBTKtAQoNQnJva2VyU2VydmljZRJMCgdDb25uZWN0Eh0uc2xvdGJyb2tlci52MS5Db25uZWN0UmVxdWVzdBoeLnNsb3Ricm9rZXIudjEuQ29ubmVjdFJlc3BvbnNlKAEwARJOCglHZXRTdGF0dXMSHy5zbG90YnJva2VyLnYxLkdldFN0YXR1c1JlcXVlc3QaIC5zbG90YnJva2VyLnYxLkdldFN0YXR1c1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChpzbG90YnJva2VyL3YxL2Jyb2tlci5wcm90bxINc2xvdGJyb2tlci52MSKBAgoOQ29ubmVjdFJlcXVlc3QSIwoEd2FudBgBIAEoCzITLnNsb3Ricm9rZXIudjEuV2FudEgAEicKBnVud2FudBgCIAEoCzIVLnNsb3Ricm9rZXIudjEuVW53YW50SAASIQoDam9iGAMgASgLMhIuc2xvdGJyb2tlci52MS5Kb2JIABIpCgdkZWNsaW5lGAQgASgLMhYuc2xvdGJyb2tlci52MS5EZWNsaW5lSAASIwoEcGluZxgFIAEoCzITLnNsb3Ricm9rZXIudjEuUGluZ0gAEiUKBXF1ZXJ5GAYgASgLMhQuc2xvdGJyb2tlci52MS5RdWVyeUgAQgcKBWZyYW1lIr4CCg9Db25uZWN0UmVzcG9uc2USJQoFaGVsbG8YASABKAsyFC5zbG90YnJva2VyLnYxLkhlbGxvSAASJQoFb2ZmZXIYAiABKAsyFC5zbG90YnJva2VyLnYxLk9mZmVySAASIwoEZG9uZRgDIAEoCzITLnNsb3Ricm9rZXIudjEuRG9uZUgAEiMKBHBvbmcYBCABKAsyEy5zbG90YnJva2VyLnYxLlBvbmdIABIrCghwb3NpdGlvbhgFIAEoCzIXLnNsb3Ricm9rZXIudjEuUG9zaXRpb25IABInCgZyZWplY3QYBiABKAsyFS5zbG90YnJva2VyLnYxLlJlamVjdEgAEjQKDW9mZmVyX2V4cGlyZWQYByABKAsyGy5zbG90YnJva2VyLnYxLk9mZmVyRXhwaXJlZEgAQgcKBWZyYW1lIjkKBFdhbnQSDgoGam9iX2lkGAEgASgJEg8KB3NlcnZpY2UYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUiGAoGVW53YW50Eg4KBmpvYl9pZBgBIAEoCSJQCgNKb2ISDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJEiQKBHNwZWMYAyABKAsyFi5zbG90YnJva2VyLnYxLkpvYlNwZWMiLgoHRGVjbGluZRIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkiFQoEUGluZxINCgVub25jZRgBIAEoBCIXCgVRdWVyeRIOCgZqb2JfaWQYASABKAkijgMKBUhlbGxvEhMKC2luc3RhbmNlX2lkGAEgASgJEjQKCHNlcnZpY2VzGAIgAygLMiIuc2xvdGJyb2tlci52MS5IZWxsby5TZXJ2aWNlc0VudHJ5EjEKCndhaXRncm91cHMYAyADKAsyHS5zbG90YnJva2VyLnYxLldhaXRncm91cFN0YXRlEg8KB2NsaWVudHMYBCABKA0SFAoMY2FwYWJpbGl0aWVzGAUgAygJEhQKDHBlZXJfYWRkcmVzcxgGIAEoCRIQCghkcmFpbmluZxgHIAEoCBI5CgtzZXJ2aWNlX2VudhgIIAMoCzIkLnNsb3Ricm9rZXIudjEuSGVsbG8uU2VydmljZUVudkVudHJ5Gi8KDVNlcnZpY2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARpMCg9TZXJ2aWNlRW52RW50cnkSCwoDa2V5GAEgASgJEigKBXZhbHVlGAIgASgLMhkuc2xvdGJyb2tlci52MS5TZXJ2aWNlRW52OgI4ASIbCgpTZXJ2aWNlRW52Eg0KBW5hbWVzGAEgAygJIlMKDldhaXRncm91cFN0YXRlEgwKBG5hbWUYASABKAkSEQoJcHJvY2Vzc2VzGAIgASgNEg8KB3J1bm5pbmcYAyABKA0SDwoHd2FpdGluZxgEIAEoDSJuCgVPZmZlchIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkSLQoKZXhwaXJlc19pbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCgl3YWl0Z3JvdXAYBCABKAkiMwoMT2ZmZXJFeHBpcmVkEg4KBmpvYl9pZBgBIAEoCRITCgtvZmZlcl90b2tlbhgCIAEoCSI/CgREb25lEg4KBmpvYl9pZBgBIAEoCRInCgdyZWNlaXB0GAIgASgLMhYuc2xvdGJyb2tlci52MS5SZWNlaXB0IhUKBFBvbmcSDQoFbm9uY2UYASABKAQitAEKCFBvc2l0aW9uEg4KBmpvYl9pZBgBIAEoCRIPCgdydW5uaW5nGAIgASgNEg0KBWFoZWFkGAMgASgNEhAKCGNhcGFjaXR5GAQgASgNEiYKA2V0YRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCgVzdGF0ZRgGIAEoDjIcLnNsb3Ricm9rZXIudjEuUG9zaXRpb25TdGF0ZRIRCgl3YWl0Z3JvdXAYByABKAkiUgoGUmVqZWN0Eg4KBmpvYl9pZBgBIAEoCRInCgRjb2RlGAIgASgOMhkuc2xvdGJyb2tlci52MS5SZWplY3RDb2RlEg8KB21lc3NhZ2UYAyABKAkipwIKB0pvYlNwZWMSDAoEYXJncxgBIAMoCRIsCgNlbnYYAiADKAsyHy5zbG90YnJva2VyLnYxLkpvYlNwZWMuRW52RW50cnkSKgoHdGltZW91dBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglzdGRpbl91cmwYBCABKAkSEgoKc3Rkb3V0X3VybBgFIAEoCRIyCgZsYWJlbHMYBiADKAsyIi5zbG90YnJva2VyLnYxLkpvYlNwZWMuTGFiZWxzRW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpwCCgdSZWNlaXB0EhYKCWV4aXRfY29kZRgBIAEoBUgAiAEBEg4KBnNpZ25hbBgCIAEoCRIrCghkdXJhdGlvbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhITCgtzdGRlcnJfbGluZRgEIAEoCRIVCg1zdGRvdXRfcHJlZml4GAUgASgMEhQKDHN0ZG91dF9ieXRlcxgGIAEoBBIXCg9zdGRvdXRfc3RyZWFtZWQYByABKAgSJwoFZXJyb3IYCCABKA4yGC5zbG90YnJva2VyLnYxLkVycm9yS2luZBIVCg1lcnJvcl9tZXNzYWdlGAkgASgJEhMKC2luc3RhbmNlX2lkGAogASgJQgwKCl9leGl0X2NvZGUiEgoQR2V0U3RhdHVzUmVxdWVzdCL0AgoRR2V0U3RhdHVzUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkSMgoKd2FpdGdyb3VwcxgCIAMoCzIeLnNsb3Ricm9rZXIudjEuV2FpdGdyb3VwU3RhdHVzEjQKC2Nvbm5lY3Rpb25zGAMgAygLMh8uc2xvdGJyb2tlci52MS5Db25uZWN0aW9uU3RhdHVzEkAKCHNlcnZpY2VzGAQgAygLMi4uc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXNwb25zZS5TZXJ2aWNlc0VudHJ5EhAKCGRyYWluaW5nGAUgASgIEi4KCnN0YXJ0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKBmxlZ2FjeRgHIAEoCzIbLnNsb3Ricm9rZXIudjEuTGVnYWN5U3RhdHVzGi8KDVNlcnZpY2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLAAgoMTGVnYWN5U3RhdHVzEhoKEnRva2Vuc19vdXRzdGFuZGluZxgBIAEoDRIVCg10b2tlbnNfaXNzdWVkGAIgASgEEhcKD3Rva2Vuc19yZWRlZW1lZBgDIAEoBBIWCg50b2tlbnNfZXhwaXJlZBgEIAEoBBIXCg90b2tlbnNfcmVsZWFzZWQYBSABKAQSHAoUcmVmdXNlZF93YW50c19wYXJrZWQYBiABKAQSFwoPcmVmdXNlZF9ub19zbG90GAcgASgEEh8KF3JlZnVzZWRfdW5rbm93bl9zZXJ2aWNlGAggASgEEhgKEHJlZnVzZWRfZHJhaW5pbmcYCSABKAQSGAoQdG9rZW5zX25vdF9mb3VuZBgKIAEoBBIUCgxqb2JzX3J1bm5pbmcYCyABKA0SEQoJam9ic19kb25lGAwgASgEIpICCg9XYWl0Z3JvdXBTdGF0dXMSDAoEbmFtZRgBIAEoCRIRCglwcm9jZXNzZXMYAiABKA0SDwoHcnVubmluZxgDIAEoDRIPCgdvZmZlcmVkGAQgASgNEgwKBGZyZWUYBSABKA0SDwoHd2FpdGluZxgGIAEoBBIqCgRib29rGAcgAygLMhwuc2xvdGJyb2tlci52MS5Qcmlvcml0eURlcHRoEhEKCWNvbXBsZXRlZBgIIAEoBBIvCgxtZWFuX3J1bnRpbWUYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoNbGVnYWN5X3Rva2VucxgKIAEoDRIWCg5sZWdhY3lfcnVubmluZxgLIAEoDSIwCg1Qcmlvcml0eURlcHRoEhAKCHByaW9yaXR5GAEgASgFEg0KBXdhbnRzGAIgASgEIo8CChBDb25uZWN0aW9uU3RhdHVzEhUKDWNvbm5lY3Rpb25faWQYASABKAkSFAoMcGVlcl9hZGRyZXNzGAIgASgJEhMKC2NsaWVudF9uYW1lGAMgASgJEjAKDGNvbm5lY3RlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMd2FudHNfcGFya2VkGAUgASgEEg4KBm9mZmVycxgGIAEoBBIOCgZncmFudHMYByABKAQSEAoIZGVjbGluZXMYCCABKAQSDwoHZXhwaXJlZBgJIAEoBBIPCgdyZWplY3RzGAogASgEEg8KB3J1bm5pbmcYCyABKA0SDAoEZG9uZRgMIAEoBCqCAQoNUG9zaXRpb25TdGF0ZRIeChpQT1NJVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEhkKFVBPU0lUSU9OX1NUQVRFX1BBUktFRBABEhoKFlBPU0lUSU9OX1NUQVRFX09GRkVSRUQQAhIaChZQT1NJVElPTl9TVEFURV9SVU5OSU5HEAMqgQIKClJlamVjdENvZGUSGwoXUkVKRUNUX0NPREVfVU5TUEVDSUZJRUQQABIfChtSRUpFQ1RfQ09ERV9VTktOT1dOX1NFUlZJQ0UQARIbChdSRUpFQ1RfQ09ERV9TVEFMRV9PRkZFUhACEh0KGVJFSkVDVF9DT0RFX0RVUExJQ0FURV9KT0IQAxIgChxSRUpFQ1RfQ09ERV9JTlZBTElEX0FSR1VNRU5UEAQSGAoUUkVKRUNUX0NPREVfRFJBSU5JTkcQBRIiCh5SRUpFQ1RfQ09ERV9SRVNPVVJDRV9FWEhBVVNURUQQBhIZChVSRUpFQ1RfQ09ERV9CT09LX0ZVTEwQByqpAQoJRXJyb3JLaW5kEhoKFkVSUk9SX0tJTkRfVU5TUEVDSUZJRUQQABIWChJFUlJPUl9LSU5EX1RJTUVPVVQQARIVChFFUlJPUl9LSU5EX0tJTExFRBACEhsKF0VSUk9SX0tJTkRfU1BBV05fRkFJTEVEEAMSGgoWRVJST1JfS0lORF9QSVBFX0ZBSUxFRBAEEhgKFEVSUk9SX0tJTkRfQ0FOQ0VMTEVEEAUyrQEKDUJyb2tlclNlcnZpY2USTAoHQ29ubmVjdBIdLnNsb3Ricm9rZXIudjEuQ29ubmVjdFJlcXVlc3QaHi5zbG90YnJva2VyLnYxLkNvbm5lY3RSZXNwb25zZSgBMAESTgoJR2V0U3RhdHVzEh8uc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXF1ZXN0GiAuc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ConnectRequest is one frame from the fylr to the execserver.
@@ -409,6 +409,15 @@ export type Hello = Message<"slotbroker.v1.Hello"> & {
    * @generated from field: bool draining = 7;
    */
   draining: boolean;
+
+  /**
+   * Per service (every key of `services`), the environment variable names a job may set;
+   * a Job with any other name is rejected (INVALID_ARGUMENT). Lets a client refuse such a
+   * job before it is queued. Absent from execservers older than this field.
+   *
+   * @generated from field: map<string, slotbroker.v1.ServiceEnv> service_env = 8;
+   */
+  serviceEnv: { [key: string]: ServiceEnv };
 };
 
 /**
@@ -417,6 +426,27 @@ export type Hello = Message<"slotbroker.v1.Hello"> & {
  */
 export const HelloSchema: GenMessage<Hello> = /*@__PURE__*/
   messageDesc(file_slotbroker_v1_broker, 8);
+
+/**
+ * ServiceEnv lists the environment variable names one service allows.
+ *
+ * @generated from message slotbroker.v1.ServiceEnv
+ */
+export type ServiceEnv = Message<"slotbroker.v1.ServiceEnv"> & {
+  /**
+   * Allowed names; empty when the service allows none.
+   *
+   * @generated from field: repeated string names = 1;
+   */
+  names: string[];
+};
+
+/**
+ * Describes the message slotbroker.v1.ServiceEnv.
+ * Use `create(ServiceEnvSchema)` to create a new message.
+ */
+export const ServiceEnvSchema: GenMessage<ServiceEnv> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_broker, 9);
 
 /**
  * WaitgroupState describes one waitgroup in a Hello.
@@ -458,7 +488,7 @@ export type WaitgroupState = Message<"slotbroker.v1.WaitgroupState"> & {
  * Use `create(WaitgroupStateSchema)` to create a new message.
  */
 export const WaitgroupStateSchema: GenMessage<WaitgroupState> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 9);
+  messageDesc(file_slotbroker_v1_broker, 10);
 
 /**
  * Offer reserves a slot for a parked want. Answer with Job or Decline before it expires.
@@ -500,7 +530,7 @@ export type Offer = Message<"slotbroker.v1.Offer"> & {
  * Use `create(OfferSchema)` to create a new message.
  */
 export const OfferSchema: GenMessage<Offer> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 10);
+  messageDesc(file_slotbroker_v1_broker, 11);
 
 /**
  * OfferExpired tells the fylr that an Offer was not answered with Job or Decline within
@@ -532,7 +562,7 @@ export type OfferExpired = Message<"slotbroker.v1.OfferExpired"> & {
  * Use `create(OfferExpiredSchema)` to create a new message.
  */
 export const OfferExpiredSchema: GenMessage<OfferExpired> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 11);
+  messageDesc(file_slotbroker_v1_broker, 12);
 
 /**
  * Done reports that a job has finished, successfully or not.
@@ -560,7 +590,7 @@ export type Done = Message<"slotbroker.v1.Done"> & {
  * Use `create(DoneSchema)` to create a new message.
  */
 export const DoneSchema: GenMessage<Done> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 12);
+  messageDesc(file_slotbroker_v1_broker, 13);
 
 /**
  * Pong answers a Ping.
@@ -581,7 +611,7 @@ export type Pong = Message<"slotbroker.v1.Pong"> & {
  * Use `create(PongSchema)` to create a new message.
  */
 export const PongSchema: GenMessage<Pong> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 13);
+  messageDesc(file_slotbroker_v1_broker, 14);
 
 /**
  * Position answers a Query by replaying the grant rule over the current book.
@@ -645,7 +675,7 @@ export type Position = Message<"slotbroker.v1.Position"> & {
  * Use `create(PositionSchema)` to create a new message.
  */
 export const PositionSchema: GenMessage<Position> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 14);
+  messageDesc(file_slotbroker_v1_broker, 15);
 
 /**
  * Reject reports a frame that broke a rule. The stream stays up.
@@ -680,7 +710,7 @@ export type Reject = Message<"slotbroker.v1.Reject"> & {
  * Use `create(RejectSchema)` to create a new message.
  */
 export const RejectSchema: GenMessage<Reject> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 15);
+  messageDesc(file_slotbroker_v1_broker, 16);
 
 /**
  * JobSpec is what to run. The executable is fixed by the execserver's service config; a
@@ -741,7 +771,7 @@ export type JobSpec = Message<"slotbroker.v1.JobSpec"> & {
  * Use `create(JobSpecSchema)` to create a new message.
  */
 export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 16);
+  messageDesc(file_slotbroker_v1_broker, 17);
 
 /**
  * Receipt reports how a job ended.
@@ -825,7 +855,7 @@ export type Receipt = Message<"slotbroker.v1.Receipt"> & {
  * Use `create(ReceiptSchema)` to create a new message.
  */
 export const ReceiptSchema: GenMessage<Receipt> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 17);
+  messageDesc(file_slotbroker_v1_broker, 18);
 
 /**
  * GetStatusRequest asks for a status snapshot.
@@ -840,7 +870,7 @@ export type GetStatusRequest = Message<"slotbroker.v1.GetStatusRequest"> & {
  * Use `create(GetStatusRequestSchema)` to create a new message.
  */
 export const GetStatusRequestSchema: GenMessage<GetStatusRequest> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 18);
+  messageDesc(file_slotbroker_v1_broker, 19);
 
 /**
  * GetStatusResponse is a snapshot of one execserver.
@@ -904,7 +934,7 @@ export type GetStatusResponse = Message<"slotbroker.v1.GetStatusResponse"> & {
  * Use `create(GetStatusResponseSchema)` to create a new message.
  */
 export const GetStatusResponseSchema: GenMessage<GetStatusResponse> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 19);
+  messageDesc(file_slotbroker_v1_broker, 20);
 
 /**
  * LegacyStatus counts the pre-broker token protocol's traffic since start. Its slots are
@@ -1003,7 +1033,7 @@ export type LegacyStatus = Message<"slotbroker.v1.LegacyStatus"> & {
  * Use `create(LegacyStatusSchema)` to create a new message.
  */
 export const LegacyStatusSchema: GenMessage<LegacyStatus> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 20);
+  messageDesc(file_slotbroker_v1_broker, 21);
 
 /**
  * WaitgroupStatus describes one waitgroup's slots and book.
@@ -1094,7 +1124,7 @@ export type WaitgroupStatus = Message<"slotbroker.v1.WaitgroupStatus"> & {
  * Use `create(WaitgroupStatusSchema)` to create a new message.
  */
 export const WaitgroupStatusSchema: GenMessage<WaitgroupStatus> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 21);
+  messageDesc(file_slotbroker_v1_broker, 22);
 
 /**
  * PriorityDepth is the number of wants parked at one priority.
@@ -1122,7 +1152,7 @@ export type PriorityDepth = Message<"slotbroker.v1.PriorityDepth"> & {
  * Use `create(PriorityDepthSchema)` to create a new message.
  */
 export const PriorityDepthSchema: GenMessage<PriorityDepth> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 22);
+  messageDesc(file_slotbroker_v1_broker, 23);
 
 /**
  * ConnectionStatus describes one broker stream and what it has been granted.
@@ -1220,7 +1250,7 @@ export type ConnectionStatus = Message<"slotbroker.v1.ConnectionStatus"> & {
  * Use `create(ConnectionStatusSchema)` to create a new message.
  */
 export const ConnectionStatusSchema: GenMessage<ConnectionStatus> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 23);
+  messageDesc(file_slotbroker_v1_broker, 24);
 
 /**
  * PositionState tells where a job stands at the execserver.
