@@ -103,7 +103,8 @@ function checkEnv(req: SubmitRequest, allowedEnv: (service: string) => ReadonlyS
     if (names.length === 0) return;
     const allowed = allowedEnv(call.service);
     if (!allowed) return;
-    const bad = names.find((name) => !allowed.has(name));
+    // A malformed name is left to the dispatcher's own check, which names it as such.
+    const bad = names.find((name) => !allowed.has(name) && /^[A-Za-z_][A-Za-z0-9_]*$/.test(name));
     if (bad === undefined) return;
     const list = [...allowed].sort().join(", ") || "none";
     throw new ConnectError(`calls[${i}].env: "${bad.slice(0, 64)}" is not allowed for service ${call.service} (allowed: ${list})`, Code.InvalidArgument);
