@@ -136,9 +136,13 @@ describe("reliability: hostile input at the fylr's doors", () => {
     // An idle kept-alive connection is closed too.
     const idle = await openSocket(port);
     sockets.push(idle);
-    const idleClosed = new Promise((done) => idle.once("close", done));
+    let answer = "";
+    let idleClosed = false;
+    idle.on("data", (b: Buffer) => (answer += b.toString("latin1")));
+    idle.once("close", () => (idleClosed = true));
     idle.write("GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n");
-    await idleClosed;
+    await waitFor("the answer on the idle connection", () => answer.startsWith("HTTP/1.1 200"), 5_000, 25);
+    await waitFor(`the idle connection to be closed (answer: ${JSON.stringify(answer.slice(0, 120))})`, () => idleClosed, 5_000, 25);
     expect((await fetch(`${fylr!.url}/healthz`)).status).to.equal(200);
   });
 
