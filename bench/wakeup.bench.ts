@@ -11,7 +11,9 @@
 //   poll-only  the baseline: dispatcher.listen = false, only B's 1 s poll finds the item
 // Goal: ratio (notify ÷ poll-only) ≤ 0.05 for p50 and p99. Also reported: the same from
 // the moment A's submit returned (the row is committed) to B's claim — the wakeup path
-// alone, without the INSERT, which is what a loaded database makes slow.
+// alone, without the INSERT, which is what a loaded database makes slow. The notes split
+// the notify path at B's wakeup (the notification's way, then B's claim query) and give the
+// round trip of a bare `SELECT 1` on B's pool between items, for comparison.
 //
 //   npm run bench -- wakeup            WAKEUP_ITEMS=120 (notify) WAKEUP_POLL_ITEMS=60 WAKEUP_ROUNDS=3
 //
@@ -42,7 +44,13 @@ interface Sample {
   readonly total: number;
   /** A.submit returned (committed) → B's claim. */
   readonly afterCommit: number;
+  /** A's commit → B's loop woken (the notification's way), and B woken → its claim returned (one claim query). */
+  readonly toWake: number;
+  readonly wakeToClaim: number;
 }
+
+// Where the time goes, for the notes: B's pool answering `SELECT 1` between items.
+const roundTrips: number[] = [];
 
 // Submit-to-claim latencies (ms) of `n` items, one at a time.
 async function measure(url: string, listen: boolean, n: number): Promise<Sample[]> {
@@ -51,9 +59,13 @@ async function measure(url: string, listen: boolean, n: number): Promise<Sample[
   const a = new Dispatcher({ pool: pools[0]!, capacity: new ManualCapacitySource(), backend: done, migrate: false, config });
   const b = new Dispatcher({ pool: pools[1]!, capacity: new ManualCapacitySource([instance]), backend: done, migrate: false, config });
   const claimedAt = new Map<string, number>();
+  const wokenBefore = new Map<string, number>();
+  let lastWakeAt = 0;
   let waiting: { id: string; resolve: () => void } | undefined;
+  b.events.on("wakeup", () => (lastWakeAt = performance.now()));
   b.events.on("item:claimed", (item) => {
     claimedAt.set(item.id, performance.now());
+    wokenBefore.set(item.id, lastWakeAt);
     if (waiting?.id === item.id) waiting.resolve();
   });
   try {
@@ -64,13 +76,20 @@ async function measure(url: string, listen: boolean, n: number): Promise<Sample[
     }
     const samples: Sample[] = [];
     for (let i = 0; i < n; i++) {
-      await new Promise((r) => setTimeout(r, Math.random() * pollIntervalMs));
+      const pause = new Promise((r) => setTimeout(r, Math.random() * pollIntervalMs));
+      if (listen) {
+        const sent = performance.now();
+        await pools[1]!.query("SELECT 1");
+        roundTrips.push(performance.now() - sent);
+      }
+      await pause;
       const started = performance.now();
       const { item } = await a.submit({ calls: [{ service: "noop", args: [], env: {} }] });
       const committed = performance.now();
       if (!claimedAt.has(item.id)) await new Promise<void>((resolve) => (waiting = { id: item.id, resolve }));
       const claimed = claimedAt.get(item.id)!;
-      samples.push({ total: claimed - started, afterCommit: Math.max(0, claimed - committed) });
+      const woken = wokenBefore.get(item.id)!;
+      samples.push({ total: claimed - started, afterCommit: Math.max(0, claimed - committed), toWake: Math.max(0, woken - committed), wakeToClaim: claimed - woken });
     }
     return samples;
   } finally {
@@ -112,6 +131,12 @@ try {
     }
   }
   const sorted = (list: Sample[], key: keyof Sample): number[] => list.map((s) => s[key]).sort((x, y) => x - y);
+  const spread = (values: number[]): string => {
+    const v = [...values].sort((x, y) => x - y);
+    return `p50 ${percentile(v, 50).toFixed(1)} ms, p99 ${percentile(v, 99).toFixed(1)} ms`;
+  };
+  note(`notify: A's commit → B woken ${spread(sorted(samples.notify, "toWake"))}; B woken → claim returned ${spread(sorted(samples.notify, "wakeToClaim"))}`);
+  note(`SELECT 1 on B's pool between items: ${spread(roundTrips)} (${roundTrips.length} samples)`);
   const params = { notify_items: samples.notify.length, poll_items: samples.poll.length, poll_interval_ms: pollIntervalMs, rounds, better: "lower ratio" };
   const baseline = `poll only (${pollIntervalMs} ms poll, no LISTEN)`;
   for (const [key, suffix, goal] of [["total", "", "<= 0.05"], ["afterCommit", "_after_commit", undefined]] as const) {

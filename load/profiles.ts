@@ -45,6 +45,35 @@ export interface Profile {
     readonly SUBMIT_S: number;
     readonly DRAIN_TIMEOUT_S: number;
   };
+  readonly fylrChurn: {
+    /** Stable fylr-host processes and fylrs in each (fylrs join there too). */
+    readonly hosts: number;
+    readonly perHost: number;
+    /** Fylrs of the host that crashes at CRASH_AT. */
+    readonly crashFylrs: number;
+    /** Slots per execserver (there are three). */
+    readonly processes: number;
+    readonly headroom: number;
+    /** The fylrs' dispatcher.staleAfter: how long a crashed fylr's claims wait for rescue. */
+    readonly staleAfterS: number;
+    /** How long the runner waits for the queue to drain after k6. */
+    readonly drainTimeoutS: number;
+    readonly JOB_S: number;
+    /** Items submitted and not yet finished that the observer keeps in the queue. */
+    readonly DEPTH: number;
+    readonly WARMUP_S: number;
+    readonly WINDOW_S: number;
+    readonly CHURN_S: number;
+    readonly CRASH_AT: number;
+    readonly JOIN_AT: number;
+    readonly LEAVE_AT: number;
+    readonly JOIN2_AT: number;
+    readonly JOIN_N: number;
+    readonly LEAVE_N: number;
+    readonly MAX_DEVIATION: number;
+    readonly MIN_WINDOW_CLAIMS: number;
+    readonly NEWCOMER_MS: number;
+  };
 }
 
 /** Both profiles. */
@@ -64,6 +93,29 @@ export const profiles: Record<ProfileName, Profile> = {
     priority: { WORLDS: 2, LOW_STREAMS: 16, HIGH_STREAMS: 3, BACKLOG: 10, DURATION_S: 20, MIN_DECIDED: 200 },
     churn: { STEADY: 20, WAVES: 3, WAVE_VUS: 40, WAVE_S: 8 },
     claimFairness: { fylrs: 4, processes: 8, headroom: 2, JOB_S: 0.5, RATE: 40, SUBMIT_S: 30, DRAIN_TIMEOUT_S: 60 },
+    fylrChurn: {
+      hosts: 5,
+      perHost: 10,
+      crashFylrs: 5,
+      processes: 12,
+      headroom: 2,
+      staleAfterS: 15,
+      drainTimeoutS: 60,
+      JOB_S: 0.5,
+      DEPTH: 800,
+      WARMUP_S: 12,
+      WINDOW_S: 15,
+      CHURN_S: 57,
+      CRASH_AT: 15,
+      JOIN_AT: 20,
+      LEAVE_AT: 33,
+      JOIN2_AT: 37,
+      JOIN_N: 5,
+      LEAVE_N: 5,
+      MAX_DEVIATION: 0.25,
+      MIN_WINDOW_CLAIMS: 10,
+      NEWCOMER_MS: 5000,
+    },
   },
   local: {
     brokerFairness: {
@@ -80,5 +132,28 @@ export const profiles: Record<ProfileName, Profile> = {
     priority: { WORLDS: 4, LOW_STREAMS: 32, HIGH_STREAMS: 4, BACKLOG: 20, DURATION_S: 60, MIN_DECIDED: 1000 },
     churn: { STEADY: 50, WAVES: 6, WAVE_VUS: 150, WAVE_S: 12 },
     claimFairness: { fylrs: 6, processes: 16, headroom: 2, JOB_S: 0.5, RATE: 80, SUBMIT_S: 120, DRAIN_TIMEOUT_S: 120 },
+    fylrChurn: {
+      hosts: 6,
+      perHost: 10,
+      crashFylrs: 6,
+      processes: 24,
+      headroom: 2,
+      staleAfterS: 15,
+      drainTimeoutS: 120,
+      JOB_S: 0.5,
+      DEPTH: 1600,
+      WARMUP_S: 20,
+      WINDOW_S: 30,
+      CHURN_S: 200,
+      CRASH_AT: 40,
+      JOIN_AT: 55,
+      LEAVE_AT: 110,
+      JOIN2_AT: 125,
+      JOIN_N: 6,
+      LEAVE_N: 6,
+      MAX_DEVIATION: 0.25,
+      MIN_WINDOW_CLAIMS: 20,
+      NEWCOMER_MS: 5000,
+    },
   },
 };

@@ -1,6 +1,7 @@
 // The load scenarios: what each starts, what it passes to its k6 script, and the figures
 // the runner's table shows. Sizes come from the profile (load/profiles.ts).
 import { claimFairness } from "./claim-fairness.js";
+import { fylrChurn } from "./fylr-churn.js";
 import { childrenOf, describeProcess } from "./processes.js";
 import { profiles } from "./profiles.js";
 import type { Scenario } from "./scenario.js";
@@ -92,4 +93,4 @@ const churn: Scenario = {
 };
 
 /** Every scenario, in the order `npm run load` runs them. */
-export const scenarios: readonly Scenario[] = [brokerFairness, priority, churn, claimFairness];
+export const scenarios: readonly Scenario[] = [brokerFairness, priority, churn, claimFairness, fylrChurn];

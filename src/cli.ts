@@ -11,6 +11,10 @@ const commands: Record<string, { summary: string; load: () => Promise<Command> }
   up: { summary: "run the whole local stack (Postgres, execserver, fylr)", load: async () => (await import("./commands/up.js")).run },
   submit: { summary: "submit an item to the queue (and wait for it)", load: async () => (await import("./commands/submit.js")).run },
   output: { summary: "fetch the whole output of a finished item", load: async () => (await import("./commands/output.js")).run },
+  cancel: { summary: "stop queued, claimed or running items", load: async () => (await import("./commands/control.js")).cancel },
+  list: { summary: "list queue items, newest first (filter by state, service)", load: async () => (await import("./commands/list.js")).run },
+  retry: { summary: "send failed or cancelled items back to the queue", load: async () => (await import("./commands/control.js")).retry },
+  delete: { summary: "remove finished items and their stored data", load: async () => (await import("./commands/control.js")).remove },
   status: { summary: "show execserver slots, want-books and the queue", load: async () => (await import("./commands/status.js")).run },
   migrate: { summary: "apply pending database migrations", load: async () => (await import("./commands/migrate.js")).run },
 };

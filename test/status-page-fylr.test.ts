@@ -1,6 +1,8 @@
 import { expect } from "chai";
 import pg from "pg";
 import type { Browser, Locator, Page } from "playwright-core";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { ItemState } from "../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient, type QueueClient } from "../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../src/app/index.js";
 import type { ExecserverHandle } from "../src/app/execserver.js";
@@ -193,6 +195,32 @@ describe("fylr status page (headless Chromium, real Postgres and execserver)", f
       await asAdmin(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
     }
     await until(page, `document.querySelector('[data-name="database-error"]') === null`);
+    expect(errors).to.deep.equal([]);
+  });
+
+  it("cancels a running and a queued item from their rows' cancel buttons", async () => {
+    const exec = await startTestServer(layout);
+    const fylr = await startTestFylr(fylrConfig(databaseUrl, exec.grpcAddress, "page-cancel"));
+    const client = createQueueClient(fylr.url);
+    const running = (await client.submit(sleepCall(60))).item!.id;
+    const queued = (await client.submit({ ...sleepCall(60), startAfter: timestampFromDate(new Date(Date.now() + 3_600_000)) })).item!.id;
+    await eventually(async () => expect((await client.get({ id: running })).item!.state).to.equal(ItemState.RUNNING), 8000);
+    const { page, errors } = await openPage(browser, `${fylr.url}/status`);
+    const button = (id: string): string => `tr[data-item="${id}"] button[data-cancel="${id}"]`;
+    await until(page, `document.querySelector('${button(running)}') !== null && document.querySelector('${button(queued)}') !== null`);
+    expect(await attr(page, `tr[data-item="${running}"]`, "data-state")).to.equal("running");
+    expect(await attr(page, `tr[data-item="${queued}"]`, "data-state")).to.equal("queued");
+    await screenshot(page, "fylr-cancel-buttons");
+    await page.locator(button(queued)).click();
+    await until(page, `document.querySelector('${button(queued)}')?.dataset.result === "cancelled" || document.querySelector('tr[data-item="${queued}"]')?.dataset.state === "cancelled"`);
+    await page.locator(button(running)).click();
+    await eventually(async () => expect(ItemState[(await client.get({ id: running })).item!.state]).to.equal("CANCELLED"), 10_000);
+    expect(ItemState[(await client.get({ id: queued })).item!.state]).to.equal("CANCELLED");
+    // The rows follow, and finished rows have no button.
+    await until(page, `document.querySelector('tr[data-item="${running}"]')?.dataset.state === "cancelled"`);
+    expect(await page.locator(button(running)).count()).to.equal(0);
+    expect(exec.server.broker.running).to.equal(0);
+    await screenshot(page, "fylr-cancelled");
     expect(errors).to.deep.equal([]);
   });
 });

@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { expect } from "chai";
 import { ConnectionStatusSchema, GetStatusResponseSchema, LegacyStatusSchema, type GetStatusResponse } from "../gen/slotbroker/v1/broker_pb.js";
 import { durationFromMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { pageStyle } from "../src/status/page-style.js";
 import {
   boxRow,
   escapeHtml,
@@ -20,7 +21,9 @@ import {
   renderExecStatusPage,
   renderFylrSections,
   renderFylrStatusPage,
+  tiles,
   topN,
+  type Tone,
   type FylrPageData,
 } from "../src/status/index.js";
 
@@ -140,6 +143,14 @@ describe("status page renderers", () => {
       const row = boxRow([{ tone: "running", count: maxBoxes + 1, label: "running" }], { name: "big" }).value;
       expect(row).to.not.contain('class="box ');
       expect(row).to.contain("as-bar").and.to.contain(`data-total="${maxBoxes + 1}"`);
+    });
+
+    it("gives every tone class a tile or a box can carry a colour in the stylesheet", () => {
+      const all: Tone[] = ["running", "offered", "free", "queued", "claimed", "reserved", "over", "legacy", "token", "ok", "warn", "bad", "muted", "accent"];
+      const markup = tiles(all.map((tone) => ({ name: tone, label: tone, value: 1, tone }))).value;
+      const used = [...markup.matchAll(/class="tile ([\w-]+)"/g)].map((m) => m[1]!);
+      expect(used).to.have.length(all.length);
+      for (const cls of [...used, ...all.map((tone) => `t-${tone}`)]) expect(pageStyle, cls).to.match(new RegExp(`\\.${cls}[,{]`));
     });
   });
 

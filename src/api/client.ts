@@ -16,9 +16,9 @@ export function createQueueClient(baseUrl: string): QueueClient {
   return createClient(QueueService, createConnectTransport({ baseUrl, httpVersion: "1.1" }));
 }
 
-/** True for an item in SUCCEEDED or FAILED. */
+/** True for an item in SUCCEEDED, FAILED or CANCELLED. */
 export function itemFinished(item: Item | undefined): boolean {
-  return item?.state === ItemState.SUCCEEDED || item?.state === ItemState.FAILED;
+  return item?.state === ItemState.SUCCEEDED || item?.state === ItemState.FAILED || item?.state === ItemState.CANCELLED;
 }
 
 /** Options of followItem. */

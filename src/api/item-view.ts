@@ -21,9 +21,9 @@ export interface ItemSnapshot {
   readonly position: QueuePosition;
 }
 
-/** True for SUCCEEDED and FAILED: nothing about the item changes any more. */
+/** True for SUCCEEDED, FAILED and CANCELLED: nothing about the item changes any more (unless retried). */
 export function isFinished(item: QueueItem): boolean {
-  return item.state === "succeeded" || item.state === "failed";
+  return item.state === "succeeded" || item.state === "failed" || item.state === "cancelled";
 }
 
 /** The stored item; NOT_FOUND when there is none (INVALID_ARGUMENT for a malformed id comes from the store). */
@@ -71,6 +71,7 @@ export function changeKey(s: ItemSnapshot): string {
     s.item.state,
     s.item.attempts,
     s.item.claimedBy ?? "",
+    s.item.cancelRequestedAt?.getTime() ?? 0,
     p.running,
     p.capacity,
     p.aheadInQueue,

@@ -81,6 +81,7 @@ function describe(f: PositionFacts): Line {
   const empty: Line = { running: 0, capacity: 0, aheadInQueue: 0, aheadAtExecserver: 0, etaMs: undefined, summary: "" };
   if (f.state === "succeeded") return { ...empty, summary: "succeeded" };
   if (f.state === "failed") return { ...empty, summary: f.error ? `failed: ${f.error}` : "failed" };
+  if (f.state === "cancelled") return { ...empty, summary: "cancelled" };
   const slots = f.kind === "local" ? f.local : f.load;
   const base = { ...empty, running: slots?.running ?? 0, capacity: slots?.capacity ?? 0 };
   const parked = f.live?.phase === "waiting" ? f.live.position : undefined;

@@ -1,5 +1,6 @@
 /**
- * QueueService over Connect (and gRPC, gRPC-Web): Submit, Get, Watch, Position, Stats.
+ * QueueService over Connect (and gRPC, gRPC-Web): Submit, Get, Watch, Position, Stats,
+ * and control over items: Cancel, List, Retry, Delete.
  * Served by every fylr on its HTTP port; unary calls also work as JSON over HTTP/1.1.
  * Any fylr answers for any item: they share the database. Errors leave here as Connect
  * errors with the status code of the SlotbrokerError behind them, never as a 500.
@@ -7,13 +8,19 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type ServiceImpl } from "@connectrpc/connect";
 import {
+  CancelResponseSchema,
+  DeleteResponseSchema,
   GetResponseSchema,
+  ListResponseSchema,
+  RetryResponseSchema,
   PositionResponseSchema,
   QueueService,
   SubmitResponseSchema,
+  type ListRequest,
   type SubmitRequest,
 } from "../../gen/slotbroker/v1/queue_pb.js";
-import { itemToProto, statsToProto, submitInputFromProto, type Dispatcher } from "../dispatcher/index.js";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { itemStateFromProto, itemToProto, statsToProto, submitInputFromProto, type Dispatcher, type ItemState, type ListFilter } from "../dispatcher/index.js";
 import { toConnectError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { getItem, snapshot } from "./item-view.js";
@@ -74,6 +81,23 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
     get: (req) => guard("get", async () => create(GetResponseSchema, { item: itemToProto(await getItem(dispatcher, req.id)) })),
     position: (req) => guard("position", async () => create(PositionResponseSchema, { position: (await snapshot(options, req.id)).position })),
     stats: () => guard("stats", () => Promise.resolve(statsToProto(dispatcher.stats()))),
+    cancel: (req) =>
+      guard("cancel", async () => {
+        const { item, previous } = await dispatcher.cancel(req.id);
+        if (previous !== "cancelled") log.info({ itemId: item.id, previous, state: item.state }, "item cancel asked");
+        return create(CancelResponseSchema, { item: itemToProto(item) });
+      }),
+    list: (req) =>
+      guard("list", async () => {
+        const page = await dispatcher.list(listFilterFromProto(req));
+        return create(ListResponseSchema, { items: page.items.map(itemToProto), nextPageToken: page.nextPageToken });
+      }),
+    retry: (req) => guard("retry", async () => create(RetryResponseSchema, { item: itemToProto(await dispatcher.retry(req.id)) })),
+    delete: (req) =>
+      guard("delete", async () => {
+        const { blobs } = await dispatcher.delete(req.id);
+        return create(DeleteResponseSchema, { blobsDeleted: blobs });
+      }),
     async *watch(req, ctx) {
       try {
         yield* watchItem(options, req.id, { signal: ctx.signal, shutdown: options.shutdown, pollMs: options.watchPollMs });
@@ -82,6 +106,25 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
         throw toConnectError(err);
       }
     },
+  };
+}
+
+/** A ListRequest as the dispatcher's filter; INVALID_ARGUMENT for an unknown state. */
+export function listFilterFromProto(req: ListRequest): ListFilter {
+  const states = req.states.map((s, i): ItemState => {
+    const state = itemStateFromProto(s);
+    if (!state) throw new ConnectError(`states[${i}]: not an item state: ${s}`, Code.InvalidArgument);
+    return state;
+  });
+  return {
+    states,
+    service: req.service || undefined,
+    minPriority: req.minPriority,
+    maxPriority: req.maxPriority,
+    createdAfter: req.createdAfter && timestampDate(req.createdAfter),
+    createdBefore: req.createdBefore && timestampDate(req.createdBefore),
+    pageSize: req.pageSize,
+    pageToken: req.pageToken || undefined,
   };
 }
 

@@ -17,6 +17,8 @@ export interface StartExecserverOptions {
   readonly runJob?: RunJob;
   /** Hello broadcast coalescing window (default 100 ms; bounds the Hello fan-out that connection churn can cause). */
   readonly helloCoalesceMs?: number;
+  /** HELLO frames per second a run of changes may cost (see ExecserverOptions). */
+  readonly helloFramesPerSecond?: number;
 }
 
 /** A running execserver. */
@@ -54,6 +56,7 @@ export async function startExecserver(config: ExecserverConfig, options: StartEx
     logger: options.logger ?? silentLogger,
     runJob: options.runJob,
     helloCoalesceMs: options.helloCoalesceMs,
+    helloFramesPerSecond: options.helloFramesPerSecond,
   });
   installAdminRoutes(server);
   await server.start();

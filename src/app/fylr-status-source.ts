@@ -4,7 +4,7 @@
  * (pools, instances). One snapshot is shared by every viewer for `maxAgeMs`, so ten open
  * pages cost the database what one does.
  */
-import type { Dispatcher, ItemSummary } from "../dispatcher/index.js";
+import type { Dispatcher, ItemSummary, QueueItem } from "../dispatcher/index.js";
 import type { BrokerClient } from "../fylr/index.js";
 import type { FylrPageData, ItemKindJson, RecentItemJson } from "../status/index.js";
 
@@ -94,13 +94,22 @@ export class FylrStatusSource {
     };
     try {
       const store = dispatcher.store;
-      const [queue, fylrs, recent] = await Promise.all([store.openItemsByPriority(), store.listFylrs(), store.itemSummaries([...this.recentIds.keys()])]);
+      const [queue, fylrs, recent, waiting] = await Promise.all([
+        store.openItemsByPriority(),
+        store.listFylrs(),
+        store.itemSummaries([...this.recentIds.keys()]),
+        // The newest queued items too, so they can be cancelled from the page.
+        dispatcher.list({ states: ["queued"], pageSize: queuedShown }),
+      ]);
       const heartbeatAgeMs = (d: Date): number => Math.max(0, at.getTime() - d.getTime());
       return {
         ...memory,
         queue,
         fylrs: fylrs.map((f) => ({ id: f.id, hostname: f.hostname, held: f.held, heartbeatAgeMs: heartbeatAgeMs(f.heartbeatAt) })),
-        recent: this.recentFromMemory(new Map(recent.map((r) => [r.id, r]))),
+        recent: [
+          ...this.recentFromMemory(new Map(recent.map((r) => [r.id, r]))),
+          ...waiting.items.filter((item) => !this.recentIds.has(item.id)).map(queuedRow),
+        ],
         databaseError: undefined,
       };
     } catch (err) {
@@ -129,4 +138,23 @@ export class FylrStatusSource {
       };
     });
   }
+}
+
+/** How many of the newest queued items the page lists. */
+const queuedShown = 5;
+
+function queuedRow(item: QueueItem): RecentItemJson {
+  return {
+    id: item.id,
+    kind: item.kind,
+    priority: item.priority,
+    state: item.state,
+    attempts: item.attempts,
+    claimedBy: undefined,
+    updatedAt: item.updatedAt.toISOString(),
+    error: item.error,
+    phase: undefined,
+    service: item.calls[0]?.service ?? item.local?.name,
+    instanceId: undefined,
+  };
 }

@@ -11,6 +11,7 @@ const stateNames: Record<ItemState, string> = {
   [ItemState.RUNNING]: "running",
   [ItemState.SUCCEEDED]: "succeeded",
   [ItemState.FAILED]: "failed",
+  [ItemState.CANCELLED]: "cancelled",
 };
 
 /** The lower-case name of a state. */

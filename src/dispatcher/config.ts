@@ -42,6 +42,11 @@ export interface DispatcherConfig {
   readonly maxClaimBatch: number;
   /** URL prefixes a submit's stdin_url must start with; empty allows any http(s) URL (default empty). */
   readonly stdinUrlPrefixes: readonly string[];
+  /**
+   * A running item whose cancel was asked for is cancelled by any fylr after this long
+   * even without its job's DONE, e.g. when the fylr holding it is gone (default 30 s).
+   */
+  readonly cancelBoundMs: number;
 }
 
 const positiveInt = z.number().int().positive();
@@ -64,6 +69,7 @@ export const dispatcherConfigSchema = z
     maxOutputBytes: positiveInt.default(16 << 20),
     maxClaimBatch: positiveInt.max(10_000).default(100),
     stdinUrlPrefixes: z.array(z.string().regex(/^https?:\/\/[^/]+\//i, "expected an http(s) URL prefix ending in a path, e.g. https://files.example.com/")).default([]),
+    cancelBound: durationMs.prefault("30s"),
   })
   .superRefine((c, ctx) => {
     if (c.pollInterval <= 0) ctx.addIssue({ code: "custom", path: ["pollInterval"], message: "must be longer than 0" });
@@ -75,6 +81,7 @@ export const dispatcherConfigSchema = z
         message: `must be at least 3 × heartbeatInterval (${3 * c.heartbeatInterval} ms), or live fylrs get declared dead`,
       });
     }
+    if (c.cancelBound <= 0) ctx.addIssue({ code: "custom", path: ["cancelBound"], message: "must be longer than 0" });
     if (c.retryMax < c.retryInitial) ctx.addIssue({ code: "custom", path: ["retryMax"], message: "must not be shorter than retryInitial" });
   })
   .transform(
@@ -94,6 +101,7 @@ export const dispatcherConfigSchema = z
       maxOutputBytes: c.maxOutputBytes,
       maxClaimBatch: c.maxClaimBatch,
       stdinUrlPrefixes: c.stdinUrlPrefixes,
+      cancelBoundMs: c.cancelBound,
     }),
   );
 

@@ -1,26 +1,28 @@
 /**
- * The dispatcher loop: one per fylr. It wakes on a NOTIFY from any fylr (an item was
- * queued), right after one of its items finished, when the capacity changed, and at the
- * latest every poll interval; each pass claims what admission allows — exec items up to
- * its share of the exec capacity it sees, local items up to free permits — handing each
- * item to its own task, then heartbeats and requeues dead siblings' claims when due.
+ * The dispatcher: one per fylr. Its claim loop wakes on a NOTIFY from any fylr (an item
+ * was queued), right after one of its items finished, when the capacity changed, and at
+ * the latest every poll interval; each pass claims what admission allows — exec items up
+ * to its share of the exec capacity it sees, local items up to free permits — handing
+ * each item to its own task. The heartbeat and the sweeps run on a loop of their own
+ * (housekeeping.ts).
  */
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import pg from "pg";
-import { AbortReason } from "../shared/abort.js";
-import { Code, SlotbrokerError } from "../shared/errors.js";
+import { AbortReason, sleep } from "../shared/abort.js";
 import { Events } from "../shared/events.js";
 import { IllegalTransitionError, Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
-import { execAdmission, type ExecAdmission, type InstanceShare } from "./admission.js";
+import { execAdmission, type ExecAdmission } from "./admission.js";
 import { BlobStore } from "./blob-store.js";
-import type { CapacitySource } from "./capacity.js";
 import { CompletionBatcher } from "./completion-batcher.js";
 import { dispatcherConfig, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
 import type { DispatcherEvents, DispatcherState } from "./events.js";
-import type { ExecBackend } from "./exec-backend.js";
 import { ItemFollowers } from "./followers.js";
+import { CancelWatch } from "./cancels.js";
+import { ItemControlStore, type CancelResult, type ItemPage } from "./item-control.js";
+import type { ListFilter } from "./item-list.js";
+import { runHousekeeping } from "./housekeeping.js";
 import { ItemTasks } from "./item-tasks.js";
 import { LiveItems, type LiveItem } from "./live.js";
 import { createDefaultActions, type LocalActionRegistry } from "./local-actions.js";
@@ -28,13 +30,15 @@ import { LocalPermits } from "./local-permits.js";
 import { migrate } from "./migrate.js";
 import { normalizeSubmit } from "./payload.js";
 import { QueueListener } from "./queue-listener.js";
-import { newCounters, type DispatcherCounters } from "./settle.js";
-import { QueueStore, type StoredPosition } from "./store.js";
-import { storeConfig, type StoreConfig } from "./store-config.js";
+import { newCounters } from "./settle.js";
+import { QueueStore, type FylrRegistration } from "./store.js";
+import { storeConfig } from "./store-config.js";
+import { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
 import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
 
 export type { DispatcherState };
+export { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
 
 const transitions = new Transitions<DispatcherState>("dispatcher", {
   idle: ["running", "stopped"],
@@ -43,66 +47,17 @@ const transitions = new Transitions<DispatcherState>("dispatcher", {
   stopped: [],
 });
 
-/** Everything a dispatcher is built from. */
-export interface DispatcherOptions {
-  readonly pool: pg.Pool;
-  readonly capacity: CapacitySource;
-  readonly backend: ExecBackend;
-  /** Default: the built-in actions (checksum, count). */
-  readonly actions?: LocalActionRegistry;
-  /** Compiled config; missing keys take the defaults. */
-  readonly config?: Partial<DispatcherConfig>;
-  /** The store for inputs and outputs of any size; missing keys take the defaults. */
-  readonly store?: Partial<StoreConfig>;
-  /**
-   * Connections for streaming stored data (long transactions); default `pool`. A fylr
-   * gives it a pool of its own so uploads never starve heartbeats and claims.
-   */
-  readonly blobPool?: pg.Pool;
-  readonly logger?: Logger;
-  /** This fylr's id in the `fylrs` table; default a random UUID. */
-  readonly fylrId?: string;
-  /** This fylr's QueueService URL, recorded for operators. */
-  readonly apiUrl?: string;
-  /** Apply pending migrations in start() (default true). */
-  readonly migrate?: boolean;
-  /** Makes the LISTEN connection's client (default: a pg.Client with the pool's settings). */
-  readonly listenClient?: () => pg.Client;
-}
-
-/** A snapshot for QueueService.Stats. */
-export interface DispatcherStats {
-  readonly fylrId: string;
-  readonly state: DispatcherState;
-  readonly execHeld: number;
-  readonly execAdmission: number;
-  readonly shares: readonly InstanceShare[];
-  readonly localRunning: number;
-  readonly localCapacity: number;
-  readonly localReservedForHigh: number;
-  readonly counters: Readonly<DispatcherCounters>;
-}
-
-/** An item's place in line as this fylr knows it: the database's count plus its own live view. */
-export interface ItemPosition extends StoredPosition {
-  /** Present while this fylr holds the item. */
-  readonly live: LiveItem | undefined;
-}
-
-/** Running items did not end within the force timeout after being aborted. */
-export class DispatcherStopTimeoutError extends SlotbrokerError {
-  override name = "DispatcherStopTimeoutError";
-  constructor(left: number, waitedMs: number) {
-    super(Code.DeadlineExceeded, `${left} item task(s) still running ${waitedMs} ms after being aborted`);
-  }
-}
-
 const minPriority = -2_147_483_648;
 const forceTimeoutMs = 5000;
+// Claim passes woken by queued items start at most this often: a burst of submits across
+// the fleet wakes every fylr once per notification, and one pass claims for all of them.
+const queuedWakeGapMs = 10;
 
 /** The Postgres dispatcher of one fylr. */
 export class Dispatcher {
   readonly store: QueueStore;
+  /** Cancel, list, retry and delete. */
+  readonly control: ItemControlStore;
   /** Stored inputs and outputs: every fylr of the queue reads what any wrote. */
   readonly blobs: BlobStore;
   readonly config: DispatcherConfig;
@@ -117,24 +72,28 @@ export class Dispatcher {
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
   private readonly loopAbort = new AbortController();
+  // The housekeeping loop stops last: it heartbeats while running items finish.
+  private readonly housekeepingAbort = new AbortController();
   // Aborted once stopped: outcome writes still retrying give up.
   private readonly writesAbort = new AbortController();
   // Aborted by a stop({ graceMs: 0 }) that arrives while a graceful stop is waiting.
   private readonly graceCut = new AbortController();
   private currentState: DispatcherState = "idle";
   private admission: ExecAdmission = { admission: 0, held: 0, free: 0, shares: [] };
-  private lastBeatAt = -Infinity;
-  private lastBlobSweepAt = -Infinity;
   private dbFailures = 0;
   private loopDone: Promise<void> = Promise.resolve();
+  private housekeepingDone: Promise<void> = Promise.resolve();
+  private heartbeatPool: pg.Pool | undefined;
   private stopping: Promise<void> | undefined;
   private unsubscribeCapacity: () => void = () => undefined;
   private listener: QueueListener | undefined;
   private readonly followers: ItemFollowers;
+  private readonly cancels: CancelWatch;
 
   constructor(private readonly options: DispatcherOptions) {
     this.config = dispatcherConfig(options.config);
     this.store = new QueueStore(options.pool);
+    this.control = new ItemControlStore(options.pool);
     this.fylrId = options.fylrId ?? randomUUID();
     this.blobs = new BlobStore(options.blobPool ?? options.pool, storeConfig(options.store), this.fylrId);
     this.actions = options.actions ?? createDefaultActions();
@@ -163,6 +122,7 @@ export class Dispatcher {
       writes: this.writesAbort.signal,
       finished: () => this.wakeup.notify("finished"),
     });
+    this.cancels = new CancelWatch({ control: this.control, tasks: this.tasks, events: this.events, log: this.log, cancelBoundMs: this.config.cancelBoundMs });
   }
 
   /** The lifecycle state. */
@@ -180,11 +140,16 @@ export class Dispatcher {
   async start(signal?: AbortSignal): Promise<void> {
     if (this.currentState !== "idle") throw new IllegalTransitionError("dispatcher", this.currentState, "running");
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
-    await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
+    await this.store.registerFylr(this.registration());
     this.setState("running");
     this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify("capacity"));
     if (this.config.listen) this.listen();
     this.loopDone = this.loop();
+    // One connection of its own: a heartbeat queued behind a burst of submits and writes
+    // in the shared pool can miss the stale threshold, and siblings take over live work.
+    this.heartbeatPool = new pg.Pool({ ...this.options.pool.options, max: 1, application_name: `slotbroker-heartbeat ${this.fylrId}` });
+    this.heartbeatPool.on("error", (err) => this.log.debug({ err: err.message }, "idle heartbeat connection failed"));
+    this.housekeepingDone = this.housekeeping(new QueueStore(this.heartbeatPool));
     this.log.info({ localSlots: this.permits.capacity, headroom: this.config.headroom }, "dispatcher started");
     const stopOnAbort = (): void => void this.stop().catch((err: unknown) => this.log.error({ err }, "stop failed"));
     if (signal?.aborted) stopOnAbort();
@@ -217,6 +182,9 @@ export class Dispatcher {
       this.tasks.abortAll(new AbortReason("shutdown", "dispatcher stopped before the item finished"));
       left = await this.tasks.settled(forceTimeoutMs);
     }
+    this.housekeepingAbort.abort(new AbortReason("shutdown", "dispatcher stopping"));
+    await this.housekeepingDone;
+    await this.heartbeatPool?.end().catch((err: unknown) => this.log.debug({ err }, "closing the heartbeat connection failed"));
     try {
       await this.store.deregisterFylr(this.fylrId);
     } catch (err) {
@@ -239,6 +207,33 @@ export class Dispatcher {
     const result = await this.store.submit(normalized);
     if (result.created) this.wakeup.notify("submit");
     return result;
+  }
+
+  /**
+   * Cancels an item (see ItemControlStore.cancel). When this fylr holds it, its task stops
+   * at once; otherwise the holder hears of it by notification (or its heartbeat's check).
+   */
+  async cancel(id: string): Promise<CancelResult> {
+    const result = await this.control.cancel(id);
+    if (result.previous === "claimed" || result.previous === "running") this.cancels.requested(id);
+    return result;
+  }
+
+  /** A page of items, newest first. */
+  list(filter: ListFilter): Promise<ItemPage> {
+    return this.control.list(filter);
+  }
+
+  /** A failed or cancelled item back to the queue with fresh attempts. */
+  async retry(id: string): Promise<QueueItem> {
+    const item = await this.control.retry(id);
+    this.wakeup.notify("submit");
+    return item;
+  }
+
+  /** Removes a finished item and its stored data. */
+  delete(id: string): Promise<{ blobs: number }> {
+    return this.control.delete(id);
   }
 
   /** An item from the database, or undefined. */
@@ -298,6 +293,7 @@ export class Dispatcher {
     const listener = new QueueListener(newClient, this.log);
     listener.events.on("queued", () => this.wakeup.notify("notify"));
     listener.events.on("changed", (id) => this.events.emit("queue:changed", id));
+    listener.events.on("cancel", (id) => this.cancels.requested(id));
     listener.events.on("up", () => {
       this.wakeup.notify("notify");
       this.events.emit("notify:up");
@@ -310,28 +306,57 @@ export class Dispatcher {
   private async loop(): Promise<void> {
     const signal = this.loopAbort.signal;
     while (!signal.aborted) {
+      // What woke this pass is covered by it: the claims below read the queue afresh.
+      this.wakeup.clear();
+      const passStartedAt = performance.now();
       await this.pass(signal);
       try {
-        this.events.emit("wakeup", await this.wakeup.wait(this.config.pollIntervalMs, signal));
+        const source = await this.wakeup.wait(this.config.pollIntervalMs, signal);
+        if (source === "notify" || source === "submit") {
+          const early = passStartedAt + queuedWakeGapMs - performance.now();
+          if (early > 0) await sleep(early, signal);
+        }
+        this.events.emit("wakeup", source);
       } catch {
         return;
       }
     }
   }
 
+  private housekeeping(beats: QueueStore): Promise<void> {
+    return runHousekeeping(
+      {
+        store: this.store,
+        beats,
+        blobs: this.blobs,
+        config: this.config,
+        fylrId: this.fylrId,
+        counters: this.counters,
+        events: this.events,
+        log: this.log,
+        held: () => this.tasks.size,
+        cancelCheck: () => this.cancels.check(),
+        rejoin: async () => {
+          this.tasks.abortAll(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
+          // A stopping fylr's row is removed right after; it does not come back.
+          if (this.currentState === "running") await beats.registerFylr(this.registration());
+        },
+      },
+      this.housekeepingAbort.signal,
+    );
+  }
+
+  private registration(): FylrRegistration {
+    return { id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl };
+  }
+
   private async pass(signal: AbortSignal): Promise<void> {
     const claimedBefore = this.counters.claimed;
     try {
-      // Claims first: a pass woken by a notification claims within one round trip. A fylr
-      // declared dead meanwhile claims nothing (the claim requires its row); the heartbeat
-      // right after finds out and re-registers.
+      // A fylr declared dead meanwhile claims nothing (the claim requires its row); its
+      // next heartbeat finds out and re-registers.
       await this.claimExec();
       if (!signal.aborted) await this.claimLocal();
-      if (!signal.aborted && performance.now() - this.lastBeatAt >= this.config.heartbeatIntervalMs) {
-        await this.heartbeat();
-        await this.sweep();
-      }
-      if (!signal.aborted && performance.now() - this.lastBlobSweepAt >= this.blobs.config.sweepIntervalMs) await this.sweepBlobs();
       if (this.dbFailures > 0) this.log.info({ failures: this.dbFailures }, "database reachable again");
       this.dbFailures = 0;
     } catch (err) {
@@ -344,45 +369,6 @@ export class Dispatcher {
       this.counters.passes += 1;
       this.events.emit("pass", this.counters.claimed - claimedBefore);
     }
-  }
-
-  private async heartbeat(): Promise<void> {
-    const alive = await this.store.heartbeat(this.fylrId);
-    this.lastBeatAt = performance.now();
-    if (alive) return;
-    // A sibling found our heartbeat stale (a long pause, a lost database connection) and
-    // requeued our claims. Whatever we still run belongs to someone else now: abort it all
-    // and come back as a fresh member.
-    const held = this.tasks.size;
-    this.log.error({ incident: "declared-dead", held }, "this fylr was declared dead by a sibling; abandoning held items and re-registering");
-    this.tasks.abortAll(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
-    await this.store.registerFylr({ id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl });
-  }
-
-  private async sweep(): Promise<void> {
-    const reaped = await this.store.reapStale(this.config.staleAfterMs, this.fylrId);
-    const rescued = reaped.requeued.length + reaped.failed.length;
-    this.counters.orphansRescued += rescued;
-    if (reaped.deadFylrs.length > 0 || rescued > 0) {
-      this.events.emit("orphans:rescued", reaped);
-      this.log.warn(
-        { deadFylrs: reaped.deadFylrs, requeued: reaped.requeued.length, failed: reaped.failed.map((f) => f.id) },
-        "requeued the claims of fylrs whose heartbeat went stale",
-      );
-    }
-  }
-
-  // Stored data past its expiry or retention. Any fylr may do it; a row deleted by two
-  // sweepers at once is deleted once. Batches of 100, so one pass stays short.
-  private async sweepBlobs(): Promise<void> {
-    this.lastBlobSweepAt = performance.now();
-    let total = { blobs: 0, bytes: 0 };
-    for (let round = 0; round < 10; round++) {
-      const swept = await this.blobs.sweep(100);
-      total = { blobs: total.blobs + swept.blobs, bytes: total.bytes + swept.bytes };
-      if (swept.blobs < 100) break;
-    }
-    if (total.blobs > 0) this.log.info(total, "deleted stored data past its expiry or retention");
   }
 
   private async claimExec(): Promise<void> {

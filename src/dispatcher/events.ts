@@ -37,10 +37,16 @@ export interface DispatcherEvents {
   "item:succeeded": [item: ClaimedItem];
   /** The item failed for good (no attempts left, or a permanent failure). */
   "item:failed": [item: ClaimedItem, error: string];
+  /** The item ended cancelled by this fylr (its job stopped on request), or its cancel reached this fylr's task. */
+  "item:cancelled": [item: ClaimedItem];
+  /** A cancel was asked for an item this fylr holds: its task is being stopped. */
+  "item:cancel-requested": [itemId: string];
   /** The item went back to the queue. */
   "item:requeued": [item: ClaimedItem, reason: RequeueReason];
   /** The lease fence refused this fylr's write: the item was taken back meanwhile. */
   "item:fenced": [item: ClaimedItem];
+  /** This fylr's heartbeat was written; `alive` false when a sibling had declared it dead. */
+  heartbeat: [alive: boolean];
   /** A sweep found fylrs with stale heartbeats and requeued (or failed) their claims. */
   "orphans:rescued": [result: ReapResult];
   /** A notification said this item's state changed (on any fylr). */

@@ -43,7 +43,9 @@ export { ensureDatabase, type DatabaseOutcome } from "./database.js";
 export { loadMigrations, migrate, migrationsDir, type Migration, type MigrationReport } from "./migrate.js";
 export { normalizeSubmit, type NormalizedSubmit } from "./payload.js";
 export { fromPgError, isTransient, sqlState } from "./pg-errors.js";
-export { itemStateToProto, itemToProto, statsToProto, submitInputFromProto } from "./proto.js";
+export { itemStateFromProto, itemStateToProto, itemToProto, statsToProto, submitInputFromProto } from "./proto.js";
+export { ItemControlStore, type CancelResult, type ItemPage } from "./item-control.js";
+export { decodePageToken, defaultPageSize, encodePageToken, listQuery, maxPageSize, type ListFilter } from "./item-list.js";
 export { itemRetryDelayMs, type DispatcherCounters } from "./settle.js";
 export {
   QueueStore,

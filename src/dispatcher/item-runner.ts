@@ -25,8 +25,8 @@ export type Outcome =
   | { readonly kind: "failed"; readonly results: readonly CallResult[]; readonly error: string; readonly permanent: boolean }
   /** The backend got no slot in time (an error of code RESOURCE_EXHAUSTED). */
   | { readonly kind: "no-slot"; readonly error: SlotbrokerError }
-  /** The signal aborted; `reason` is the signal's reason. */
-  | { readonly kind: "aborted"; readonly reason: unknown };
+  /** The signal aborted; `reason` is the signal's reason, `results` the receipts of calls that ran (a stopped one's too). */
+  | { readonly kind: "aborted"; readonly reason: unknown; readonly results: readonly CallResult[] };
 
 /** What the runner needs from the dispatcher. */
 export interface RunnerDeps {
@@ -97,7 +97,7 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
         discard(deps.blobs, sink.output);
         // A job that finished despite an abort keeps its result; one the abort cut short is
         // given back rather than charged as a failed attempt.
-        if (signal.aborted) return { kind: "aborted", reason: signal.reason };
+        if (signal.aborted) return { kind: "aborted", reason: signal.reason, results };
         return { kind: "failed", results, error: `${at}: ${describeFailure(receipt)}`, permanent: false };
       }
       previous = output;
@@ -148,7 +148,7 @@ async function runLocal(item: QueueItem, deps: RunnerDeps, signal: AbortSignal):
 }
 
 function caught(err: unknown, signal: AbortSignal, results: readonly CallResult[], what: string): Outcome {
-  if (signal.aborted) return { kind: "aborted", reason: signal.reason };
+  if (signal.aborted) return { kind: "aborted", reason: signal.reason, results };
   // By code, not by class: see the ExecBackend contract.
   if (err instanceof SlotbrokerError && err.code === Code.ResourceExhausted) return { kind: "no-slot", error: err };
   const message = err instanceof Error ? err.message : String(err);
@@ -184,6 +184,7 @@ const errorKinds: Record<ErrorKind, string> = {
   [ErrorKind.SPAWN_FAILED]: "could not be started",
   [ErrorKind.PIPE_FAILED]: "pipe failed",
   [ErrorKind.CANCELLED]: "was cancelled",
+  [ErrorKind.CANCEL_REQUESTED]: "was cancelled on request",
 };
 
 /** "exited with code 1: <stderr line>", "timed out: …", "killed by SIGKILL". */

@@ -43,6 +43,8 @@ export interface ItemTaskDeps {
 export class ItemTasks {
   private readonly tasks = new Set<Promise<void>>();
   private readonly controllers = new Set<AbortController>();
+  // The newest claim's controller per item id, for a cancel by id.
+  private readonly byItem = new Map<string, { lease: number; controller: AbortController }>();
   private execCount = 0;
 
   constructor(private readonly deps: ItemTaskDeps) {}
@@ -68,6 +70,20 @@ export class ItemTasks {
     this.tasks.add(task);
   }
 
+  /** Ids of the items held now. */
+  heldIds(): string[] {
+    return [...this.byItem.keys()];
+  }
+
+  /** Stops the task of item `id` on request (its job is cancelled at the execserver); false when not held here. */
+  cancel(id: string): boolean {
+    const held = this.byItem.get(id);
+    if (!held || held.controller.signal.aborted) return held !== undefined;
+    this.deps.events.emit("item:cancel-requested", id);
+    held.controller.abort(new AbortReason("cancel-requested", "a cancel was asked for this item"));
+    return true;
+  }
+
   /** Aborts every running task with `reason`. */
   abortAll(reason: AbortReason): void {
     for (const controller of this.controllers) controller.abort(reason);
@@ -86,6 +102,7 @@ export class ItemTasks {
     const log = this.deps.log.child({ itemId: item.id, lease: item.lease, kind: item.kind });
     const controller = new AbortController();
     this.controllers.add(controller);
+    this.byItem.set(item.id, { lease: item.lease, controller });
     live.add({ id: item.id, kind: item.kind, priority: item.priority, lease: item.lease, callCount: item.calls.length });
     if (item.kind === "exec") this.execCount += 1;
     let marking: Promise<void> | undefined;
@@ -118,6 +135,7 @@ export class ItemTasks {
       permit?.release();
       live.remove(item.id, item.lease);
       this.controllers.delete(controller);
+      if (this.byItem.get(item.id)?.controller === controller) this.byItem.delete(item.id);
     }
   }
 
@@ -126,6 +144,12 @@ export class ItemTasks {
     try {
       const ok = await this.deps.store.markRunning({ id: item.id, claimedBy: item.claimedBy, lease: item.lease });
       if (ok) return true;
+      if ((await this.deps.store.get(item.id))?.state === "cancelled") {
+        // Cancelled while its slot came: not an incident; the job is stopped at once.
+        log.info("the item was cancelled as its job started; stopping it");
+        this.cancel(item.id);
+        return false;
+      }
       this.deps.counters.fenced += 1;
       this.deps.events.emit("item:fenced", item);
       log.error({ incident: "lease-fenced" }, "mark running refused by the lease fence: the claim was taken back; aborting this run");

@@ -227,6 +227,8 @@ export interface ItemRow {
   output_sha256: string | null;
   error: string | null;
   idempotency_key: string | null;
+  /** Absent in rows read before migration 0005 ran. */
+  cancel_requested_at?: Date | null;
 }
 
 /** Maps a row to a QueueItem. */
@@ -255,5 +257,6 @@ export function itemFromRow(row: ItemRow): QueueItem {
     outputSha256: row.output_sha256 ?? undefined,
     error: row.error ?? undefined,
     idempotencyKey: row.idempotency_key ?? undefined,
+    cancelRequestedAt: row.cancel_requested_at ?? undefined,
   };
 }

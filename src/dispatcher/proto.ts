@@ -29,7 +29,15 @@ const states: Record<ItemState, ProtoItemState> = {
   running: ProtoItemState.RUNNING,
   succeeded: ProtoItemState.SUCCEEDED,
   failed: ProtoItemState.FAILED,
+  cancelled: ProtoItemState.CANCELLED,
 };
+
+const statesFromProto = new Map(Object.entries(states).map(([name, value]) => [value, name as ItemState]));
+
+/** The dispatcher's name of a proto state; undefined for UNSPECIFIED or an unknown value. */
+export function itemStateFromProto(state: ProtoItemState): ItemState | undefined {
+  return statesFromProto.get(state);
+}
 
 /** The proto enum value of a state. */
 export function itemStateToProto(state: ItemState): ProtoItemState {
@@ -119,6 +127,7 @@ export function itemToProto(item: QueueItem): Item {
     outputStored: item.outputBlob !== undefined,
     error: item.error ?? "",
     idempotencyKey: item.idempotencyKey ?? "",
+    cancelRequestedAt: item.cancelRequestedAt && timestampFromDate(item.cancelRequestedAt),
   });
 }
 
@@ -136,5 +145,6 @@ export function statsToProto(stats: DispatcherStats): StatsResponse {
     failedTotal: BigInt(stats.counters.failed),
     requeuedTotal: BigInt(stats.counters.requeued),
     orphansRescuedTotal: BigInt(stats.counters.orphansRescued),
+    cancelledTotal: BigInt(stats.counters.cancelled),
   });
 }

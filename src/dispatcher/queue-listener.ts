@@ -20,6 +20,8 @@ export interface QueueListenerEvents {
   queued: [];
   /** This item's state changed. */
   changed: [itemId: string];
+  /** A cancel was asked for this held item: the fylr holding it stops it. */
+  cancel: [itemId: string];
   /** LISTEN is in place (again): notifications may have been missed before it. */
   up: [];
   /** The listening connection failed; it reconnects. */
@@ -94,6 +96,12 @@ export class QueueListener {
 
   private onNotification(payload: string): void {
     if (payload === "queued") return this.events.emit("queued");
+    if (payload.startsWith("cancel ")) {
+      const id = payload.slice("cancel ".length);
+      this.events.emit("cancel", id);
+      // Watchers see cancel_requested_at even though the state did not change yet.
+      return this.events.emit("changed", id);
+    }
     if (!payload.startsWith("changed ")) return;
     for (const id of payload.slice("changed ".length).split(",")) if (id) this.events.emit("changed", id);
   }

@@ -14,7 +14,8 @@ import type { DispatcherEvents } from "./events.js";
 import type { Outcome } from "./item-runner.js";
 import { isTransient } from "./pg-errors.js";
 import type { QueueStore } from "./store.js";
-import type { ClaimedItem, Fence } from "./types.js";
+import { describeFailure } from "./item-runner.js";
+import type { CallResult, ClaimedItem, Fence } from "./types.js";
 
 /** Running totals since start, for Stats and metrics. */
 export interface DispatcherCounters {
@@ -27,13 +28,15 @@ export interface DispatcherCounters {
   orphansRescued: number;
   /** Writes refused by the lease fence. */
   fenced: number;
+  /** Items this fylr stopped on request and wrote as cancelled. */
+  cancelled: number;
   /** Loop passes run (a liveness figure: it grows about once per poll interval). */
   passes: number;
 }
 
 /** A fresh set of zeroed counters. */
 export function newCounters(): DispatcherCounters {
-  return { claimed: 0, succeeded: 0, failed: 0, requeued: 0, orphansRescued: 0, fenced: 0, passes: 0 };
+  return { claimed: 0, succeeded: 0, failed: 0, requeued: 0, orphansRescued: 0, fenced: 0, cancelled: 0, passes: 0 };
 }
 
 /** What settling needs. */
@@ -69,6 +72,13 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
           store.failAttempt(fence, outcome.results, outcome.error, delayMs, outcome.permanent),
         );
         if (state === undefined) return refused(item, deps, log, "failure");
+        if (state === "cancelled") {
+          // A cancel was asked for while the attempt ran: it ends here, never retried.
+          counters.cancelled += 1;
+          events.emit("item:cancelled", item);
+          log.info({ error: outcome.error }, "attempt failed with a cancel pending; item cancelled");
+          return;
+        }
         if (state === "queued") {
           counters.requeued += 1;
           events.emit("item:requeued", item, "retry");
@@ -90,6 +100,9 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
         return;
       }
       case "aborted":
+        if (outcome.reason instanceof AbortReason && outcome.reason.kind === "cancel-requested") {
+          return await cancelled(item, fence, outcome.results, deps, log);
+        }
         return await givenUp(item, fence, outcome.reason, deps, log);
     }
   } catch (err) {
@@ -97,6 +110,18 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
     // a sibling's sweep requeues it.
     log.error({ err, outcome: outcome.kind }, "could not record the outcome; the item stays claimed until this fylr is gone");
   }
+}
+
+// Stopped on request: cancelled, with the receipts of the calls that ran (the stopped one's
+// says CANCEL_REQUESTED). A queued or claimed item was cancelled by the Cancel call itself,
+// so the fence refusing this write is expected, not an incident.
+async function cancelled(item: ClaimedItem, fence: Fence, results: readonly CallResult[], deps: SettleDeps, log: Logger): Promise<void> {
+  const last = results[results.length - 1];
+  const error = last ? `cancelled by request; ${last.service} ${describeFailure(last.receipt)}` : "cancelled by request";
+  const ok = await retrying(deps, log, "finish cancelled", () => deps.store.finishCancelled(fence, results, error));
+  if (ok) deps.counters.cancelled += 1;
+  deps.events.emit("item:cancelled", item);
+  log.info({ written: ok, calls: results.length }, ok ? "item cancelled on request" : "item was cancelled before it ran");
 }
 
 async function givenUp(item: ClaimedItem, fence: Fence, reason: unknown, deps: SettleDeps, log: Logger): Promise<void> {

@@ -116,28 +116,118 @@ RETURNING q.id, q.lease`;
 /**
  * A failed attempt. Fenced ($1–$3); $4 result, $5 error, $6 retry delay ms, $7 permanent.
  * With attempts left and not permanent: back to queued after the delay. Otherwise: failed.
+ * A cancel asked for meanwhile wins over both: cancelled.
  */
 export const failAttempt = `
 UPDATE queue_items
-SET state       = CASE WHEN attempts < max_attempts AND NOT $7::boolean THEN 'queued' ELSE 'failed' END,
-    claimed_by  = CASE WHEN attempts < max_attempts AND NOT $7::boolean THEN NULL ELSE claimed_by END,
-    start_after = CASE WHEN attempts < max_attempts AND NOT $7::boolean
+SET state       = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                       WHEN attempts < max_attempts AND NOT $7::boolean THEN 'queued' ELSE 'failed' END,
+    claimed_by  = CASE WHEN attempts < max_attempts AND NOT $7::boolean AND cancel_requested_at IS NULL THEN NULL ELSE claimed_by END,
+    start_after = CASE WHEN attempts < max_attempts AND NOT $7::boolean AND cancel_requested_at IS NULL
                        THEN now() + $6::double precision * interval '1 millisecond' ELSE start_after END,
-    finished_at = CASE WHEN attempts < max_attempts AND NOT $7::boolean THEN NULL ELSE now() END,
+    finished_at = CASE WHEN attempts < max_attempts AND NOT $7::boolean AND cancel_requested_at IS NULL THEN NULL ELSE now() END,
     result = $4, error = $5, updated_at = now()
 WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
 RETURNING state`;
 
 /**
  * Give an item back without spending its attempt: no slot in time ($4 = one minute), or
- * stopped before it could finish ($4 = 0). Fenced ($1–$3).
+ * stopped before it could finish ($4 = 0). Fenced ($1–$3). An item whose cancel was asked
+ * for is cancelled instead: it never goes back to the queue.
  */
 export const releaseItem = `
 UPDATE queue_items
-SET state = 'queued', claimed_by = NULL, attempts = greatest(attempts - 1, 0),
+SET state       = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
+    claimed_by  = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE claimed_by END,
+    attempts    = CASE WHEN cancel_requested_at IS NULL THEN greatest(attempts - 1, 0) ELSE attempts END,
+    finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE now() END,
+    error       = CASE WHEN cancel_requested_at IS NULL THEN error ELSE 'cancelled by request' END,
     start_after = now() + $4::double precision * interval '1 millisecond', updated_at = now()
 WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
 RETURNING state`;
+
+/**
+ * A held item ends cancelled (its job stopped on request). Fenced ($1–$3); $4 result (the
+ * receipts, the stopped job's included), $5 error.
+ */
+export const finishCancelled = `
+UPDATE queue_items
+SET state = 'cancelled', result = $4, error = $5, cancel_requested_at = coalesce(cancel_requested_at, now()),
+    finished_at = now(), updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
+RETURNING state`;
+
+/**
+ * Cancel. $1 id. A queued or claimed item becomes 'cancelled' at once; a running one gets
+ * cancel_requested_at (kept from a first request). The row lock orders this against a
+ * claim, a completion or another cancel of the same row: each sees the other's result.
+ * Held items notify "cancel <id>" so the fylr holding it (whichever that is) stops it.
+ * No row: unknown, or already finished (the caller reads the state to say which).
+ */
+export const cancelItem = `
+WITH target AS (
+  SELECT id, state FROM queue_items WHERE id = $1 FOR UPDATE
+), changed AS (
+  UPDATE queue_items q
+  SET state               = CASE WHEN t.state = 'running' THEN 'running' ELSE 'cancelled' END,
+      finished_at         = CASE WHEN t.state = 'running' THEN q.finished_at ELSE now() END,
+      error               = CASE WHEN t.state = 'running' THEN q.error ELSE 'cancelled by request' END,
+      cancel_requested_at = coalesce(q.cancel_requested_at, now()),
+      updated_at          = now()
+  FROM target t
+  WHERE q.id = t.id AND t.state IN ('queued', 'claimed', 'running')
+  RETURNING q.*, t.state AS previous_state
+)
+SELECT changed.*,
+       CASE WHEN previous_state IN ('claimed', 'running') THEN pg_notify('slotbroker_queue', 'cancel ' || id) END AS notified
+FROM changed`;
+
+/**
+ * Held items whose cancel was asked for longer than $1 ms ago and never settled (their
+ * fylr is gone or its execserver never answered): cancelled now, by any fylr.
+ */
+export const cancelOverdue = `
+UPDATE queue_items
+SET state = 'cancelled', finished_at = now(), updated_at = now(),
+    error = 'cancelled by request; the job was not confirmed stopped within the cancel bound'
+WHERE cancel_requested_at IS NOT NULL AND state IN ('claimed', 'running')
+  AND cancel_requested_at < now() - $1::double precision * interval '1 millisecond'
+RETURNING id`;
+
+/** Of the items with these ids ($1 uuid[]), those cancelled or with a cancel pending: the holder's check. */
+export const cancelledAmong = `
+SELECT id FROM queue_items
+WHERE id = ANY($1::uuid[]) AND (state = 'cancelled' OR cancel_requested_at IS NOT NULL)`;
+
+/**
+ * Retry. $1 id. A failed or cancelled item goes back to the queue with fresh attempts; the
+ * results, output and stored outputs of its earlier run go (an uploaded input stays: the
+ * item reads it again). No row: unknown, or not failed/cancelled.
+ */
+export const retryItem = `
+WITH target AS (
+  SELECT id FROM queue_items WHERE id = $1 AND state IN ('failed', 'cancelled') FOR UPDATE
+), dropped AS (
+  DELETE FROM blobs b USING target WHERE b.item_id = target.id AND b.role <> 'input'
+)
+UPDATE queue_items q
+SET state = 'queued', claimed_by = NULL, attempts = 0, start_after = now(), finished_at = NULL,
+    result = NULL, output = NULL, output_blob = NULL, output_size = NULL, output_sha256 = NULL,
+    error = NULL, cancel_requested_at = NULL, updated_at = now()
+FROM target
+WHERE q.id = target.id
+RETURNING q.*`;
+
+/**
+ * Delete. $1 id. Only a finished item; its stored inputs and outputs go with it (ON DELETE
+ * CASCADE). Returns the number of items deleted and of blobs they owned.
+ */
+export const deleteItem = `
+WITH gone AS (
+  DELETE FROM queue_items WHERE id = $1 AND state IN ('succeeded', 'failed', 'cancelled') RETURNING id
+)
+SELECT (SELECT count(*) FROM gone)::int AS items,
+       (SELECT count(*) FROM blobs b WHERE b.item_id IN (SELECT id FROM gone))::int AS blobs`;
 
 /** Register a fylr. $1 id, $2 hostname, $3 pid, $4 api_url, $5 version. */
 export const registerFylr = `
@@ -177,11 +267,15 @@ WITH dead AS (
 ), orphans AS (
   -- Re-checked on the current row version: a row another sweeper requeued (or someone
   -- claimed again) since this statement's snapshot no longer matches and is skipped.
+  -- An item whose cancel was asked for is never resurrected: it ends cancelled.
   UPDATE queue_items q
-  SET state       = CASE WHEN q.attempts < q.max_attempts THEN 'queued' ELSE 'failed' END,
-      claimed_by  = CASE WHEN q.attempts < q.max_attempts THEN NULL ELSE q.claimed_by END,
-      finished_at = CASE WHEN q.attempts < q.max_attempts THEN NULL ELSE now() END,
-      error       = CASE WHEN q.attempts < q.max_attempts THEN q.error
+  SET state       = CASE WHEN q.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                         WHEN q.attempts < q.max_attempts THEN 'queued' ELSE 'failed' END,
+      claimed_by  = CASE WHEN q.attempts < q.max_attempts AND q.cancel_requested_at IS NULL THEN NULL ELSE q.claimed_by END,
+      finished_at = CASE WHEN q.attempts < q.max_attempts AND q.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+      error       = CASE WHEN q.cancel_requested_at IS NOT NULL
+                         THEN 'cancelled by request; fylr ' || q.claimed_by || ' stopped heartbeating before confirming it'
+                         WHEN q.attempts < q.max_attempts THEN q.error
                          ELSE 'fylr ' || q.claimed_by || ' stopped heartbeating during the last attempt' END,
       updated_at  = now()
   FROM stale

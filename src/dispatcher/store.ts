@@ -40,6 +40,8 @@ export interface ReapResult {
   readonly requeued: readonly { id: string; claimedBy: string }[];
   /** Items failed because their owner died during their last attempt. */
   readonly failed: readonly { id: string; claimedBy: string }[];
+  /** Items whose cancel was pending: cancelled, never requeued. */
+  readonly cancelled: readonly { id: string; claimedBy: string }[];
 }
 
 /** Open items of one kind, state and priority (status pages). */
@@ -69,6 +71,11 @@ export interface StoredPosition {
   readonly kind: ItemKind;
   /** Queued items of its kind claimed before it; 0 unless it is queued. */
   readonly aheadInQueue: number;
+}
+
+/** Checks an item id; INVALID_ARGUMENT naming it when it is not a UUID. */
+export function checkItemId(id: string): void {
+  checkId(id);
 }
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -218,8 +225,8 @@ export class QueueStore {
     error: string,
     retryDelayMs: number,
     permanent: boolean,
-  ): Promise<"queued" | "failed" | undefined> {
-    const r = await this.query<{ state: "queued" | "failed" }>("fail attempt", sql.failAttempt, [
+  ): Promise<"queued" | "failed" | "cancelled" | undefined> {
+    const r = await this.query<{ state: "queued" | "failed" | "cancelled" }>("fail attempt", sql.failAttempt, [
       ...fenceParams(fence),
       encodeResults(results),
       error,
@@ -229,7 +236,12 @@ export class QueueStore {
     return r.rows[0]?.state;
   }
 
-  /** Back to queued after `delayMs` with the attempt given back. False when fenced. */
+  /** → cancelled with the receipts of the stopped run. False when fenced. */
+  async finishCancelled(fence: Fence, results: readonly CallResult[], error: string): Promise<boolean> {
+    return (await this.query("finish cancelled", sql.finishCancelled, [...fenceParams(fence), encodeResults(results), error])).rowCount === 1;
+  }
+
+  /** Back to queued after `delayMs` with the attempt given back (cancelled instead when a cancel is pending). False when fenced. */
   async release(fence: Fence, delayMs: number): Promise<boolean> {
     return (await this.query("release", sql.releaseItem, [...fenceParams(fence), delayMs])).rowCount === 1;
   }
@@ -251,13 +263,14 @@ export class QueueStore {
 
   /** Removes stale fylrs and requeues (or, on their last attempt, fails) their claims. */
   async reapStale(staleAfterMs: number, selfId: string): Promise<ReapResult> {
-    type Orphan = { id: string; state: "queued" | "failed"; claimedBy: string };
+    type Orphan = { id: string; state: "queued" | "failed" | "cancelled"; claimedBy: string };
     const row = (await this.query<{ dead: string[]; orphans: Orphan[] }>("reap stale claims", sql.reapStale, [staleAfterMs, selfId])).rows[0];
     const orphans = row?.orphans ?? [];
     return {
       deadFylrs: row?.dead ?? [],
       requeued: orphans.filter((o) => o.state === "queued").map(({ id, claimedBy }) => ({ id, claimedBy })),
       failed: orphans.filter((o) => o.state === "failed").map(({ id, claimedBy }) => ({ id, claimedBy })),
+      cancelled: orphans.filter((o) => o.state === "cancelled").map(({ id, claimedBy }) => ({ id, claimedBy })),
     };
   }
 
@@ -327,7 +340,7 @@ export class QueueStore {
 const statementNames = new Map<string, string>();
 
 /** A stable prepared-statement name per query text (pg requires one text per name). */
-function statementName(text: string): string {
+export function statementName(text: string): string {
   let name = statementNames.get(text);
   if (!name) {
     name = `slotbroker_${createHash("sha1").update(text).digest("hex").slice(0, 16)}`;

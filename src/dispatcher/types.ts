@@ -4,7 +4,7 @@ import type { Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 export type ItemKind = "exec" | "local";
 
 /** An item's lifecycle in the database (the `queue_items.state` column). */
-export type ItemState = "queued" | "claimed" | "running" | "succeeded" | "failed";
+export type ItemState = "queued" | "claimed" | "running" | "succeeded" | "failed" | "cancelled";
 
 /** Where one exec call's stdin comes from. */
 export type StdinSource =
@@ -84,6 +84,8 @@ export interface QueueItem {
   readonly outputSha256: string | undefined;
   readonly error: string | undefined;
   readonly idempotencyKey: string | undefined;
+  /** When a cancel was asked for while the item was held; undefined otherwise. */
+  readonly cancelRequestedAt: Date | undefined;
 }
 
 /** What a claim hands the loop: enough to run the item and to fence its completion. */

@@ -15,6 +15,11 @@ export class Wakeup {
     else this.pending ??= source;
   }
 
+  /** Forgets a kept notify: the pass about to start covers whatever it was about. */
+  clear(): void {
+    this.pending = undefined;
+  }
+
   /** Resolves with what woke it: a notify's source, or "poll" after `ms`; rejects with the signal's reason. */
   wait(ms: number, signal: AbortSignal): Promise<WakeSource> {
     if (signal.aborted) return Promise.reject(signal.reason as Error);

@@ -68,6 +68,8 @@ export class JobRecord {
   startedAt = 0;
   /** When the current offer expires (clock ms), while offered. */
   expiresAt = 0;
+  /** True once a Cancel frame asked to stop the running job (a repeat is ignored). */
+  cancelRequested = false;
   /** Opaque to the core: the running job's controller in the I/O layer. */
   handle: unknown = undefined;
   /** @internal links in the broker's offer-expiry list */
@@ -114,8 +116,11 @@ export interface CoreEffects {
   offerEnded(record: JobRecord, outcome: OfferOutcome, offerToken: string): void;
   /** An offer was accepted: run the job, then call BrokerCore.finish(record, runtimeMs). */
   start(record: JobRecord, job: CheckedJob): void;
-  /** The running job's connection dropped or the server gave up on it: abort it. */
-  cancel(record: JobRecord): void;
+  /**
+   * Abort a running job: its connection dropped ("disconnected"), or its fylr sent Cancel
+   * ("requested": the receipt then says CANCEL_REQUESTED). It still ends through finish().
+   */
+  cancel(record: JobRecord, why: "disconnected" | "requested"): void;
 }
 
 /** Where a want stands, for a Position frame. */
@@ -203,7 +208,7 @@ export class BrokerCore {
     for (const record of connection.jobs.values()) {
       if (record.state === "parked") this.unpark(record);
       else if (record.state === "offered") this.endOffer(record, "dropped");
-      else this.effects.cancel(record);
+      else this.effects.cancel(record, "disconnected");
     }
     connection.jobs.clear();
     for (const wg of this.waitgroups.values()) this.pump(wg);
@@ -274,6 +279,19 @@ export class BrokerCore {
       this.endOffer(record, "withdrawn");
       this.pump(record.group);
     }
+  }
+
+  /**
+   * CANCEL: a parked or offered want is withdrawn exactly as by UNWANT; a running job is
+   * stopped (once; repeats are ignored). Unknown ids are ignored.
+   */
+  cancel(connection: ClientConnection, jobId: string): void {
+    const record = connection.jobs.get(jobId);
+    if (!record) return;
+    if (record.state !== "running") return this.unwant(connection, jobId);
+    if (record.cancelRequested) return;
+    record.cancelRequested = true;
+    this.effects.cancel(record, "requested");
   }
 
   /** JOB: accept an offer and start the job. */

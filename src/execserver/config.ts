@@ -41,6 +41,7 @@ export const execserverConfigSchema = z.strictObject({
     .optional(),
   offerTimeout: durationMs.prefault("5s"),
   drainTimeout: durationMs.prefault("30s"),
+  cancelGrace: durationMs.prefault("2s"),
   maxWantsPerConnection: z.number().int().min(1).default(100_000),
   maxWantsTotal: z.number().int().min(1).default(250_000),
   /** Header/idle deadlines and the connection cap of the admin (and legacy) HTTP listeners. */
@@ -85,6 +86,8 @@ export interface ExecserverConfig {
   readonly tls: { readonly certFile: string; readonly keyFile: string; readonly clientCaFile?: string } | undefined;
   readonly offerTimeoutMs: number;
   readonly drainTimeoutMs: number;
+  /** After a Cancel frame: SIGTERM to the job's process group, SIGKILL this much later. */
+  readonly cancelGraceMs: number;
   readonly maxWantsPerConnection: number;
   /** Wants parked over all connections at most; more are rejected with BOOK_FULL. */
   readonly maxWantsTotal: number;
@@ -153,6 +156,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     tls: input.tls,
     offerTimeoutMs: input.offerTimeout,
     drainTimeoutMs: input.drainTimeout,
+    cancelGraceMs: input.cancelGrace,
     maxWantsPerConnection: input.maxWantsPerConnection,
     maxWantsTotal: input.maxWantsTotal,
     adminHttp: input.adminHttp,

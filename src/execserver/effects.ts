@@ -22,6 +22,8 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 export interface EffectsOptions {
   readonly instanceId: string;
   readonly offerTimeoutMs: number;
+  /** SIGTERM → SIGKILL delay for a job stopped by a Cancel frame. */
+  readonly cancelGraceMs: number;
   readonly logger: Logger;
   /** Runs command services; default: the process runner in ./runner. */
   readonly runJob: RunJob | undefined;
@@ -112,6 +114,7 @@ export class BrokerIo implements CoreEffects {
       timeoutMs: job.timeoutMs,
       stdinUrl: job.stdinUrl,
       stdoutUrl: job.stdoutUrl,
+      cancelGraceMs: this.options.cancelGraceMs,
       signal: controller.signal,
     })
       .catch((err: unknown) => failedReceipt(ErrorKind.SPAWN_FAILED, `runner failed: ${(err as Error)?.message ?? String(err)}`))
@@ -120,8 +123,13 @@ export class BrokerIo implements CoreEffects {
   }
 
   /** @inheritdoc */
-  cancel(record: JobRecord): void {
-    (record.handle as AbortController | undefined)?.abort(new AbortReason("disconnected", "the connection that started the job is gone"));
+  cancel(record: JobRecord, why: "disconnected" | "requested"): void {
+    const reason =
+      why === "requested"
+        ? new AbortReason("cancel-requested", "the fylr sent Cancel for this job")
+        : new AbortReason("disconnected", "the connection that started the job is gone");
+    this.options.events.emit("job:cancel", record, why);
+    (record.handle as AbortController | undefined)?.abort(reason);
   }
 
   /** Aborts a running job because the server gives up on it (drain timeout). */

@@ -23,6 +23,8 @@ export interface ExecserverEvents {
   "offer:ended": [record: JobRecord, outcome: OfferOutcome];
   /** The job of an accepted offer started. */
   "job:started": [record: JobRecord];
+  /** A running job is being stopped: its fylr sent Cancel, or its connection dropped. */
+  "job:cancel": [record: JobRecord, why: "disconnected" | "requested"];
   /** The job finished; DONE with this receipt goes to its connection if it is still open. */
   "job:done": [record: JobRecord, receipt: Receipt];
   /** The legacy token protocol answered a request (endpoint "token" or "job"; 499: the client went away). */

@@ -118,7 +118,7 @@ export class ExecserverMetrics {
       labelNames: ["kind"],
       registers,
     });
-    for (const kind of ["want", "unwant", "job", "decline", "ping", "query"]) this.framesCounter.inc({ kind }, 0);
+    for (const kind of ["want", "unwant", "job", "decline", "ping", "query", "cancel"]) this.framesCounter.inc({ kind }, 0);
     this.legacyRequests = new Counter({
       name: "slotbroker_legacy_requests_total",
       help: "Requests to the legacy token protocol, by endpoint and HTTP status.",

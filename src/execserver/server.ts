@@ -53,11 +53,16 @@ export interface ExecserverOptions {
   readonly runJob?: RunJob;
   /** How long Hello changes are gathered before one broadcast (default 100 ms; bounds the Hello fan-out that connection churn can cause). */
   readonly helloCoalesceMs?: number;
+  /**
+   * HELLO frames per second a run of changes may cost at most (default 2,000): the window
+   * grows with the streams, from helloCoalesceMs (up to 200 streams) to 5 s at 10,000.
+   */
+  readonly helloFramesPerSecond?: number;
   /** After the drain timeout aborts jobs, how long to wait for their receipts (default 10 s). */
   readonly abortWaitMs?: number;
 }
 
-const capabilities = ["query", "position-eta", "offer-expired", "half-close"];
+const capabilities = ["query", "position-eta", "offer-expired", "half-close", "cancel"];
 
 /**
  * One execserver: the gRPC server (BrokerService, health, reflection), the admin HTTP
@@ -115,6 +120,7 @@ export class Execserver implements SessionHost {
       events: this.events,
       instanceId: config.instanceId,
       offerTimeoutMs: config.offerTimeoutMs,
+      cancelGraceMs: config.cancelGraceMs,
       logger: this.logger,
       runJob: options.runJob,
       now: () => this.now(),
@@ -353,11 +359,22 @@ export class Execserver implements SessionHost {
   }
 
   // Hello content changed (clients, draining): one coalesced broadcast per window, and
-  // only to peers that have not seen the latest version, so N connects cost O(N) frames.
+  // only to peers that have not seen the latest version, so N connects cost O(N) frames
+  // per window. A broadcast to every stream costs O(streams), so the window grows with
+  // them: a storm of joins at 10,000 streams would otherwise send 100,000 frames a second
+  // and starve the grants (bench/connections). A newcomer's own HELLO still goes out at
+  // once, and a drain is announced at once (flushHello).
   private helloChanged(): void {
     this.helloVersionValue++;
     if (this.helloTimer || this.stateValue === "stopped") return;
-    this.helloTimer = setTimeout(() => this.flushHello(), this.options.helloCoalesceMs ?? 100);
+    this.helloTimer = setTimeout(() => this.flushHello(), this.helloWindowMs());
+  }
+
+  /** How long Hello changes are gathered before the next broadcast. */
+  helloWindowMs(): number {
+    const floor = this.options.helloCoalesceMs ?? 100;
+    const budget = this.options.helloFramesPerSecond ?? 2_000;
+    return Math.max(floor, Math.ceil((this.sessions.size / budget) * 1000));
   }
 
   private flushHello(): void {

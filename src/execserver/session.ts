@@ -177,6 +177,9 @@ export class Session implements FrameSink {
       case "query":
         this.sendPosition(frame.value.jobId);
         return;
+      case "cancel":
+        broker.cancel(this.connection, frame.value.jobId);
+        return;
       default:
         // Forward compatibility: a newer peer may send frames we do not know.
         if (!this.warnedUnknownFrame) {

@@ -1,9 +1,13 @@
 import { setTimeout as delay } from "node:timers/promises";
 
-/** Why a long-lived operation was stopped; carried as the AbortSignal's reason. */
+/**
+ * Why a long-lived operation was stopped; carried as the AbortSignal's reason.
+ * "cancel-requested": somebody asked for it (a Cancel frame, QueueService.Cancel), as
+ * opposed to something breaking ("disconnected") or the process stopping ("shutdown").
+ */
 export class AbortReason extends Error {
   override name = "AbortError";
-  constructor(readonly kind: "shutdown" | "deadline" | "cancelled" | "disconnected", message: string) {
+  constructor(readonly kind: "shutdown" | "deadline" | "cancelled" | "disconnected" | "cancel-requested", message: string) {
     super(message);
   }
 }

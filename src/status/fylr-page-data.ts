@@ -9,7 +9,7 @@
 export type ItemKindJson = "exec" | "local";
 
 /** An item's state, as the queue stores it. */
-export type ItemStateJson = "queued" | "claimed" | "running" | "succeeded" | "failed";
+export type ItemStateJson = "queued" | "claimed" | "running" | "succeeded" | "failed" | "cancelled";
 
 /** One instance share as the dispatcher computed it. */
 export interface ShareJson {

@@ -42,6 +42,7 @@ const stateTones: Record<string, Tone> = {
   idle: "muted",
   unknown: "muted",
   failed: "bad",
+  cancelled: "muted",
   closed: "bad",
   stopped: "bad",
 };
@@ -224,11 +225,20 @@ function recent(view: FylrView): Html {
         itemStateTone(r.state),
       )}</td><td>${r.phase ?? "–"}</td><td>${r.service ?? "–"}</td><td>${r.instanceId ?? "–"}</td><td class="num">${r.attempts}</td><td class="num">${
         r.ageMs === undefined ? "–" : `${formatDuration(r.ageMs)} ago`
-      }</td><td class="detail" title="${r.error ?? ""}">${r.error ?? ""}</td></tr>`,
+      }</td><td class="detail" title="${r.error ?? ""}">${r.error ?? ""}</td><td>${cancelButton(r.id, r.state)}</td></tr>`,
   );
   return card(
     "Recent items",
-    html`<div class="table-wrap"><table class="recent"><thead><tr><th>item</th><th>kind</th><th class="num">priority</th><th>state</th><th>phase here</th><th>service</th><th>instance</th><th class="num">attempts</th><th class="num">updated</th><th>error</th></tr></thead><tbody>${rows}</tbody></table></div>`,
-    { note: "The items this fylr claimed last, newest first: their state in the database and their phase here.", wide: true },
+    html`<div class="table-wrap"><table class="recent"><thead><tr><th>item</th><th>kind</th><th class="num">priority</th><th>state</th><th>phase here</th><th>service</th><th>instance</th><th class="num">attempts</th><th class="num">updated</th><th>error</th><th></th></tr></thead><tbody>${rows}</tbody></table></div>`,
+    {
+      note: "The items this fylr claimed last, newest first, and the newest items waiting in the queue: their state in the database and their phase here. Cancel stops an item on whichever fylr holds it.",
+      wide: true,
+    },
   );
+}
+
+// Only items that can still be stopped get a button.
+function cancelButton(id: string, state: string): Html | string {
+  if (state !== "queued" && state !== "claimed" && state !== "running") return "";
+  return html`<button type="button" class="cancel" data-cancel="${id}" title="${`cancel item ${id}`}">cancel</button>`;
 }

@@ -1,3 +1,28 @@
+import type { Tone } from "./charts.js";
+
+/** Each colour role's colour variable. A Record, so a new Tone without a colour does not compile. */
+const toneColours: Record<Tone, string> = {
+  running: "--running",
+  offered: "--offered",
+  free: "--free",
+  queued: "--queued",
+  claimed: "--claimed",
+  reserved: "--queued",
+  over: "--bad",
+  legacy: "--legacy",
+  token: "--legacy",
+  ok: "--ok",
+  warn: "--warn",
+  bad: "--bad",
+  muted: "--mute",
+  accent: "--accent",
+};
+
+// `t-<tone>` colours boxes, bars, pills and chips; `tile-<tone>` a tile's top border.
+const toneRules = Object.entries(toneColours)
+  .map(([tone, colour]) => `.t-${tone},.tile-${tone}{--c:var(${colour})}`)
+  .join("\n");
+
 /** The status pages' stylesheet, inlined into every page (no external assets). */
 export const pageStyle = `
 :root{--bg:#f4f6f9;--card:#fff;--ink:#1c2230;--muted:#6b7383;--line:#e3e7ee;--track:#edf0f5;
@@ -32,9 +57,7 @@ background:var(--card);padding:5px 11px;border-radius:20px;box-shadow:var(--shad
 .tile-value{font-size:26px;font-weight:650;font-variant-numeric:tabular-nums;margin-top:2px}
 .tile-value small{font-size:16px;font-weight:500}
 .tile-hint{font-size:12px;color:var(--muted)}
-.t-running{--c:var(--running)}.t-offered{--c:var(--offered)}.t-free{--c:var(--free)}.t-queued{--c:var(--queued)}
-.t-claimed{--c:var(--claimed)}.t-reserved{--c:var(--queued)}.t-over{--c:var(--bad)}.t-ok{--c:var(--ok)}.t-warn{--c:var(--warn)}
-.t-bad{--c:var(--bad)}.t-muted{--c:var(--mute)}.t-accent{--c:var(--accent)}.t-legacy{--c:var(--legacy)}.t-token{--c:var(--legacy)}
+${toneRules}
 .legend{display:flex;gap:14px;font-size:12px;color:var(--muted);margin:0 0 8px}
 .legend span{display:flex;align-items:center;gap:5px}.legend .box{width:12px;height:12px;margin:0}
 .boxes{display:flex;flex-wrap:wrap;gap:5px;margin:6px 0}
@@ -69,6 +92,7 @@ background:var(--card);padding:5px 11px;border-radius:20px;box-shadow:var(--shad
 .gauge-text{font:650 17px system-ui,sans-serif;fill:var(--ink)}
 .more{margin:8px 0 0;font-size:12.5px;color:var(--muted)}
 .empty{color:var(--muted);font-style:italic;margin:6px 0}
+button.cancel{font:inherit;font-size:12px;padding:1px 8px;border-radius:6px;border:1px solid var(--line,#ccc);background:transparent;color:inherit;cursor:pointer}button.cancel:disabled{opacity:.6;cursor:default}
 .pill{display:inline-block;padding:1px 9px;border-radius:20px;background:var(--c);color:#fff;font-size:12px;font-weight:600;line-height:18px}
 .table-wrap{overflow-x:auto}
 table{width:100%;border-collapse:collapse;font-size:12.5px}

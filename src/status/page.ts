@@ -25,6 +25,8 @@ export interface StatusPageInput {
   readonly viewUrl: string;
   /** Poll interval (default 1000 ms). */
   readonly pollMs?: number;
+  /** A page's own script, after the shared poll script (a constant, never user data). */
+  readonly script?: string;
 }
 
 /** The view JSON for a set of rendered sections. */
@@ -76,7 +78,7 @@ export function renderStatusPage(input: StatusPageInput): string {
 <noscript><p class="banner t-warn">JavaScript is off: this page shows one snapshot; reload to refresh it.</p></noscript>
 ${head.map(wrap)}
 <div class="grid">${rest.map(wrap)}</div>
-</main><script>${raw(pollScript)}</script></body></html>
+</main><script>${raw(pollScript)}</script>${input.script ? html`<script>${raw(input.script)}</script>` : ""}</body></html>
 `;
   return page.value;
 }

@@ -12,7 +12,8 @@ import { createQueueClient, type QueueClient } from "../../src/api/index.js";
 import type { FylrHandle } from "../../src/app/index.js";
 import { compileExecserverConfig } from "../../src/execserver/index.js";
 import { startExecserver, type ExecserverHandle } from "../../src/app/execserver.js";
-import { waitFor } from "../support/execserver-process.js";
+import { awaitCondition, eventsOf } from "../support/event-monitor.js";
+import { inState, watchUntil } from "../support/watch-item.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { track } from "../support/resources.js";
 import { closeAll, fastFylrConfig, startTestFylr } from "../integration/support.js";
@@ -72,10 +73,7 @@ async function expectCode(promise: Promise<unknown>, code: Code, message?: RegEx
 }
 
 async function finished(client: QueueClient, id: string): Promise<Item> {
-  return waitFor(`item ${id} to finish`, async () => {
-    const { item } = await client.get({ id });
-    return item && (item.state === ItemState.SUCCEEDED || item.state === ItemState.FAILED) ? item : undefined;
-  });
+  return (await watchUntil(client, id, `item ${id} to finish`, inState(ItemState.SUCCEEDED, ItemState.FAILED))).item!;
 }
 
 describe("QueueService on a fylr", () => {
@@ -98,7 +96,7 @@ describe("QueueService on a fylr", () => {
     exec = await startExec();
     fylr = await startTestFylr(fastFylrConfig(databaseUrl, [exec.grpcAddress], { dispatcher: { headroom: 0 } }));
     client = createQueueClient(fylr.url);
-    await waitFor("the fylr to see the execserver", () => fylr.broker.instances().length === 1);
+    await awaitCondition("the fylr to see the execserver", [eventsOf(fylr.broker.events, "instances")], () => fylr.broker.instances().length === 1);
   });
   afterEach(async () => {
     await closeAll(fylr, exec);
@@ -251,14 +249,23 @@ describe("QueueService on a fylr", () => {
 
   it("Position merges the execserver's line with the database's: running, ahead, capacity and a summary", async () => {
     // One slot; admission is 3 (capacity 3, one client, headroom 0), so of five sleeps one
-    // runs, two wait parked at the execserver and two wait in the database.
+    // runs, two wait parked at the execserver and two wait in the database. One at a time,
+    // each awaited in its place: submitted together, the first three are claimed in one pass
+    // and their wants reach the execserver in any order.
+    const sleep = { calls: [{ service: "sleep", args: ["30"] }] };
     const ids: string[] = [];
-    for (let i = 0; i < 5; i++) ids.push((await client.submit({ calls: [{ service: "sleep", args: ["30"] }] })).item!.id);
-    const positions = await waitFor("the execserver to report the parked wants' positions", async () => {
-      const all = await Promise.all(ids.map(async (id) => (await client.position({ id })).position!));
-      const parked = all.filter((p) => p.state === ItemState.CLAIMED && / waiting - you are number /.test(p.summary));
-      return parked.length === 2 && all.filter((p) => p.state === ItemState.QUEUED).length === 2 ? all : undefined;
-    });
+    const submitUntil = async (what: string, until: (u: WatchResponse) => boolean): Promise<void> => {
+      const id = (await client.submit(sleep)).item!.id;
+      ids.push(id);
+      await watchUntil(client, id, what, until);
+    };
+    const parkedAs = (n: number) => (u: WatchResponse) => u.item?.state === ItemState.CLAIMED && new RegExp(` waiting - you are number ${n}\\b`).test(u.position?.summary ?? "");
+    await submitUntil("the first to run", (u) => u.item?.state === ItemState.RUNNING);
+    await submitUntil("the second to be parked first in line", parkedAs(2));
+    await submitUntil("the third to be parked behind it", parkedAs(3));
+    await submitUntil("the fourth to wait in the database", (u) => u.item?.state === ItemState.QUEUED && u.position?.ahead === 2);
+    await submitUntil("the fifth to wait behind it", (u) => u.item?.state === ItemState.QUEUED && u.position?.ahead === 3);
+    const positions = await Promise.all(ids.map(async (id) => (await client.position({ id })).position!));
     const [running, first, second, q1, q2] = positions;
     const shown = positions.map((p) => `${ItemState[p.state]} ${p.summary}`).join("\n");
     expect(running!.state).to.equal(ItemState.RUNNING);

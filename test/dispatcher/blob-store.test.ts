@@ -72,6 +72,7 @@ describe("blob store", () => {
     const writer = store.createWriter({ role: "input" });
     writer.on("error", () => undefined);
     writer.write(randomBytes(200 * KiB));
+    // Let the write get under way (chunks on their way to the database) before it is cut.
     await new Promise((r) => setTimeout(r, 200));
     writer.destroy(new Error("cut off"));
     await finished(writer).catch(() => undefined);
@@ -113,6 +114,7 @@ describe("blob store", () => {
     const again = await submit(adopted).then(() => undefined, (e: unknown) => e as Error);
     expect(again?.message).to.match(/no upload .* to take: it never completed, expired unused \(store\.orphanTtl\), or another item took it/);
     expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items")).rows[0]!.n).to.equal(1);
+    // Time passing is the thing under test: past the orphan TTL.
     await new Promise((r) => setTimeout(r, 400));
     expect(await store.sweep()).to.deep.equal({ blobs: 1, bytes: 10 * KiB });
     expect(await store.info(orphan)).to.equal(undefined);
@@ -140,6 +142,7 @@ describe("blob store", () => {
     expect(stored).to.include({ outputBlob: output.blobId, outputSize: bytes.length, outputSha256: createHash("sha256").update(bytes).digest("hex") });
     expect((await store.info(output.blobId!))?.expiresAt).to.equal(undefined);
     expect((await store.sweep()).blobs).to.equal(0);
+    // Time passing is the thing under test: past the retention.
     await new Promise((r) => setTimeout(r, 400));
     expect((await store.sweep()).blobs).to.equal(1);
     expect(await store.info(output.blobId!)).to.equal(undefined);
@@ -150,6 +153,7 @@ describe("blob store", () => {
     const queue = new QueueStore(pool);
     const { item } = await queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
     const id = await write(store, randomBytes(70 * KiB), { role: "output", itemId: item.id });
+    // Time passing is the thing under test: past the orphan TTL.
     await new Promise((r) => setTimeout(r, 300));
     expect((await store.sweep()).blobs).to.equal(1);
     expect(await store.info(id)).to.equal(undefined);

@@ -3,7 +3,7 @@ import type pg from "pg";
 import { createDefaultActions, migrate, normalizeSubmit, QueueStore, inlineOutput } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release } from "../support/resources.js";
-import { closeAll, openPool, startClaimer, waitFor } from "./support.js";
+import { closeAll, openPool, startClaimer } from "./support.js";
 
 describe("concurrent claims", () => {
   let url: string;
@@ -39,6 +39,7 @@ describe("concurrent claims", () => {
         const items = await store.claim(id, "exec", -2_147_483_648, 1 + Math.floor(Math.random() * 8));
         if (items.length === 0) {
           empty += 1;
+          // A claimer's pause between empty claims (as in fixtures/claimer.ts), not a wait for a state.
           await new Promise((r) => setTimeout(r, 20));
           continue;
         }
@@ -54,7 +55,7 @@ describe("concurrent claims", () => {
   it("never hands an item to two claimers: 4 processes and 4 in-process pools on one queue", async () => {
     const total = 3000;
     const children = [0, 1, 2, 3].map((i) => startClaimer(["drain", url, `proc-${i}`]));
-    await waitFor("every claimer process to be ready", () => children.every((c) => c.lines.some((l) => "ready" in l)), 30_000);
+    await Promise.all(children.map((c) => c.awaitLine((l) => "ready" in l)));
     await fill(total);
     const inProcess = await Promise.all([0, 1, 2, 3].map((i) => drainInProcess(`pool-${i}`)));
     const codes = await Promise.all(children.map((c) => c.exited));

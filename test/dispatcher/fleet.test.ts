@@ -13,7 +13,8 @@ import {
   type ExecInstance, inlineOutput } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release } from "../support/resources.js";
-import { closeAll, Gate, openPool, receiptFor, runLocally, SlotModel, startClaimer, startDispatcher, TestBackend, waitFor } from "./support.js";
+import { EventMonitor } from "../support/event-monitor.js";
+import { closeAll, Gate, itemReaches, morePasses, openPool, receiptFor, runLocally, SlotModel, startClaimer, startDispatcher, TestBackend } from "./support.js";
 
 const fast: Partial<DispatcherConfig> = { pollIntervalMs: 50, heartbeatIntervalMs: 100, staleAfterMs: 1000 };
 
@@ -31,12 +32,6 @@ describe("a fleet of fylrs on one database", () => {
   afterEach(async () => {
     await closeAll(pool);
   });
-
-  /** Waits until each dispatcher ran `n` more loop passes. */
-  const morePasses = async (list: Dispatcher[], n: number): Promise<void> => {
-    const target = list.map((f) => f.stats().counters.passes + n);
-    await waitFor(`${n} more passes each`, () => list.every((f, i) => f.stats().counters.passes >= target[i]!));
-  };
 
   const heldByFylr = async (): Promise<Record<string, number>> => {
     const r = await pool.query<{ claimed_by: string; n: number }>(
@@ -69,9 +64,19 @@ describe("a fleet of fylrs on one database", () => {
     for (const f of fylrs) f.events.on("item:changed", () => most.set(f.fylrId, Math.max(most.get(f.fylrId)!, f.stats().execHeld)));
     const store = new QueueStore(pool);
     const total = 120;
+    const claims = fylrs.map((f) => new EventMonitor(f.events, "item:claimed"));
+    let succeeded = 0;
+    let onAllSucceeded: () => void = () => undefined;
+    const allSucceeded = new Promise<void>((resolve) => (onAllSucceeded = resolve));
+    for (const f of fylrs) {
+      f.events.on("item:succeeded", () => {
+        if (++succeeded === total) onAllSucceeded();
+      });
+    }
     for (let i = 0; i < total; i++) await fylrs[i % 5]!.submit({ calls: [{ service: "cat", args: [], env: {} }] });
 
-    await waitFor("every fylr to fill its share", () => fylrs.every((f) => f.stats().execHeld >= 10));
+    // Every fylr fills its share (nothing finishes while the gate is shut).
+    await Promise.all(claims.map((c) => c.awaitCount(10, 20_000)));
     // Give every loop a few more passes to over-claim if it were going to.
     await morePasses(fylrs, 5);
     expect(fylrs.map((f) => f.stats().execAdmission)).to.deep.equal([10, 10, 10, 10, 10]);
@@ -82,13 +87,14 @@ describe("a fleet of fylrs on one database", () => {
     // One fylr leaves; the execserver now reports 4 clients and the others' shares grow.
     await release(fylrs[0]);
     for (const s of sources.slice(1)) s.set([instance(4)]);
-    await waitFor("the survivors to fill their grown shares", () => fylrs.slice(1).every((f) => f.stats().execHeld >= 12));
+    await Promise.all(claims.slice(1).map((c) => c.awaitCount(12, 20_000)));
     await morePasses(fylrs.slice(1), 5);
     expect(fylrs.slice(1).map((f) => f.stats().execHeld)).to.deep.equal([12, 12, 12, 12]);
     expect(fylrs.slice(1).map((f) => f.stats().execAdmission)).to.deep.equal([12, 12, 12, 12]);
 
     gate.open();
-    await waitFor("all items to finish", async () => (await store.countOpen()).length === 0);
+    await allSucceeded;
+    expect(await store.countOpen()).to.deep.equal([]);
     expect([...most.values()]).to.deep.equal([10, 12, 12, 12, 12]);
     const done = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items WHERE state = 'succeeded'");
     expect(done.rows[0]!.n).to.equal(total);
@@ -107,8 +113,8 @@ describe("a fleet of fylrs on one database", () => {
       ids.push((await store.submit(n)).item.id);
     }
     const victim = startClaimer(["hold", url, "4"]);
-    await waitFor("the victim to hold all four items", () => victim.lines.some((l) => l.holding === 4), 30_000);
-    const victimId = victim.lines.find((l) => "fylrId" in l)!.fylrId as string;
+    await victim.awaitLine((l) => l.holding === 4);
+    const victimId = (await victim.awaitLine((l) => "fylrId" in l)).fylrId as string;
     const held = await store.listFylrs();
     expect(held.find((f) => f.id === victimId)?.held).to.equal(4);
     const before = await Promise.all(ids.map((id) => store.get(id)));
@@ -123,10 +129,7 @@ describe("a fleet of fylrs on one database", () => {
       config: fast,
     });
     for (const [i, id] of ids.entries()) {
-      const item = await waitFor(`item ${i} to finish`, async () => {
-        const it = await store.get(id);
-        return it && (it.state === "succeeded" || it.state === "failed") ? it : undefined;
-      });
+      const item = await itemReaches(survivor, id, ["succeeded", "failed"]);
       expect(item).to.deep.include({ state: "succeeded", claimedBy: survivor.fylrId, lease: 2, attempts: 2 });
       expect(item.output!.toString()).to.equal(`item ${i}`);
     }

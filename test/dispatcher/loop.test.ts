@@ -12,11 +12,11 @@ import {
   type Dispatcher,
   type DispatcherConfig,
   type ExecInstance,
-  type QueueItem,
 } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../support/resources.js";
-import { closeAll, Gate, openPool, receiptFor, runLocally, startDispatcher, TestBackend, waitFor } from "./support.js";
+import { EventMonitor } from "../support/event-monitor.js";
+import { closeAll, Gate, itemReaches, morePasses, openPool, receiptFor, runLocally, startDispatcher, TestBackend } from "./support.js";
 
 const fast: Partial<DispatcherConfig> = { pollIntervalMs: 50, heartbeatIntervalMs: 100, staleAfterMs: 1000, retryInitialMs: 20, retryMaxMs: 100 };
 const one: ExecInstance = { instanceId: "exec-1", address: "127.0.0.1:7600", capacity: 4, clients: 1 };
@@ -39,17 +39,8 @@ describe("dispatcher loop", () => {
     await closeAll(pool);
   });
 
-  const until = (d: Dispatcher, id: string, states: QueueItem["state"][]): Promise<QueueItem> =>
-    waitFor(`item ${id} to reach ${states.join("/")}`, async () => {
-      const item = await d.get(id);
-      return item && states.includes(item.state) ? item : undefined;
-    });
-
-  /** Waits for `n` more loop passes: long enough for the loop to have looked again. */
-  const passes = (d: Dispatcher, n: number): Promise<true> => {
-    const target = d.stats().counters.passes + n;
-    return waitFor(`${n} loop passes`, () => d.stats().counters.passes >= target);
-  };
+  const until = itemReaches;
+  const passes = (d: Dispatcher, n: number): Promise<void> => morePasses([d], n);
 
   it("runs a local checksum item end to end", async () => {
     const d = await startDispatcher({ pool, capacity: new ManualCapacitySource(), backend: new TestBackend(), config: fast });
@@ -115,12 +106,11 @@ describe("dispatcher loop", () => {
   it("requeues an item whose slot never came a minute out, with its attempt given back", async () => {
     const backend = new TestBackend((request) => Promise.reject(new SlotbrokerError(Code.ResourceExhausted, `no slot for ${request.service}`)));
     const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([one]), backend, config: fast });
+    const requeued = new EventMonitor(d.events, "item:requeued");
     const { item } = await d.submit({ calls: [{ service: "cat", args: [], env: {} }] });
-    const back = await waitFor("the item to be released", async () => {
-      const i = await d.get(item.id);
-      return i && i.state === "queued" && i.lease === 1 ? i : undefined;
-    });
-    expect(back).to.include({ attempts: 0 });
+    const [, reason] = await requeued.awaitNext({ filter: (i) => i.id === item.id });
+    expect(reason).to.equal("no-slot");
+    expect(await d.get(item.id)).to.include({ state: "queued", lease: 1, attempts: 0 });
     const delay = await pool.query<{ s: string }>("SELECT extract(epoch FROM start_after - updated_at) AS s FROM queue_items WHERE id = $1", [item.id]);
     expect(Number(delay.rows[0]!.s)).to.equal(60);
     await passes(d, 5);
@@ -203,8 +193,10 @@ describe("dispatcher loop", () => {
     // A sibling took the item over (as after a requeue and a new claim): newer lease, new owner.
     await store.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
     await pool.query("UPDATE queue_items SET claimed_by = 'sibling', lease = lease + 1, state = 'claimed' WHERE id = $1", [item.id]);
+    const fenced = new EventMonitor(d.events, "item:fenced");
     gate.open();
-    await waitFor("the refused completion", () => d.stats().counters.fenced === 1);
+    await fenced.awaitNext({ filter: (i) => i.id === item.id });
+    expect(d.stats().counters.fenced).to.equal(1);
     expect(await store.get(item.id)).to.deep.include({ state: "claimed", claimedBy: "sibling", lease: 2, output: undefined });
     expect(d.stats().counters.succeeded).to.equal(0);
     await release(d);
@@ -213,29 +205,31 @@ describe("dispatcher loop", () => {
   it("abandons its items and re-registers when a sibling declared it dead, then runs them again under a new lease", async () => {
     const gate = new Gate();
     let aborted = 0;
+    let onAborted: () => void = () => undefined;
+    const firstRunAborted = new Promise<void>((resolve) => (onAborted = resolve));
     const backend = new TestBackend(async (request, options) => {
       options.onStart?.("exec-1");
       try {
         await gate.wait(options.signal);
       } catch (err) {
         aborted += 1;
+        onAborted();
         throw err;
       }
       return { receipt: receiptFor({ exitCode: 0, stdout: Buffer.from("ok") }), stdout: Buffer.from("ok") };
     });
     const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([one]), backend, config: fast });
     const { item } = await d.submit({ calls: [{ service: "cat", args: [], env: {} }] });
+    const started = new EventMonitor(d.events, "item:started");
     await until(d, item.id, ["running"]);
     // What a sibling does after this fylr's heartbeat stalled past the threshold.
     await pool.query("UPDATE fylrs SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", [d.fylrId]);
     await store.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
     const reaped = await store.reapStale(1000, "sibling");
     expect(reaped.requeued.map((r) => r.id)).to.deep.equal([item.id]);
-    await waitFor("the run to be aborted", () => aborted === 1);
-    const again = await waitFor("a new claim", async () => {
-      const i = await store.get(item.id);
-      return i && i.lease === 2 && i.state === "running" ? i : undefined;
-    });
+    await firstRunAborted;
+    expect(aborted).to.equal(1);
+    const [again] = await started.awaitNext({ filter: (i) => i.id === item.id && i.lease === 2 });
     expect(again.claimedBy).to.equal(d.fylrId);
     expect((await store.listFylrs()).map((f) => f.id)).to.include(d.fylrId);
     gate.open();
@@ -255,15 +249,20 @@ describe("dispatcher loop", () => {
     for (const p of pools) {
       loops.push(await startDispatcher({ pool: p, capacity: new ManualCapacitySource([{ ...one, capacity: 8, clients: 4 }]), backend, config: { ...fast, localSlots: 3 } }));
     }
+    let succeeded = 0;
+    let onAllSucceeded: () => void = () => undefined;
+    const allSucceeded = new Promise<void>((resolve) => (onAllSucceeded = resolve));
+    for (const l of loops) {
+      l.events.on("item:succeeded", () => {
+        if (++succeeded === 300) onAllSucceeded();
+      });
+    }
     const ids: string[] = [];
     for (let i = 0; i < 150; i++) {
       ids.push((await loops[i % 4]!.submit({ local: { name: "count", params: {}, input: Buffer.from(`${i}`) } })).item.id);
       ids.push((await loops[i % 4]!.submit({ calls: [{ service: "cat", args: [], env: {} }], priority: i % 3 })).item.id);
     }
-    await waitFor("every item to finish", async () => {
-      const r = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items WHERE state = 'succeeded'");
-      return r.rows[0]!.n === ids.length;
-    });
+    await allSucceeded;
     const leases = await pool.query<{ lease: string; attempts: number; n: number }>("SELECT lease, attempts, count(*)::int AS n FROM queue_items GROUP BY 1, 2");
     expect(leases.rows).to.deep.equal([{ lease: "1", attempts: 1, n: ids.length }]);
     const claimed = loops.map((l) => l.stats().counters.claimed);

@@ -1,3 +1,4 @@
+import { once } from "node:events";
 import { expect } from "chai";
 import pg from "pg";
 import { loadMigrations, migrate } from "../../src/dispatcher/index.js";
@@ -54,6 +55,29 @@ describe("dispatcher migrations", () => {
       expect(positionPlan.match(/queue_items_claim_idx/g) ?? []).to.have.length(2);
       expect(positionPlan).to.not.match(/Seq Scan/);
     } finally {
+      await closeAll(pool);
+    }
+  });
+
+  it("migrates again after its tables and ledger were dropped, functions left behind", async () => {
+    const fresh = await createTestDatabase("migrate_again");
+    await migrate(fresh);
+    const pool = openPool(fresh, 2);
+    const listener = new pg.Client(fresh);
+    try {
+      // What a test resetting its tables does: the trigger functions outlive them.
+      await pool.query("DROP TABLE blob_chunks, blobs, queue_items, fylrs, slotbroker_migrations CASCADE");
+      expect((await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'slotbroker_%'")).rows[0]).to.deep.equal({ n: 2 });
+      expect((await migrate(pool)).applied).to.deep.equal(loadMigrations().map((m) => m.version));
+      // …and the notify trigger is back in place.
+      await listener.connect();
+      await listener.query("LISTEN slotbroker_queue");
+      const heard = once(listener, "notification");
+      await pool.query(`INSERT INTO queue_items (kind, priority, payload) VALUES ('exec', 0, '{"calls":[]}')`);
+      const [message] = (await heard) as [pg.Notification];
+      expect(message.payload).to.equal("queued");
+    } finally {
+      await listener.end();
       await closeAll(pool);
     }
   });

@@ -52,6 +52,7 @@ describe("dispatcher ↔ queue.proto", () => {
       outputSha256: "2689367b205c16ce32ed4200942b8b8b1e262dfc70d9bc9fbc77c49699a4f1df",
       error: undefined,
       idempotencyKey: undefined,
+      cancelRequestedAt: undefined,
     };
     const proto = itemToProto(item);
     expect(proto).to.deep.include({ kind: ItemKind.EXEC, state: ItemState.SUCCEEDED, attempts: 2, claimedBy: "" });
@@ -67,7 +68,7 @@ describe("dispatcher ↔ queue.proto", () => {
       localRunning: 1,
       localCapacity: 2,
       localReservedForHigh: 1,
-      counters: { claimed: 5, succeeded: 4, failed: 1, requeued: 2, orphansRescued: 0, fenced: 0, passes: 9 },
+      counters: { claimed: 5, succeeded: 4, failed: 1, requeued: 2, orphansRescued: 0, fenced: 0, cancelled: 0, passes: 9 },
     });
     expect(toJson(StatsResponseSchema, stats)).to.deep.include({ execAdmission: 10, claimedTotal: "5", shares: [{ instanceId: "i", address: "a:1", capacity: 40, clients: 5, share: 10 }] });
   });

@@ -1,5 +1,5 @@
-// Helpers for the dispatcher tests: tracked pools and dispatchers, condition polling, and
-// an in-test exec backend.
+// Helpers for the dispatcher tests: tracked pools and dispatchers, waits on the
+// dispatcher's events, and an in-test exec backend.
 //
 // About the backend: the real ExecBackend is the fylr's broker client, which does not exist
 // yet. For the dispatcher's own logic (admission, retries, requeues, fencing) these tests
@@ -13,7 +13,19 @@ import { Readable } from "node:stream";
 import { create } from "@bufbuild/protobuf";
 import type pg from "pg";
 import { ErrorKind, ReceiptSchema, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
-import { Dispatcher, type DispatcherOptions, type ExecBackend, type ExecRequest, type ExecResult, type ExecRunOptions } from "../../src/dispatcher/index.js";
+import {
+  Dispatcher,
+  type ClaimedItem,
+  type DispatcherEvents,
+  type DispatcherOptions,
+  type ExecBackend,
+  type ExecRequest,
+  type ExecResult,
+  type ExecRunOptions,
+  type QueueItem,
+} from "../../src/dispatcher/index.js";
+import { Events } from "../../src/shared/events.js";
+import { awaitCondition, EventMonitor, type WakeSource } from "../support/event-monitor.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { release, track } from "../support/resources.js";
 import { createPgPool } from "../../src/shared/postgres.js";
@@ -39,15 +51,34 @@ export async function closeAll(...resources: (object | undefined)[]): Promise<vo
   for (const r of resources) await release(r);
 }
 
-/** Polls `check` until it returns a value other than undefined/false; fails naming `what` after the deadline. */
-export async function waitFor<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined && value !== false) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+// The event after which an item is in each state: every one is emitted once the state is written.
+const reachedBy = { running: "item:started", succeeded: "item:succeeded", failed: "item:failed", queued: "item:requeued" } as const;
+type Reachable = keyof typeof reachedBy;
+
+/**
+ * Resolves with the item once it is in one of `states`, woken by the dispatcher's events
+ * for that item (listening starts before the first look, so no change falls in between).
+ */
+export function itemReaches(d: Dispatcher, id: string, states: readonly Reachable[], timeoutMs = 20_000): Promise<QueueItem> {
+  const forThisItem: WakeSource = (wake) => {
+    const stops = states.map((state) => d.events.on(reachedBy[state], ((item: ClaimedItem) => item.id === id && wake()) as (...args: DispatcherEvents[(typeof reachedBy)[Reachable]]) => void));
+    return () => stops.forEach((stop) => stop());
+  };
+  return awaitCondition(`item ${id} to reach ${states.join("/")}`, [forThisItem], async () => {
+    const item = await d.get(id);
+    return item && (states as readonly string[]).includes(item.state) ? item : undefined;
+  }, timeoutMs);
+}
+
+/** Resolves once each dispatcher ran `n` more loop passes: long enough to have looked again. */
+export async function morePasses(list: readonly Dispatcher[], n: number): Promise<void> {
+  await Promise.all(list.map((d) => new EventMonitor(d.events, "pass")).map(async (m) => {
+    try {
+      await m.awaitCount(n);
+    } finally {
+      m.release();
+    }
+  }));
 }
 
 /** A latch: `wait()` resolves once `open()` was called, or rejects when the signal aborts. */
@@ -193,21 +224,47 @@ export class SlotModel {
 
 const claimer = fileURLToPath(new URL("./fixtures/claimer.ts", import.meta.url));
 
-/** Starts a claimer process; collects its JSON lines. Tracked: killed if the test leaves it. */
-/** Starts fixtures/claimer.ts in its own process; see that file for the modes. */
-export function startClaimer(args: string[]): { child: ChildProcess; lines: Record<string, unknown>[]; exited: Promise<number | null> } {
+/** A claimer process: its JSON lines so far, and a wait for the first line that passes a filter. */
+export interface Claimer {
+  readonly child: ChildProcess;
+  readonly lines: Record<string, unknown>[];
+  readonly exited: Promise<number | null>;
+  /** The first line (printed so far or later) that passes `filter`; rejects if the process exits first. */
+  awaitLine(filter: (line: Record<string, unknown>) => boolean): Promise<Record<string, unknown>>;
+}
+
+/** Starts fixtures/claimer.ts in its own process; see that file for the modes. Tracked: killed if the test leaves it. */
+export function startClaimer(args: string[]): Claimer {
   const child = spawn(process.execPath, ["--import", "tsx", claimer, ...args], { stdio: ["ignore", "pipe", "inherit"] });
   track(child, `claimer ${args[0]}`, (c) => {
     if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
   });
   const lines: Record<string, unknown>[] = [];
+  const printed = new Events<{ line: [Record<string, unknown>] }>();
   let rest = "";
   child.stdout.setEncoding("utf8");
   child.stdout.on("data", (chunk: string) => {
     const parts = (rest + chunk).split("\n");
     rest = parts.pop() ?? "";
-    for (const p of parts) if (p.trim()) lines.push(JSON.parse(p) as Record<string, unknown>);
+    for (const p of parts) {
+      if (!p.trim()) continue;
+      const line = JSON.parse(p) as Record<string, unknown>;
+      lines.push(line);
+      printed.emit("line", line);
+    }
   });
   const exited = once(child, "exit").then(([code]) => code as number | null);
-  return { child, lines, exited };
+  const awaitLine = async (filter: (line: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> => {
+    const found = lines.find(filter);
+    if (found) return found;
+    const stop = new AbortController();
+    try {
+      const gone = exited.then((code) => Promise.reject(new Error(`claimer ${args[0]} exited (${code}) before the line awaited`)));
+      const [line] = await Promise.race([printed.next("line", { filter, signal: stop.signal }), gone]);
+      return line;
+    } finally {
+      stop.abort();
+    }
+  };
+  return { child, lines, exited, awaitLine };
 }

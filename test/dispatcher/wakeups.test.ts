@@ -74,6 +74,27 @@ describe("dispatcher wakeups (LISTEN/NOTIFY)", function () {
     await release(b);
   });
 
+  it("a burst of notifications starts a claim pass at most once per 10 ms", async () => {
+    const { a, b } = await pair();
+    const wakeups: { source: string; at: number }[] = [];
+    const stop = a.events.on("wakeup", (source) => wakeups.push({ source, at: performance.now() }));
+    const passes = new EventMonitor(a.events, "pass");
+    // 40 commits 2 ms apart, each one NOTIFY (A claims nothing: its passes take no time).
+    await pool.query(Array.from({ length: 40 }, () => "BEGIN; SELECT pg_notify('slotbroker_queue', 'queued'), pg_sleep(0.002); COMMIT;").join(" "));
+    const heard = wakeups.length;
+    await passes.awaitCount(1);
+    stop();
+    const notified = wakeups.filter((w) => w.source === "notify");
+    expect(notified.length, "woken by the burst").to.be.within(1, 39);
+    for (let i = 1; i < wakeups.length; i++) {
+      if (wakeups[i]!.source !== "notify") continue;
+      // A pass starts right after its wakeup: the gap from the previous one is the gap between passes.
+      expect(wakeups[i]!.at - wakeups[i - 1]!.at, `gap before wakeup ${i} of ${heard}`).to.be.at.least(8);
+    }
+    await release(a);
+    await release(b);
+  });
+
   it("reconnects after the LISTEN connection is killed, and wakes up again", async () => {
     const { a, b } = await pair();
     const down = new EventMonitor(b.events, "notify:down");

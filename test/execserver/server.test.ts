@@ -79,6 +79,25 @@ describe("execserver server", () => {
     expect(hellos).to.be.below(31 * 4);
   });
 
+  it("widens the HELLO window with the number of streams, so a broadcast storm stays within its frame budget", async () => {
+    // 20 streams at 100 frames/s: one broadcast per 200 ms at most (the floor is 10 ms).
+    const server = await startTestServer({}, { helloCoalesceMs: 10, helloFramesPerSecond: 100 });
+    const streams = await Promise.all(Array.from({ length: 19 }, () => BrokerStream.open(server.grpcAddress)));
+    await eventually(() => expect(streams[0]!.received.at(-1)?.frame.value).to.include({ clients: 19 }));
+    const before = streams.reduce((n, s) => n + s.received.filter((f) => f.frame.case === "hello").length, 0);
+    const joined = performance.now();
+    const newcomer = await BrokerStream.open(server.grpcAddress);
+    // The newcomer's own HELLO goes out at once and already counts it.
+    expect(newcomer.received[0]!.frame.value).to.include({ clients: 20 });
+    await eventually(() => expect(streams[0]!.received.at(-1)?.frame.value).to.include({ clients: 20 }));
+    expect(performance.now() - joined).to.be.at.least(190);
+    // Five more joins inside one window: everyone hears about them in one broadcast.
+    await Promise.all(Array.from({ length: 5 }, () => BrokerStream.open(server.grpcAddress)));
+    await eventually(() => expect(streams[0]!.received.at(-1)?.frame.value).to.include({ clients: 25 }));
+    const after = streams.reduce((n, s) => n + s.received.filter((f) => f.frame.case === "hello").length, 0);
+    expect(after - before).to.be.at.most(19 * 3);
+  });
+
   it("answers gRPC health for the server and BrokerService, and lists BrokerService by reflection", async () => {
     const server = await startTestServer();
     expect(await checkHealth(server.grpcAddress, "")).to.equal("SERVING");

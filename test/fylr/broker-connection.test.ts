@@ -11,6 +11,7 @@ import { BrokerConnection, NoSlotError, brokerSlot, type ConnectionState } from 
 import { freePort } from "../../src/shared/embedded-postgres.js";
 import { Code, SlotbrokerError } from "../../src/shared/errors.js";
 import { spawnExecserver, waitFor } from "../support/execserver-process.js";
+import { awaitCondition, emitterOf, eventsOf } from "../support/event-monitor.js";
 import { startBroker } from "../support/fylr-replica.js";
 import { release, track } from "../support/resources.js";
 import { requireTool } from "../support/system-tools.js";
@@ -42,7 +43,7 @@ describe("fylr broker connection", function () {
       const states: ConnectionState[] = [];
       wrong.on("state", (s) => states.push(s));
       wrong.start();
-      await waitFor("the refusal", () => wrong.lastError);
+      await awaitCondition("the refusal", [emitterOf(wrong, "state")], () => wrong.lastError);
       expect(wrong.lastError).to.be.instanceOf(SlotbrokerError);
       expect((wrong.lastError as SlotbrokerError).code).to.equal(Code.Unauthenticated);
       expect(wrong.lastError!.message).to.match(/refused the token \(UNAUTHENTICATED\)/);
@@ -52,7 +53,7 @@ describe("fylr broker connection", function () {
 
       const right = connection(server.grpcAddress, { token: "s3cret" });
       right.start();
-      await waitFor("ready", () => right.state === "ready");
+      await awaitCondition("ready", [emitterOf(right, "state")], () => right.state === "ready");
       expect(right.hello!.instanceId).to.equal("auth");
       expect(server.status().connections.map((c) => c.clientName)).to.deep.equal(["conn-test"]);
       await release(right);
@@ -74,7 +75,7 @@ describe("fylr broker connection", function () {
         const port = server.grpcPort;
         const secure = connection(`localhost:${port}`, { tls: { caFile: cert } });
         secure.start();
-        await waitFor("ready over TLS", () => secure.state === "ready");
+        await awaitCondition("ready over TLS", [emitterOf(secure, "state")], () => secure.state === "ready");
         expect(secure.hello!.instanceId).to.equal("tls");
         const local = await secure.localAddress();
         expect(local?.host).to.match(/^(127\.0\.0\.1|::1)$/);
@@ -82,7 +83,7 @@ describe("fylr broker connection", function () {
 
         const plain = connection(`localhost:${port}`);
         plain.start();
-        await waitFor("a plaintext attempt to fail", () => plain.lastError);
+        await awaitCondition("a plaintext attempt to fail", [emitterOf(plain, "state")], () => plain.lastError);
         expect(plain.state).to.not.equal("ready");
         await release(plain);
       } finally {
@@ -119,12 +120,12 @@ describe("fylr broker connection", function () {
     const server = await spawnExecserver({ instanceId: "drain", waitgroups: { w: { processes: 2 } }, services: { sleep: { waitgroup: "w", command: ["sleep"] } } });
     const broker = startBroker({ addresses: [server.grpcAddress] });
     try {
-      await waitFor("ready", () => broker.instances()[0]?.capacity === 2);
+      await awaitCondition("ready", [eventsOf(broker.events, "instances")], () => broker.instances()[0]?.capacity === 2);
       const slot = brokerSlot(await broker.acquire({ service: "sleep" }));
       const running = slot.start(create(JobSpecSchema, { args: ["2"] }));
       await waitFor("the job to run", async () => (await server.status()).waitgroups[0]!.running === 1);
       server.child.kill("SIGTERM");
-      await waitFor("the draining HELLO", () => broker.instances()[0]?.draining === true);
+      await awaitCondition("the draining HELLO", [eventsOf(broker.events, "instances")], () => broker.instances()[0]?.draining === true);
       expect(broker.instances()[0]).to.include({ capacity: 0, processes: 2 });
       const err = await broker.acquire({ service: "sleep", connectTimeoutMs: 300 }).then(
         () => expect.fail("expected NoSlotError"),
@@ -151,7 +152,7 @@ describe("fylr broker connection", function () {
       connectTimeout: "60s",
     });
     try {
-      await waitFor("ready", () => broker.instances().length === 1);
+      await awaitCondition("ready", [eventsOf(broker.events, "instances")], () => broker.instances().length === 1);
       const conn = broker.pools()[0]!.connections()[0]!;
       const busy = brokerSlot(await broker.acquire({ service: "sleep" }));
       const running = busy.start(create(JobSpecSchema, { args: ["30"] })).then(
@@ -163,7 +164,7 @@ describe("fylr broker connection", function () {
 
       // SIGSTOP keeps the TCP connection open but nothing answers: only liveness checks notice.
       process.kill(server.child.pid!, "SIGSTOP");
-      await waitFor("the ping timeout", () => conn.state !== "ready");
+      await awaitCondition("the ping timeout", [emitterOf(conn, "state")], () => conn.state !== "ready");
       expect(conn.lastError!.message).to.match(/no Pong|keepalive|ended|failed/i);
       expect(await running).to.be.instanceOf(SlotbrokerError);
       expect(broker.instances()).to.deep.equal([]);

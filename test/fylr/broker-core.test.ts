@@ -7,8 +7,9 @@ import {
   JobSpecSchema,
   QuerySchema,
   type ConnectRequest,
+  CancelSchema,
 } from "../../gen/slotbroker/v1/broker_pb.js";
-import { encodeDecline, encodeJob, encodeQuery, encodeUnwant, encodeWant, encodeWithSchema } from "../../src/fylr/broker/frames.js";
+import { encodeCancel, encodeDecline, encodeJob, encodeQuery, encodeUnwant, encodeWant, encodeWithSchema } from "../../src/fylr/broker/frames.js";
 import {
   RaceBook,
   WantRace,
@@ -159,6 +160,7 @@ describe("fylr broker core (pure)", () => {
           [{ case: "decline", value: create(DeclineSchema, { jobId, offerToken: "tök" }) }, encodeDecline(jobId, "tök")],
           [{ case: "decline", value: create(DeclineSchema, { jobId }) }, encodeDecline(jobId, "")],
           [{ case: "query", value: create(QuerySchema, { jobId }) }, encodeQuery(jobId)],
+          [{ case: "cancel", value: create(CancelSchema, { jobId }) }, encodeCancel(jobId)],
         ];
         const specs = [
           create(JobSpecSchema, {}),

@@ -2,6 +2,7 @@ import { expect } from "chai";
 import { once } from "node:events";
 import type { BrokerClient } from "../../src/fylr/broker/index.js";
 import { freePort } from "../../src/shared/embedded-postgres.js";
+import { awaitCondition, emitterOf, eventsOf } from "../support/event-monitor.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
 import { startHaproxy, type Haproxy } from "../support/haproxy.js";
@@ -26,6 +27,11 @@ async function burst(replica: FylrReplica, jobs: number, seconds: string): Promi
   const results = await Promise.all(Array.from({ length: jobs }, () => replica.exec.run({ service: "sleep", args: [seconds] })));
   for (const r of results) expect(r.receipt.exitCode, r.receipt.stderrLine).to.equal(0);
   return results.map((r) => r.instanceId);
+}
+
+/** Resolves once the broker reaches one instance (its first connection got a HELLO). */
+function firstConnection(broker: BrokerClient): Promise<true> {
+  return awaitCondition("the first connection", [eventsOf(broker.events, "instances")], () => broker.instances().length === 1);
 }
 
 function pool(broker: BrokerClient) {
@@ -66,14 +72,14 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
     // the next probe, while backpressure lasts, finds the one that was skipped.
     replica = await startReplica({ ...lb(), reprobeInterval: "2s", maxConnectionsPerAddress: 8 }, "lb");
     const p = pool(replica.broker);
-    await waitFor("the first connection", () => replica!.broker.instances().length === 1);
+    await firstConnection(replica.broker);
     const log = landings(replica.broker);
     expect(p.stats.opened).to.equal(1);
     let sawCovered = false;
-    const sampler = setInterval(() => (sawCovered ||= p.covered), 20);
+    p.on("duplicate", () => (sawCovered ||= p.covered));
 
     // Eighteen 1.5-second jobs on three one-slot pods: backpressure lasts for seconds.
-    const ran = await burst(replica, 18, "1.5").finally(() => clearInterval(sampler));
+    const ran = await burst(replica, 18, "1.5");
     const why = (): string => `${log.join(" ")}\nhaproxy: ${haproxy!.output()}`;
 
     expect(new Set(ran), why()).to.have.lengthOf(3);
@@ -82,14 +88,15 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
     expect(sawCovered, "the duplicate marked the pool covered").to.equal(true);
     expect(p.connections()).to.have.lengthOf(3);
     expect(p.stats.opened).to.equal(3 + p.stats.duplicatesClosed);
-    // Each pod counts this fylr exactly once.
+    // Each pod counts this fylr exactly once. (The pods' own view, asked over GetStatus: the
+    // closed duplicate leaves a pod a moment after this side closed it.)
     await waitFor("one connection per pod", async () => (await connectionsPerInstance(servers, "lb")).every((n) => n === 1));
     expect(replica.broker.instances().map((i) => i.clients)).to.deep.equal([1, 1, 1]);
 
     // The burst is over: no backpressure, so no new connection, not even when the covered
     // mark lapses and the pool decides again and again.
     const opened = p.stats.opened;
-    await waitFor("the pool to see no backpressure", () => p.lastDecision?.grow === false && p.lastDecision.reason === "no-backpressure");
+    await awaitCondition("the pool to see no backpressure", [emitterOf(p, "tick")], () => p.lastDecision?.grow === false && p.lastDecision.reason === "no-backpressure");
     if (p.covered) await once(p, "uncovered");
     for (let i = 0; i < 5; i++) await once(p, "tick");
     expect(p.covered, "the covered mark lapsed").to.equal(false);
@@ -101,7 +108,7 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
     servers = [await spawnExecserver({ ...oneSleepSlot("solo"), waitgroups: { w: { processes: 4 } } })];
     haproxy = await startHaproxy(servers.map((s) => s.grpcAddress));
     replica = await startReplica(lb(), "solo");
-    await waitFor("the first connection", () => replica!.broker.instances().length === 1);
+    await firstConnection(replica.broker);
     await burst(replica, 4, "0.5");
     expect(pool(replica.broker).stats.opened).to.equal(1);
   });
@@ -112,14 +119,14 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
     haproxy = await startHaproxy([...servers.map((s) => s.grpcAddress), `127.0.0.1:${latePort}`]);
     replica = await startReplica({ ...lb(), reprobeInterval: "1s", reconnectMax: "200ms" }, "probe");
     const p = pool(replica.broker);
-    await waitFor("the first connection", () => replica!.broker.instances().length === 1);
+    await firstConnection(replica.broker);
 
     await burst(replica, 8, "1");
     expect(replica.broker.instances().map((i) => i.instanceId).sort()).to.deep.equal(["early-1", "early-2"]);
     expect(p.stats.duplicatesClosed).to.be.at.least(1);
 
     servers.push(await spawnExecserver(oneSleepSlot("late", `127.0.0.1:${latePort}`)));
-    await waitFor("the covered mark to lapse", () => !p.covered);
+    if (p.covered) await once(p, "uncovered");
     const ran = await burst(replica, 9, "1");
     expect(ran).to.include("late");
     expect(replica.broker.instances().map((i) => i.instanceId).sort()).to.deep.equal(["early-1", "early-2", "late"]);
@@ -131,7 +138,7 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
     // A short re-probe: an early duplicate must not keep the pool from reaching both pods.
     replica = await startReplica({ ...lb(), reprobeInterval: "1s" }, "drop");
     const p = pool(replica.broker);
-    await waitFor("the first connection", () => replica!.broker.instances().length === 1);
+    await firstConnection(replica.broker);
     await burst(replica, 6, "0.5");
     expect(replica.broker.instances()).to.have.lengthOf(2);
 
@@ -139,7 +146,7 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
     await victim.kill("SIGKILL");
     // The dead pod's connection redials the balancer, lands on the survivor and, being a
     // duplicate there, is closed: the pool keeps exactly the reachable fleet.
-    await waitFor("the pool to shrink to the survivor", () => p.connections().length === 1 && replica!.broker.instances().length === 1);
+    await awaitCondition("the pool to shrink to the survivor", [emitterOf(p, "removed", "instances")], () => p.connections().length === 1 && replica!.broker.instances().length === 1);
     const survivor = servers.find((s) => s !== victim)!;
     expect(replica.broker.instances()[0]!.instanceId).to.equal(survivor.instanceId);
     expect(await burst(replica, 2, "0.1")).to.deep.equal([survivor.instanceId, survivor.instanceId]);

@@ -23,6 +23,7 @@ import {
 import { Code } from "../../src/shared/errors.js";
 import { release } from "../support/resources.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { awaitCondition, eventsOf } from "../support/event-monitor.js";
 import { startBroker, startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
 
 /** One slot; `sleep`, `cat` and the builtin `noop`. */
@@ -45,7 +46,7 @@ async function sum(servers: ExecserverProcess[], client: string, field: "decline
 }
 
 function ready(broker: BrokerClient, instances: number): Promise<boolean> {
-  return waitFor(`${instances} instances`, () => broker.instances().length === instances);
+  return awaitCondition(`${instances} instances`, [eventsOf(broker.events, "instances")], () => broker.instances().length === instances);
 }
 
 describe("fylr broker client against two execserver processes", function () {
@@ -180,7 +181,7 @@ describe("fylr broker client against two execserver processes", function () {
   it("parks once per instance when two addresses reach the same execserver", async () => {
     const port = a.grpcAddress.split(":")[1]!;
     const broker = open({ addresses: [`127.0.0.1:${port}`, `localhost:${port}`], clientName: "twice" });
-    await waitFor("both connections ready", () => broker.pools().every((p) => p.connections()[0]?.state === "ready"));
+    await awaitCondition("both connections ready", [eventsOf(broker.events, "connection:up", "instances")], () => broker.pools().every((p) => p.connections()[0]?.state === "ready"));
     expect(broker.instances().map((i) => i.instanceId)).to.deep.equal(["exec-a"]);
     const slot = brokerSlot(await broker.acquire({ service: "noop" }));
     await slot.start(jobSpec([]));

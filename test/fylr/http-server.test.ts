@@ -2,6 +2,7 @@ import { expect } from "chai";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import * as http2 from "node:http2";
+import { once } from "node:events";
 import * as net from "node:net";
 import { PassThrough } from "node:stream";
 import { PipeService } from "../../gen/slotbroker/v1/pipe_pb.js";
@@ -17,14 +18,10 @@ import {
 } from "../../src/fylr/index.js";
 import { ConfigError } from "../../src/shared/errors.js";
 import { release, track } from "../support/resources.js";
-import { curl, randomPayload, releaseAll, sha256, statusAndBody, trackedRegistry, trackedServer } from "./pipes-support.js";
+import { curl, randomPayload, releaseAll, sha256, statusAndBody, streaming, trackedRegistry, trackedServer } from "./pipes-support.js";
 
 function get(url: string, extra: string[] = []): Promise<{ status: number; body: string }> {
   return curl(["-w", "\n%{http_code}", ...extra, url]).then(statusAndBody);
-}
-
-async function waitFor(condition: () => boolean): Promise<void> {
-  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 2));
 }
 
 /** A raw HTTP/1.1 exchange whose request bytes are sent in the given pieces, one per macrotask. */
@@ -39,6 +36,7 @@ async function rawExchange(port: number, pieces: string[]): Promise<string> {
   await new Promise((resolve) => socket.once("connect", resolve));
   for (const piece of pieces) {
     socket.write(piece);
+    // Pacing, the thing under test: each piece reaches the server on its own.
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   await closed;
@@ -63,6 +61,7 @@ async function splittingProxy(port: number, at: number): Promise<net.Server> {
       first = false;
       client.pause();
       upstream.write(chunk.subarray(0, at));
+      // Pacing, the thing under test: the rest of the preface comes in a later packet.
       setTimeout(() => {
         upstream.write(chunk.subarray(at));
         client.resume();
@@ -170,7 +169,7 @@ describe("fylr HTTP server", () => {
       source.write(payload.subarray(0, 1000));
       const pipe = registry.createInPipe(source);
       const reading = curl(["-f", `${server.url}/pipe/in/${pipe.id}`]);
-      await waitFor(() => pipe.state === "streaming");
+      await streaming(pipe);
       const closing = server.close();
       expect(server.close()).to.equal(closing);
       const refused = await curl(["-f", `${server.url}/healthz`]);
@@ -196,7 +195,7 @@ describe("fylr HTTP server", () => {
       let body = "";
       stream.on("data", (d: Buffer) => (body += d.toString()));
       const ended = new Promise((resolve) => stream.once("end", resolve));
-      await waitFor(() => body.length > 0);
+      if (body.length === 0) await once(stream, "data");
       const closing = server.close();
       source.end("and last");
       await ended;
@@ -214,7 +213,7 @@ describe("fylr HTTP server", () => {
       source.write("never finishes");
       const pipe = registry.createInPipe(source);
       const reading = curl([`${server.url}/pipe/in/${pipe.id}`]);
-      await waitFor(() => pipe.state === "streaming");
+      await streaming(pipe);
       await server.close();
       const result = await reading;
       expect(result.code).to.not.equal(0);

@@ -1,3 +1,4 @@
+import { once } from "node:events";
 import { expect } from "chai";
 import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
@@ -77,12 +78,13 @@ describe("fylr gRPC introspection (health, reflection, unknown paths)", () => {
       create(HealthCheckRequestSchema, { service: "" }),
     );
     const seen: number[] = [];
+    const first = once(call, "data");
     const ended = new Promise<void>((resolve) => {
       call.on("data", (r: HealthCheckResponse) => seen.push(r.status));
       call.on("error", () => resolve());
       call.on("end", () => resolve());
     });
-    while (seen.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    await first;
     const closed = server.close();
     await ended;
     await closed;

@@ -6,7 +6,7 @@ import { PipeService, type WriteRequest } from "../../gen/slotbroker/v1/pipe_pb.
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { WriteRequestSchema } from "../../gen/slotbroker/v1/pipe_pb.js";
 import type { FylrHttpServer, PipeRegistry } from "../../src/fylr/index.js";
-import { curl, HashingSink, pipeFailure, randomPayload, releaseAll, sha256, trackedRegistry, trackedServer } from "./pipes-support.js";
+import { curl, HashingSink, pipeFailure, randomPayload, releaseAll, sha256, sinkGotBytes, trackedRegistry, trackedServer } from "./pipes-support.js";
 
 type WriteInit = MessageInitShape<typeof WriteRequestSchema>;
 const MiB = 1024 * 1024;
@@ -147,7 +147,7 @@ describe("PipeService over Connect", () => {
     const controller = new AbortController();
     async function* thenAbort(): AsyncGenerator<WriteInit> {
       yield { pipeId: pipe.id, chunk: randomPayload(128 * 1024) };
-      while (sink.bytes === 0) await new Promise((resolve) => setTimeout(resolve, 2));
+      await sinkGotBytes(sink);
       controller.abort();
       yield { chunk: randomPayload(128 * 1024) };
     }

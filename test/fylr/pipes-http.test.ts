@@ -11,7 +11,9 @@ import {
   randomPayload,
   releaseAll,
   sha256,
+  sinkGotBytes,
   statusAndBody,
+  streaming,
   tempDir,
   trackedRegistry,
   pipeFailure,
@@ -150,7 +152,7 @@ describe("pipes over plain HTTP (native tools)", () => {
       req.on("error", () => undefined);
       req.write(half);
       // Cut the connection only once the server has really passed bytes to the sink.
-      await waitFor(() => sink.bytes > 0);
+      await sinkGotBytes(sink);
       req.destroy();
       const err = await pipeFailure(pipe.done);
       expect(err.kind).to.equal("aborted");
@@ -169,7 +171,7 @@ describe("pipes over plain HTTP (native tools)", () => {
     const stream = session.request({ ":method": "PUT", ":path": `/pipe/out/${pipe.id}` });
     stream.on("error", () => undefined);
     stream.write(randomPayload(256 * 1024));
-    await waitFor(() => sink.bytes > 0);
+    await sinkGotBytes(sink);
     stream.close(http2.constants.NGHTTP2_CANCEL);
     const err = await pipeFailure(pipe.done);
     expect(err.kind).to.equal("aborted");
@@ -203,7 +205,7 @@ describe("pipes over plain HTTP (native tools)", () => {
     const pipe = registry.createInPipe(source);
     source.write(randomPayload(100_000));
     const result = curl(["-f", `${server.url}/pipe/in/${pipe.id}`]);
-    await waitFor(() => pipe.state === "streaming");
+    await streaming(pipe);
     source.destroy(new Error("stdin producer crashed"));
     const done = await result;
     expect(done.code).to.not.equal(0);
@@ -241,7 +243,3 @@ describe("pipes over plain HTTP (native tools)", () => {
   });
 });
 
-/** Polls a condition on the event loop (no wall-clock assertion; the test timeout bounds it). */
-async function waitFor(condition: () => boolean): Promise<void> {
-  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 2));
-}

@@ -1,13 +1,15 @@
 // Helpers shared by the pipe and HTTP server tests: a tracked server, curl as a child
-// process, hashing sinks and random payloads.
+// process, hashing sinks, random payloads, and waits on a pipe's or a sink's events.
 import { expect } from "chai";
 import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable, type Readable } from "node:stream";
 import { PipeError, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type FylrHttpServerOptions } from "../../src/fylr/index.js";
+import type { PipeHandle } from "../../src/fylr/pipes/index.js";
 import { release, track } from "../support/resources.js";
 import { requireTool } from "../support/system-tools.js";
 
@@ -48,6 +50,7 @@ export class HashingSink extends Writable {
   override _write(chunk: Buffer, _enc: BufferEncoding, callback: (error?: Error | null) => void): void {
     this.hash.update(chunk);
     this.bytes += chunk.length;
+    this.emit("bytes", this.bytes);
     callback();
   }
 
@@ -121,4 +124,17 @@ export async function pipeFailure(promise: Promise<unknown>): Promise<PipeError>
     return err as PipeError;
   }
   throw new Error("expected the pipe to fail");
+}
+
+/** Resolves once the pipe's consumer arrived (state "streaming"); rejects if it settled without. */
+export async function streaming(pipe: PipeHandle): Promise<void> {
+  if (pipe.state === "streaming") return;
+  if (pipe.state !== "waiting") throw new Error(`the pipe is ${pipe.state}, it never streamed`);
+  const [state] = await pipe.events.next("state");
+  if (state !== "streaming") throw new Error(`the pipe went ${state}, it never streamed`);
+}
+
+/** Resolves once the sink was handed its first bytes. */
+export async function sinkGotBytes(sink: HashingSink): Promise<void> {
+  if (sink.bytes === 0) await once(sink, "bytes");
 }

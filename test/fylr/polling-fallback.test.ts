@@ -7,6 +7,7 @@ import { ConfigError } from "../../src/shared/errors.js";
 import { compileBrokerConfig } from "../../src/fylr/broker/config.js";
 import { release, track } from "../support/resources.js";
 import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../support/execserver-process.js";
+import { awaitCondition, eventsOf } from "../support/event-monitor.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
 
 // The fylr's per-address fallback to the token protocol, against real execserver processes:
@@ -52,7 +53,7 @@ describe("fylr polling fallback", function () {
   it("polls a legacy-only execserver for tokens and returns to the broker once it serves BrokerService", async () => {
     const exec = keep(await spawnExecserver(execConfig("old-exec", "legacy-only")));
     const replica = keep(await startReplica({ addresses: [exec.grpcAddress], clientName: "fallback", polling: fastPolling }, "fallback"));
-    await waitFor("the pool to poll", () => transports(replica.broker)[0] === "polling");
+    await awaitCondition("the pool to poll", [eventsOf(replica.broker.events, "pool:transport")], () => transports(replica.broker)[0] === "polling");
     expect(replica.broker.instances()).to.deep.equal([
       {
         instanceId: `polling:${exec.grpcAddress}`,
@@ -75,7 +76,12 @@ describe("fylr polling fallback", function () {
     expect(replica.broker.stats.polled).to.equal(1);
 
     await exec.restart("SIGTERM", execConfig("new-exec", "broker"));
-    await waitFor("the pool to return to the broker", () => transports(replica.broker)[0] === "broker" && replica.broker.instances().length === 1, 20_000);
+    await awaitCondition(
+      "the pool to return to the broker",
+      [eventsOf(replica.broker.events, "pool:transport", "instances")],
+      () => transports(replica.broker)[0] === "broker" && replica.broker.instances().length === 1,
+      20_000,
+    );
     expect(replica.broker.pools()[0]!.stats).to.include({ fallbacks: 1, recoveries: 1 });
     const brokered = await replica.exec.run({ service: "cat", stdin: Buffer.from("back\n") });
     expect(brokered).to.include({ transport: "broker", instanceId: "new-exec" });
@@ -90,7 +96,11 @@ describe("fylr polling fallback", function () {
     keep(fresh);
     keep(old);
     const replica = keep(await startReplica({ addresses: [fresh.grpcAddress, old.grpcAddress], clientName: "mixed", polling: fastPolling }, "mixed"));
-    await waitFor("one broker and one polling pool", () => transports(replica.broker).join() === "broker,polling" && replica.broker.instances().length === 2);
+    await awaitCondition(
+      "one broker and one polling pool",
+      [eventsOf(replica.broker.events, "pool:transport", "instances")],
+      () => transports(replica.broker).join() === "broker,polling" && replica.broker.instances().length === 2,
+    );
     const results = await Promise.all(Array.from({ length: 16 }, (_, i) => replica.exec.run({ service: "sleep", args: ["0.3"], labels: { i: String(i) } })));
     for (const r of results) expect(r.receipt.exitCode).to.equal(0);
     const by = (id: string): number => results.filter((r) => r.instanceId === id).length;
@@ -113,7 +123,7 @@ describe("fylr polling fallback", function () {
     const replica = keep(
       await startReplica({ addresses: [address], clientName: "unimpl", polling: { ...fastPolling, urls: { [address]: `http://${old.grpcAddress}` } } }, "unimpl"),
     );
-    await waitFor("the pool to poll", () => transports(replica.broker)[0] === "polling");
+    await awaitCondition("the pool to poll", [eventsOf(replica.broker.events, "pool:transport")], () => transports(replica.broker)[0] === "polling");
     expect(replica.broker.pools()[0]!.connections()).to.have.length(0);
     const slot = await replica.broker.acquire({ service: "noop" });
     expect(slot).to.be.instanceOf(PolledSlot);
@@ -136,7 +146,7 @@ describe("fylr polling fallback", function () {
     const replica = keep(
       await startReplica({ addresses: [address], clientName: "h2-404", polling: { ...fastPolling, urls: { [address]: `http://${old.grpcAddress}` } } }, "h2-404"),
     );
-    await waitFor("the pool to poll", () => transports(replica.broker)[0] === "polling");
+    await awaitCondition("the pool to poll", [eventsOf(replica.broker.events, "pool:transport")], () => transports(replica.broker)[0] === "polling");
     const r = await replica.exec.run({ service: "cat", stdin: Buffer.from("via 404\n") });
     expect(r).to.include({ transport: "polling", instanceId: "h2-old" });
     expect(r.stdout!.toString()).to.equal("via 404\n");
@@ -145,7 +155,7 @@ describe("fylr polling fallback", function () {
   it("fails fast with UnknownServiceError when every polled address answers 404", async () => {
     const old = keep(await spawnExecserver(execConfig("unknown-old", "legacy-only")));
     const replica = keep(await startReplica({ addresses: [old.grpcAddress], clientName: "unknown", polling: fastPolling }, "unknown"));
-    await waitFor("the pool to poll", () => transports(replica.broker)[0] === "polling");
+    await awaitCondition("the pool to poll", [eventsOf(replica.broker.events, "pool:transport")], () => transports(replica.broker)[0] === "polling");
     const before = Date.now();
     const err = await replica.broker.acquire({ service: "ffmpeg", connectTimeoutMs: 20_000 }).then(
       () => undefined,
@@ -158,7 +168,7 @@ describe("fylr polling fallback", function () {
   it("polls once per interval per waiting job and gives up after connectTimeout with no slot", async () => {
     const old = keep(await spawnExecserver(execConfig("busy-old", "legacy-only")));
     const replica = keep(await startReplica({ addresses: [old.grpcAddress], clientName: "busy", polling: { ...fastPolling, interval: "250ms" } }, "busy"));
-    await waitFor("the pool to poll", () => transports(replica.broker)[0] === "polling");
+    await awaitCondition("the pool to poll", [eventsOf(replica.broker.events, "pool:transport")], () => transports(replica.broker)[0] === "polling");
     const running = replica.exec.run({ service: "sleep", args: ["3"] });
     await waitFor("the long job to run", async () => (await metric(old, /^slotbroker_slots_used\{waitgroup="w",state="legacy_running"/)) === 1);
     const requestsBefore = replica.broker.stats.tokenRequests;
@@ -178,6 +188,7 @@ describe("fylr polling fallback", function () {
   it("does not fall back for an address that refuses connections (a dead execserver is not an old one)", async () => {
     const replica = keep(await startReplica({ addresses: ["127.0.0.1:1"], clientName: "dead", polling: fastPolling }, "dead"));
     await waitFor("a failed attempt", () => replica.broker.pools()[0]!.connections()[0]?.lastError !== undefined);
+    // The thing under test is that nothing happens: half a second of retries, no fallback.
     await new Promise((r) => setTimeout(r, 500));
     expect(transports(replica.broker)).to.deep.equal(["broker"]);
     expect(replica.broker.instances()).to.deep.equal([]);

@@ -5,8 +5,9 @@ import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { freePort } from "../../src/shared/embedded-postgres.js";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { inState, watchUntil } from "../support/watch-item.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
 import type { FylrPageData } from "../../src/status/index.js";
@@ -55,10 +56,11 @@ describe("a fylr process's claim rules", () => {
     // slot they run one after the other: the finish order is the start order.
     const at = timestampFromDate(new Date(Date.now() + 1500));
     const priorities = [3, -1, 7, 0, 5, 1, 7];
-    for (const priority of priorities) await fylr.client.submit({ calls: [{ service: "sleep", args: ["0.1"] }], priority, startAfter: at });
+    const ids: string[] = [];
+    for (const priority of priorities) ids.push((await fylr.client.submit({ calls: [{ service: "sleep", args: ["0.1"] }], priority, startAfter: at })).item!.id);
     const later = new Date(Date.now() + 3500);
     const urgentLater = (await fylr.client.submit({ calls: [{ service: "cat" }], priority: 100, startAfter: timestampFromDate(later) })).item!.id;
-    await waitFor("every item to finish", async () => (await rows()).every((r) => r.state === "succeeded"), 30_000, 100);
+    for (const id of [...ids, urgentLater]) await watchUntil(fylr.client, id, `item ${id} to succeed`, inState(ItemState.SUCCEEDED));
     const done = await rows();
     const timed = done.filter((r) => r.id !== urgentLater).sort((a, b) => a.finished_at!.getTime() - b.finished_at!.getTime());
     expect(timed.map((r) => r.priority)).to.deep.equal([...priorities].sort((a, b) => b - a));
@@ -78,10 +80,11 @@ describe("a fylr process's claim rules", () => {
     const localItem = (await fylr.client.submit({ local: { name: "count", input: Buffer.from("a b\n") } })).item!.id;
     // The local item proves the loop is claiming; let it run five more passes after that
     // (the fylr's /status/live.json counts them).
-    await waitFor("the local item to finish", async () => (await fylr!.client.get({ id: localItem })).item?.state === ItemState.SUCCEEDED);
+    await watchUntil(fylr.client, localItem, "the local item to finish", inState(ItemState.SUCCEEDED));
     const stats = await fylr.client.stats({});
     const passes = async (): Promise<number> => ((await (await fetch(`${fylr!.url}/status/live.json`)).json()) as FylrPageData).dispatcher.counters.passes ?? 0;
     const after = (await passes()) + 5;
+    // The child process tells its pass count only when asked.
     await waitFor("five more loop passes", async () => (await passes()) >= after);
     const [row] = (await rows()).filter((r) => r.id === execItem);
     expect(row).to.deep.include({ state: "queued", attempts: 0, claimed_by: null });
@@ -89,10 +92,7 @@ describe("a fylr process's claim rules", () => {
     expect(stats.shares).to.deep.equal([]);
 
     exec = await spawnExecserver({ instanceId: "exec-late", listen: address, ...oneSlot });
-    const item = await waitFor("the exec item to run", async () => {
-      const { item } = await fylr!.client.get({ id: execItem });
-      return item?.state === ItemState.SUCCEEDED ? item : undefined;
-    }, 30_000);
+    const item = (await watchUntil(fylr.client, execItem, "the exec item to run", inState(ItemState.SUCCEEDED))).item!;
     expect(Buffer.from(item.output).toString()).to.equal("late");
     expect(item.attempts).to.equal(1);
   });
@@ -102,13 +102,17 @@ describe("a fylr process's claim rules", () => {
     exec = await spawnExecserver({ instanceId: "exec-busy", ...oneSlot });
     fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec.grpcAddress], { execserver: { addresses: [exec.grpcAddress], connectTimeout: "500ms" } }));
     const blocker = (await fylr.client.submit({ calls: [{ service: "sleep", args: ["8"] }] })).item!.id;
-    await waitFor("the blocker to hold the only slot", async () => (await fylr!.client.get({ id: blocker })).item?.state === ItemState.RUNNING);
+    await watchUntil(fylr.client, blocker, "the blocker to hold the only slot", inState(ItemState.RUNNING));
     const submittedAt = Date.now();
     const waiting = (await fylr.client.submit({ calls: [{ service: "cat" }] })).item!.id;
-    const row = await waitFor("the waiting item to be given back", async () => {
-      const r = (await rows()).find((x) => x.id === waiting)!;
-      return r.state === "queued" && r.start_after.getTime() > submittedAt + 30_000 ? r : undefined;
-    }, 20_000, 50);
+    await watchUntil(
+      fylr.client,
+      waiting,
+      "the waiting item to be given back",
+      (u) => u.item?.state === ItemState.QUEUED && u.item.startAfter !== undefined && timestampDate(u.item.startAfter).getTime() > submittedAt + 30_000,
+      20_000,
+    );
+    const row = (await rows()).find((x) => x.id === waiting)!;
     expect(row.attempts, "the attempt is given back").to.equal(0);
     expect(row.claimed_by).to.equal(null);
     // One minute (dispatcher.noSlotDelay) after the give-back, measured by the database clock.

@@ -242,6 +242,7 @@ describe(`large items through the queue (${Math.round(size / MiB)} MiB)`, functi
     const before = await chunkBytesOnDisk(pool);
     const upload = fetch(`${fylr.url}/queue/inputs`, { method: "POST", body: createReadStream(input.path) as never, duplex: "half" }).catch((e: unknown) => e);
     await waitFor("the upload writing", async () => (await storeState(pool)).openWrites > 0, 30_000);
+    // Let the upload run on for a moment, so the kill lands mid-stream with chunks written.
     await new Promise((r) => setTimeout(r, 300));
     await fylr.stop("SIGKILL");
     expect(await upload).to.be.instanceOf(Error);

@@ -77,6 +77,7 @@ describe("migration from the token protocol (real processes)", function () {
       const waitingAfter = Number((await exec.status()).waitgroups[0]!.waiting);
       answers.push({ answer, waitingAfter });
       if (answer.kind === "token") grant = answer.grant;
+      // A token-protocol client's own poll interval (the old behaviour under test), not a wait for a state.
       else await new Promise((r) => setTimeout(r, 100));
     }
     // The book only shrinks here (every item was claimed at once), so a GET followed by a

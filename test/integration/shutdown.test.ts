@@ -4,6 +4,7 @@ import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { inState, watchUntil } from "../support/watch-item.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
 
@@ -32,7 +33,7 @@ describe("stopping a fylr process", () => {
     this.timeout(60_000);
     fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec.grpcAddress], { dispatcher: { stopGrace: "20s" } }));
     const id = (await fylr.client.submit({ calls: [{ service: "sleep", args: ["1.5"] }] })).item!.id;
-    await waitFor("the item to run", async () => (await fylr!.client.get({ id })).item?.state === ItemState.RUNNING);
+    await watchUntil(fylr.client, id, "the item to run", inState(ItemState.RUNNING));
     const code = await fylr.stop("SIGTERM");
     expect(code, fylr.stderr()).to.equal(0);
     expect(await state(id)).to.deep.include({ state: "succeeded", attempts: 1 });
@@ -44,10 +45,11 @@ describe("stopping a fylr process", () => {
     this.timeout(60_000);
     fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec.grpcAddress], { dispatcher: { stopGrace: "60s" } }));
     const id = (await fylr.client.submit({ calls: [{ service: "sleep", args: ["30"] }] })).item!.id;
-    await waitFor("the item to run", async () => (await fylr!.client.get({ id })).item?.state === ItemState.RUNNING);
+    await watchUntil(fylr.client, id, "the item to run", inState(ItemState.RUNNING));
     fylr.child.kill("SIGTERM");
     // Inside the grace period the item keeps running (and nothing new is claimed): the
-    // fylr says it is stopping on /healthz while it waits for the item.
+    // fylr says it is stopping on /healthz while it waits for the item. (Asked over HTTP:
+    // the child process tells it only when asked.)
     await waitFor("the fylr to report stopping", async () => {
       const health = await fetch(`${fylr!.url}/healthz`);
       return health.status === 503 && (await health.text()).includes("stopping");

@@ -73,3 +73,65 @@ export class EventMonitor<M extends EventMap<M>, K extends keyof M> {
     this.stop();
   }
 }
+
+/** Calls `wake` on every event that may change a condition; returns the function that stops it. */
+export type WakeSource = (wake: () => void) => () => void;
+
+/** Wakes on any of `names` of an engine's typed events. */
+export function eventsOf<M extends EventMap<M>>(events: Events<M>, ...names: (keyof M)[]): WakeSource {
+  return (wake) => {
+    const stops = names.map((name) => events.on(name, wake));
+    return () => stops.forEach((stop) => stop());
+  };
+}
+
+/** Wakes on any of `names` of a Node EventEmitter. */
+export function emitterOf(emitter: NodeJS.EventEmitter, ...names: string[]): WakeSource {
+  return (wake) => {
+    for (const name of names) emitter.on(name, wake);
+    return () => names.forEach((name) => emitter.off(name, wake));
+  };
+}
+
+/**
+ * Resolves with `check()`'s value once it is neither undefined nor false, looking once at
+ * the start and again after each event of `sources` (one that came while it looked counts):
+ * the condition is re-read exactly when something that can change it happened, never on a
+ * timer. Fails naming `what` after `timeoutMs`.
+ */
+export async function awaitCondition<T>(
+  what: string,
+  sources: readonly WakeSource[],
+  check: () => T | undefined | false | Promise<T | undefined | false>,
+  timeoutMs = 15_000,
+): Promise<T> {
+  let heard = 0;
+  let wake: (() => void) | undefined;
+  const stops = sources.map((source) =>
+    source(() => {
+      heard += 1;
+      wake?.();
+    }),
+  );
+  const deadline = Date.now() + timeoutMs;
+  try {
+    for (;;) {
+      const before = heard;
+      const value = await check();
+      if (value !== undefined && value !== false) return value;
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+      if (heard !== before) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        wake = () => {
+          clearTimeout(timer);
+          wake = undefined;
+          resolve();
+        };
+      });
+    }
+  } finally {
+    for (const stop of stops) stop();
+  }
+}

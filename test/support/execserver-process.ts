@@ -126,7 +126,11 @@ export async function getStatus(address: string, token?: string): Promise<GetSta
   }
 }
 
-/** Polls `check` until it returns a truthy value (bounded); returns that value. */
+/**
+ * Polls `check` until it returns a truthy value (bounded); returns that value. Only for a
+ * state another process holds and tells only when asked (an execserver's GetStatus, a
+ * fylr's Stats); a state of this process is awaited through its events (event-monitor.ts).
+ */
 export async function waitFor<T>(what: string, check: () => T | Promise<T>, timeoutMs = 15_000, everyMs = 25): Promise<NonNullable<T>> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;

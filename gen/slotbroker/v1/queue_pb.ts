@@ -26,7 +26,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file slotbroker/v1/queue.proto.
  */
 export const file_slotbroker_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("ChlzbG90YnJva2VyL3YxL3F1ZXVlLnByb3RvEg1zbG90YnJva2VyLnYxIpsCCghFeGVjQ2FsbBIPCgdzZXJ2aWNlGAEgASgJEgwKBGFyZ3MYAiADKAkSFAoKc3RkaW5fZGF0YRgDIAEoDEgAEhMKCXN0ZGluX3VybBgEIAEoCUgAEh0KE3N0ZGluX2Zyb21fcHJldmlvdXMYBSABKAhIABIWCgxzdGRpbl91cGxvYWQYCCABKAlIABItCgNlbnYYBiADKAsyIC5zbG90YnJva2VyLnYxLkV4ZWNDYWxsLkVudkVudHJ5EioKB3RpbWVvdXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIHCgVzdGRpbiKRAQoLTG9jYWxBY3Rpb24SDAoEbmFtZRgBIAEoCRI2CgZwYXJhbXMYAiADKAsyJi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uLlBhcmFtc0VudHJ5Eg0KBWlucHV0GAMgASgMGi0KC1BhcmFtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRgoKQ2FsbFJlc3VsdBIPCgdzZXJ2aWNlGAEgASgJEicKB3JlY2VpcHQYAiABKAsyFi5zbG90YnJva2VyLnYxLlJlY2VpcHQivAQKBEl0ZW0SCgoCaWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnNsb3Ricm9rZXIudjEuSXRlbUtpbmQSEAoIcHJpb3JpdHkYAyABKAUSJwoFc3RhdGUYBCABKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRImCgVjYWxscxgFIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYBiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhIKCmNsYWltZWRfYnkYByABKAkSEAoIYXR0ZW1wdHMYCCABKA0SFAoMbWF4X2F0dGVtcHRzGAkgASgNEi8KC3N0YXJ0X2FmdGVyGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKgoHcmVzdWx0cxgNIAMoCzIZLnNsb3Ricm9rZXIudjEuQ2FsbFJlc3VsdBIOCgZvdXRwdXQYDiABKAwSDQoFZXJyb3IYDyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GBAgASgJEhMKC291dHB1dF9zaXplGBEgASgEEhUKDW91dHB1dF9zaGEyNTYYEiABKAkSFQoNb3V0cHV0X3N0b3JlZBgTIAEoCCLUAQoNU3VibWl0UmVxdWVzdBImCgVjYWxscxgBIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYAiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhAKCHByaW9yaXR5GAMgASgFEi8KC3N0YXJ0X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSFAoMbWF4X2F0dGVtcHRzGAYgASgNIkQKDlN1Ym1pdFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0SDwoHY3JlYXRlZBgCIAEoCCIYCgpHZXRSZXF1ZXN0EgoKAmlkGAEgASgJIjAKC0dldFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0iGgoMV2F0Y2hSZXF1ZXN0EgoKAmlkGAEgASgJImIKDVdhdGNoUmVzcG9uc2USIQoEaXRlbRgBIAEoCzITLnNsb3Ricm9rZXIudjEuSXRlbRIuCghwb3NpdGlvbhgCIAEoCzIcLnNsb3Ricm9rZXIudjEuUXVldWVQb3NpdGlvbiIdCg9Qb3NpdGlvblJlcXVlc3QSCgoCaWQYASABKAkiQgoQUG9zaXRpb25SZXNwb25zZRIuCghwb3NpdGlvbhgBIAEoCzIcLnNsb3Ricm9rZXIudjEuUXVldWVQb3NpdGlvbiLYAQoNUXVldWVQb3NpdGlvbhInCgVzdGF0ZRgBIAEoDjIYLnNsb3Ricm9rZXIudjEuSXRlbVN0YXRlEg8KB3J1bm5pbmcYAiABKA0SDQoFYWhlYWQYAyABKA0SEAoIY2FwYWNpdHkYBCABKA0SFgoOYWhlYWRfaW5fcXVldWUYBSABKA0SGwoTYWhlYWRfYXRfZXhlY3NlcnZlchgGIAEoDRImCgNldGEYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHc3VtbWFyeRgIIAEoCSIOCgxTdGF0c1JlcXVlc3QipQIKDVN0YXRzUmVzcG9uc2USDwoHZnlscl9pZBgBIAEoCRIRCglleGVjX2hlbGQYAiABKA0SFgoOZXhlY19hZG1pc3Npb24YAyABKA0SFQoNbG9jYWxfcnVubmluZxgEIAEoDRIWCg5sb2NhbF9jYXBhY2l0eRgFIAEoDRIsCgZzaGFyZXMYBiADKAsyHC5zbG90YnJva2VyLnYxLkluc3RhbmNlU2hhcmUSFQoNY2xhaW1lZF90b3RhbBgHIAEoBBIXCg9zdWNjZWVkZWRfdG90YWwYCCABKAQSFAoMZmFpbGVkX3RvdGFsGAkgASgEEhYKDnJlcXVldWVkX3RvdGFsGAogASgEEh0KFW9ycGhhbnNfcmVzY3VlZF90b3RhbBgLIAEoBCJnCg1JbnN0YW5jZVNoYXJlEhMKC2luc3RhbmNlX2lkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSEAoIY2FwYWNpdHkYAyABKA0SDwoHY2xpZW50cxgEIAEoDRINCgVzaGFyZRgFIAEoDSpOCghJdGVtS2luZBIZChVJVEVNX0tJTkRfVU5TUEVDSUZJRUQQABISCg5JVEVNX0tJTkRfRVhFQxABEhMKD0lURU1fS0lORF9MT0NBTBACKp8BCglJdGVtU3RhdGUSGgoWSVRFTV9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUlURU1fU1RBVEVfUVVFVUVEEAESFgoSSVRFTV9TVEFURV9DTEFJTUVEEAISFgoSSVRFTV9TVEFURV9SVU5OSU5HEAMSGAoUSVRFTV9TVEFURV9TVUNDRUVERUQQBBIVChFJVEVNX1NUQVRFX0ZBSUxFRBAFMuoCCgxRdWV1ZVNlcnZpY2USRQoGU3VibWl0Ehwuc2xvdGJyb2tlci52MS5TdWJtaXRSZXF1ZXN0Gh0uc2xvdGJyb2tlci52MS5TdWJtaXRSZXNwb25zZRI8CgNHZXQSGS5zbG90YnJva2VyLnYxLkdldFJlcXVlc3QaGi5zbG90YnJva2VyLnYxLkdldFJlc3BvbnNlEkQKBVdhdGNoEhsuc2xvdGJyb2tlci52MS5XYXRjaFJlcXVlc3QaHC5zbG90YnJva2VyLnYxLldhdGNoUmVzcG9uc2UwARJLCghQb3NpdGlvbhIeLnNsb3Ricm9rZXIudjEuUG9zaXRpb25SZXF1ZXN0Gh8uc2xvdGJyb2tlci52MS5Qb3NpdGlvblJlc3BvbnNlEkIKBVN0YXRzEhsuc2xvdGJyb2tlci52MS5TdGF0c1JlcXVlc3QaHC5zbG90YnJva2VyLnYxLlN0YXRzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_slotbroker_v1_broker]);
+  fileDesc("ChlzbG90YnJva2VyL3YxL3F1ZXVlLnByb3RvEg1zbG90YnJva2VyLnYxIpsCCghFeGVjQ2FsbBIPCgdzZXJ2aWNlGAEgASgJEgwKBGFyZ3MYAiADKAkSFAoKc3RkaW5fZGF0YRgDIAEoDEgAEhMKCXN0ZGluX3VybBgEIAEoCUgAEh0KE3N0ZGluX2Zyb21fcHJldmlvdXMYBSABKAhIABIWCgxzdGRpbl91cGxvYWQYCCABKAlIABItCgNlbnYYBiADKAsyIC5zbG90YnJva2VyLnYxLkV4ZWNDYWxsLkVudkVudHJ5EioKB3RpbWVvdXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIHCgVzdGRpbiKRAQoLTG9jYWxBY3Rpb24SDAoEbmFtZRgBIAEoCRI2CgZwYXJhbXMYAiADKAsyJi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uLlBhcmFtc0VudHJ5Eg0KBWlucHV0GAMgASgMGi0KC1BhcmFtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRgoKQ2FsbFJlc3VsdBIPCgdzZXJ2aWNlGAEgASgJEicKB3JlY2VpcHQYAiABKAsyFi5zbG90YnJva2VyLnYxLlJlY2VpcHQi9QQKBEl0ZW0SCgoCaWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnNsb3Ricm9rZXIudjEuSXRlbUtpbmQSEAoIcHJpb3JpdHkYAyABKAUSJwoFc3RhdGUYBCABKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRImCgVjYWxscxgFIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYBiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhIKCmNsYWltZWRfYnkYByABKAkSEAoIYXR0ZW1wdHMYCCABKA0SFAoMbWF4X2F0dGVtcHRzGAkgASgNEi8KC3N0YXJ0X2FmdGVyGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKgoHcmVzdWx0cxgNIAMoCzIZLnNsb3Ricm9rZXIudjEuQ2FsbFJlc3VsdBIOCgZvdXRwdXQYDiABKAwSDQoFZXJyb3IYDyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GBAgASgJEhMKC291dHB1dF9zaXplGBEgASgEEhUKDW91dHB1dF9zaGEyNTYYEiABKAkSFQoNb3V0cHV0X3N0b3JlZBgTIAEoCBI3ChNjYW5jZWxfcmVxdWVzdGVkX2F0GBQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLUAQoNU3VibWl0UmVxdWVzdBImCgVjYWxscxgBIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYAiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhAKCHByaW9yaXR5GAMgASgFEi8KC3N0YXJ0X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSFAoMbWF4X2F0dGVtcHRzGAYgASgNIkQKDlN1Ym1pdFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0SDwoHY3JlYXRlZBgCIAEoCCIYCgpHZXRSZXF1ZXN0EgoKAmlkGAEgASgJIjAKC0dldFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0iGgoMV2F0Y2hSZXF1ZXN0EgoKAmlkGAEgASgJImIKDVdhdGNoUmVzcG9uc2USIQoEaXRlbRgBIAEoCzITLnNsb3Ricm9rZXIudjEuSXRlbRIuCghwb3NpdGlvbhgCIAEoCzIcLnNsb3Ricm9rZXIudjEuUXVldWVQb3NpdGlvbiIdCg9Qb3NpdGlvblJlcXVlc3QSCgoCaWQYASABKAkiQgoQUG9zaXRpb25SZXNwb25zZRIuCghwb3NpdGlvbhgBIAEoCzIcLnNsb3Ricm9rZXIudjEuUXVldWVQb3NpdGlvbiLYAQoNUXVldWVQb3NpdGlvbhInCgVzdGF0ZRgBIAEoDjIYLnNsb3Ricm9rZXIudjEuSXRlbVN0YXRlEg8KB3J1bm5pbmcYAiABKA0SDQoFYWhlYWQYAyABKA0SEAoIY2FwYWNpdHkYBCABKA0SFgoOYWhlYWRfaW5fcXVldWUYBSABKA0SGwoTYWhlYWRfYXRfZXhlY3NlcnZlchgGIAEoDRImCgNldGEYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHc3VtbWFyeRgIIAEoCSIOCgxTdGF0c1JlcXVlc3QivgIKDVN0YXRzUmVzcG9uc2USDwoHZnlscl9pZBgBIAEoCRIRCglleGVjX2hlbGQYAiABKA0SFgoOZXhlY19hZG1pc3Npb24YAyABKA0SFQoNbG9jYWxfcnVubmluZxgEIAEoDRIWCg5sb2NhbF9jYXBhY2l0eRgFIAEoDRIsCgZzaGFyZXMYBiADKAsyHC5zbG90YnJva2VyLnYxLkluc3RhbmNlU2hhcmUSFQoNY2xhaW1lZF90b3RhbBgHIAEoBBIXCg9zdWNjZWVkZWRfdG90YWwYCCABKAQSFAoMZmFpbGVkX3RvdGFsGAkgASgEEhYKDnJlcXVldWVkX3RvdGFsGAogASgEEh0KFW9ycGhhbnNfcmVzY3VlZF90b3RhbBgLIAEoBBIXCg9jYW5jZWxsZWRfdG90YWwYDCABKAQiZwoNSW5zdGFuY2VTaGFyZRITCgtpbnN0YW5jZV9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhAKCGNhcGFjaXR5GAMgASgNEg8KB2NsaWVudHMYBCABKA0SDQoFc2hhcmUYBSABKA0iGwoNQ2FuY2VsUmVxdWVzdBIKCgJpZBgBIAEoCSIzCg5DYW5jZWxSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtIq4CCgtMaXN0UmVxdWVzdBIoCgZzdGF0ZXMYASADKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRIPCgdzZXJ2aWNlGAIgASgJEhkKDG1pbl9wcmlvcml0eRgDIAEoBUgAiAEBEhkKDG1heF9wcmlvcml0eRgEIAEoBUgBiAEBEjEKDWNyZWF0ZWRfYWZ0ZXIYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNyZWF0ZWRfYmVmb3JlGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglwYWdlX3NpemUYByABKA0SEgoKcGFnZV90b2tlbhgIIAEoCUIPCg1fbWluX3ByaW9yaXR5Qg8KDV9tYXhfcHJpb3JpdHkiSwoMTGlzdFJlc3BvbnNlEiIKBWl0ZW1zGAEgAygLMhMuc2xvdGJyb2tlci52MS5JdGVtEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIaCgxSZXRyeVJlcXVlc3QSCgoCaWQYASABKAkiMgoNUmV0cnlSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtIhsKDURlbGV0ZVJlcXVlc3QSCgoCaWQYASABKAkiJwoORGVsZXRlUmVzcG9uc2USFQoNYmxvYnNfZGVsZXRlZBgBIAEoDSpOCghJdGVtS2luZBIZChVJVEVNX0tJTkRfVU5TUEVDSUZJRUQQABISCg5JVEVNX0tJTkRfRVhFQxABEhMKD0lURU1fS0lORF9MT0NBTBACKrkBCglJdGVtU3RhdGUSGgoWSVRFTV9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUlURU1fU1RBVEVfUVVFVUVEEAESFgoSSVRFTV9TVEFURV9DTEFJTUVEEAISFgoSSVRFTV9TVEFURV9SVU5OSU5HEAMSGAoUSVRFTV9TVEFURV9TVUNDRUVERUQQBBIVChFJVEVNX1NUQVRFX0ZBSUxFRBAFEhgKFElURU1fU1RBVEVfQ0FOQ0VMTEVEEAYy/QQKDFF1ZXVlU2VydmljZRJFCgZTdWJtaXQSHC5zbG90YnJva2VyLnYxLlN1Ym1pdFJlcXVlc3QaHS5zbG90YnJva2VyLnYxLlN1Ym1pdFJlc3BvbnNlEjwKA0dldBIZLnNsb3Ricm9rZXIudjEuR2V0UmVxdWVzdBoaLnNsb3Ricm9rZXIudjEuR2V0UmVzcG9uc2USRAoFV2F0Y2gSGy5zbG90YnJva2VyLnYxLldhdGNoUmVxdWVzdBocLnNsb3Ricm9rZXIudjEuV2F0Y2hSZXNwb25zZTABEksKCFBvc2l0aW9uEh4uc2xvdGJyb2tlci52MS5Qb3NpdGlvblJlcXVlc3QaHy5zbG90YnJva2VyLnYxLlBvc2l0aW9uUmVzcG9uc2USQgoFU3RhdHMSGy5zbG90YnJva2VyLnYxLlN0YXRzUmVxdWVzdBocLnNsb3Ricm9rZXIudjEuU3RhdHNSZXNwb25zZRJFCgZDYW5jZWwSHC5zbG90YnJva2VyLnYxLkNhbmNlbFJlcXVlc3QaHS5zbG90YnJva2VyLnYxLkNhbmNlbFJlc3BvbnNlEj8KBExpc3QSGi5zbG90YnJva2VyLnYxLkxpc3RSZXF1ZXN0Ghsuc2xvdGJyb2tlci52MS5MaXN0UmVzcG9uc2USQgoFUmV0cnkSGy5zbG90YnJva2VyLnYxLlJldHJ5UmVxdWVzdBocLnNsb3Ricm9rZXIudjEuUmV0cnlSZXNwb25zZRJFCgZEZWxldGUSHC5zbG90YnJva2VyLnYxLkRlbGV0ZVJlcXVlc3QaHS5zbG90YnJva2VyLnYxLkRlbGV0ZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_slotbroker_v1_broker]);
 
 /**
  * ExecCall is one command run on an execserver.
@@ -316,6 +316,14 @@ export type Item = Message<"slotbroker.v1.Item"> & {
    * @generated from field: bool output_stored = 19;
    */
   outputStored: boolean;
+
+  /**
+   * When Cancel was asked for this item while it ran; unset otherwise. The state turns
+   * CANCELLED once the job's Done arrived (or the cancel bound passed).
+   *
+   * @generated from field: google.protobuf.Timestamp cancel_requested_at = 20;
+   */
+  cancelRequestedAt?: Timestamp | undefined;
 };
 
 /**
@@ -710,6 +718,13 @@ export type StatsResponse = Message<"slotbroker.v1.StatsResponse"> & {
    * @generated from field: uint64 orphans_rescued_total = 11;
    */
   orphansRescuedTotal: bigint;
+
+  /**
+   * Items this fylr stopped on request (QueueService.Cancel of a running item) since start.
+   *
+   * @generated from field: uint64 cancelled_total = 12;
+   */
+  cancelledTotal: bigint;
 };
 
 /**
@@ -767,6 +782,230 @@ export type InstanceShare = Message<"slotbroker.v1.InstanceShare"> & {
  */
 export const InstanceShareSchema: GenMessage<InstanceShare> = /*@__PURE__*/
   messageDesc(file_slotbroker_v1_queue, 15);
+
+/**
+ * CancelRequest names an item to stop.
+ *
+ * @generated from message slotbroker.v1.CancelRequest
+ */
+export type CancelRequest = Message<"slotbroker.v1.CancelRequest"> & {
+  /**
+   * Item id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message slotbroker.v1.CancelRequest.
+ * Use `create(CancelRequestSchema)` to create a new message.
+ */
+export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 16);
+
+/**
+ * CancelResponse returns the item after the cancel.
+ *
+ * @generated from message slotbroker.v1.CancelResponse
+ */
+export type CancelResponse = Message<"slotbroker.v1.CancelResponse"> & {
+  /**
+   * The item: CANCELLED, or RUNNING with cancel_requested_at set while its job is stopped.
+   *
+   * @generated from field: slotbroker.v1.Item item = 1;
+   */
+  item?: Item | undefined;
+};
+
+/**
+ * Describes the message slotbroker.v1.CancelResponse.
+ * Use `create(CancelResponseSchema)` to create a new message.
+ */
+export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 17);
+
+/**
+ * ListRequest selects a page of items. Every filter is optional; they combine with AND.
+ *
+ * @generated from message slotbroker.v1.ListRequest
+ */
+export type ListRequest = Message<"slotbroker.v1.ListRequest"> & {
+  /**
+   * Only items in one of these states.
+   *
+   * @generated from field: repeated slotbroker.v1.ItemState states = 1;
+   */
+  states: ItemState[];
+
+  /**
+   * Only items with an exec call of this service (or a local action of this name).
+   *
+   * @generated from field: string service = 2;
+   */
+  service: string;
+
+  /**
+   * Only items with at least this priority.
+   *
+   * @generated from field: optional int32 min_priority = 3;
+   */
+  minPriority?: number | undefined;
+
+  /**
+   * Only items with at most this priority.
+   *
+   * @generated from field: optional int32 max_priority = 4;
+   */
+  maxPriority?: number | undefined;
+
+  /**
+   * Only items created at or after this time.
+   *
+   * @generated from field: google.protobuf.Timestamp created_after = 5;
+   */
+  createdAfter?: Timestamp | undefined;
+
+  /**
+   * Only items created before this time.
+   *
+   * @generated from field: google.protobuf.Timestamp created_before = 6;
+   */
+  createdBefore?: Timestamp | undefined;
+
+  /**
+   * Items per page; default 50, at most 500 (larger values are capped).
+   *
+   * @generated from field: uint32 page_size = 7;
+   */
+  pageSize: number;
+
+  /**
+   * next_page_token of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 8;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message slotbroker.v1.ListRequest.
+ * Use `create(ListRequestSchema)` to create a new message.
+ */
+export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 18);
+
+/**
+ * ListResponse is one page of items, newest first.
+ *
+ * @generated from message slotbroker.v1.ListResponse
+ */
+export type ListResponse = Message<"slotbroker.v1.ListResponse"> & {
+  /**
+   * The items, newest first. Item.output is left empty (Get returns it).
+   *
+   * @generated from field: repeated slotbroker.v1.Item items = 1;
+   */
+  items: Item[];
+
+  /**
+   * Pass as page_token for the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message slotbroker.v1.ListResponse.
+ * Use `create(ListResponseSchema)` to create a new message.
+ */
+export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 19);
+
+/**
+ * RetryRequest names a failed or cancelled item to run again.
+ *
+ * @generated from message slotbroker.v1.RetryRequest
+ */
+export type RetryRequest = Message<"slotbroker.v1.RetryRequest"> & {
+  /**
+   * Item id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message slotbroker.v1.RetryRequest.
+ * Use `create(RetryRequestSchema)` to create a new message.
+ */
+export const RetryRequestSchema: GenMessage<RetryRequest> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 20);
+
+/**
+ * RetryResponse returns the item, queued again.
+ *
+ * @generated from message slotbroker.v1.RetryResponse
+ */
+export type RetryResponse = Message<"slotbroker.v1.RetryResponse"> & {
+  /**
+   * The item.
+   *
+   * @generated from field: slotbroker.v1.Item item = 1;
+   */
+  item?: Item | undefined;
+};
+
+/**
+ * Describes the message slotbroker.v1.RetryResponse.
+ * Use `create(RetryResponseSchema)` to create a new message.
+ */
+export const RetryResponseSchema: GenMessage<RetryResponse> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 21);
+
+/**
+ * DeleteRequest names a finished item to remove.
+ *
+ * @generated from message slotbroker.v1.DeleteRequest
+ */
+export type DeleteRequest = Message<"slotbroker.v1.DeleteRequest"> & {
+  /**
+   * Item id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message slotbroker.v1.DeleteRequest.
+ * Use `create(DeleteRequestSchema)` to create a new message.
+ */
+export const DeleteRequestSchema: GenMessage<DeleteRequest> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 22);
+
+/**
+ * DeleteResponse confirms the removal.
+ *
+ * @generated from message slotbroker.v1.DeleteResponse
+ */
+export type DeleteResponse = Message<"slotbroker.v1.DeleteResponse"> & {
+  /**
+   * Stored inputs and outputs removed with the item.
+   *
+   * @generated from field: uint32 blobs_deleted = 1;
+   */
+  blobsDeleted: number;
+};
+
+/**
+ * Describes the message slotbroker.v1.DeleteResponse.
+ * Use `create(DeleteResponseSchema)` to create a new message.
+ */
+export const DeleteResponseSchema: GenMessage<DeleteResponse> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 23);
 
 /**
  * ItemKind says where an item runs.
@@ -849,6 +1088,13 @@ export enum ItemState {
    * @generated from enum value: ITEM_STATE_FAILED = 5;
    */
   FAILED = 5,
+
+  /**
+   * Stopped by QueueService.Cancel.
+   *
+   * @generated from enum value: ITEM_STATE_CANCELLED = 6;
+   */
+  CANCELLED = 6,
 }
 
 /**
@@ -858,7 +1104,7 @@ export const ItemStateSchema: GenEnum<ItemState> = /*@__PURE__*/
   enumDesc(file_slotbroker_v1_queue, 1);
 
 /**
- * QueueService submits and follows queue items.
+ * QueueService submits, follows and controls queue items.
  *
  * @generated from service slotbroker.v1.QueueService
  */
@@ -886,7 +1132,8 @@ export const QueueService: GenService<{
   },
   /**
    * Watch streams the item each time its state or position changes, ending after it
-   * reaches SUCCEEDED or FAILED.
+   * reaches SUCCEEDED, FAILED or CANCELLED. A cancel asked for a running item shows as
+   * Item.cancel_requested_at before the state follows.
    *
    * @generated from rpc slotbroker.v1.QueueService.Watch
    */
@@ -914,6 +1161,57 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof StatsRequestSchema;
     output: typeof StatsResponseSchema;
+  },
+  /**
+   * Cancel stops an item. A queued or claimed item is CANCELLED at once (a want its fylr
+   * parked is withdrawn). A running item is stopped at its execserver through the fylr
+   * that holds it, whichever fylr receives the call; it becomes CANCELLED when that job's
+   * Done arrives (its receipt kept in results), or after the configured cancel bound when
+   * the holding fylr does not answer. Idempotent: cancelling a cancelled item, or a
+   * running one again, returns it unchanged. A SUCCEEDED or FAILED item answers
+   * FAILED_PRECONDITION naming its state; NOT_FOUND for an unknown id.
+   *
+   * @generated from rpc slotbroker.v1.QueueService.Cancel
+   */
+  cancel: {
+    methodKind: "unary";
+    input: typeof CancelRequestSchema;
+    output: typeof CancelResponseSchema;
+  },
+  /**
+   * List returns items, newest first, filtered by state, service, priority and creation
+   * time, one page at a time: pass next_page_token back as page_token for the next page.
+   *
+   * @generated from rpc slotbroker.v1.QueueService.List
+   */
+  list: {
+    methodKind: "unary";
+    input: typeof ListRequestSchema;
+    output: typeof ListResponseSchema;
+  },
+  /**
+   * Retry sends a FAILED or CANCELLED item back to the queue with fresh attempts (its
+   * previous results and output are dropped; an uploaded input stays). Any other state
+   * answers FAILED_PRECONDITION naming it.
+   *
+   * @generated from rpc slotbroker.v1.QueueService.Retry
+   */
+  retry: {
+    methodKind: "unary";
+    input: typeof RetryRequestSchema;
+    output: typeof RetryResponseSchema;
+  },
+  /**
+   * Delete removes a finished (SUCCEEDED, FAILED or CANCELLED) item and every stored input
+   * and output it owns. An unfinished item answers FAILED_PRECONDITION (cancel it first);
+   * NOT_FOUND for an unknown id.
+   *
+   * @generated from rpc slotbroker.v1.QueueService.Delete
+   */
+  delete: {
+    methodKind: "unary";
+    input: typeof DeleteRequestSchema;
+    output: typeof DeleteResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_slotbroker_v1_queue, 0);

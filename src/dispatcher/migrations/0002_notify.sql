@@ -8,8 +8,11 @@
 --                         Watch streams of those items wake up.
 -- The dispatcher's poll stays as the safety net: a notification can be missed while a
 -- listener reconnects.
+--
+-- The function is created OR REPLACEd: it outlives its table, so a database whose tables
+-- (and migration ledger) were dropped, as tests do to start afresh, migrates again.
 
-CREATE FUNCTION slotbroker_notify_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION slotbroker_notify_queue() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   ids text;
 BEGIN

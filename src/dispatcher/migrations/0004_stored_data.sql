@@ -48,7 +48,7 @@ ALTER TABLE queue_items
 -- failed last attempt, a rescue, a retry or cancel added later): a recorded output is
 -- adopted, and every adopted blob of the item learns when the item finished (or that it
 -- runs again).
-CREATE FUNCTION slotbroker_item_blobs() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION slotbroker_item_blobs() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.output_blob IS NOT NULL AND NEW.output_blob IS DISTINCT FROM OLD.output_blob THEN
     UPDATE blobs SET expires_at = NULL WHERE id = NEW.output_blob AND item_id = NEW.id;

@@ -39,12 +39,12 @@ export class ProcessGroup {
     private readonly onStuck: () => void,
   ) {}
 
-  /** Begins the graceful-then-forceful stop; idempotent. */
-  terminate(): void {
+  /** Begins the graceful-then-forceful stop (SIGKILL after `graceMs`); idempotent. */
+  terminate(graceMs = this.graceMs): void {
     if (this.#state !== "running") return;
     this.#setState("terminating");
     signalGroup(this.pgid, "SIGTERM");
-    this.#timer = setTimeout(() => this.#kill(), this.graceMs);
+    this.#timer = setTimeout(() => this.#kill(), graceMs);
   }
 
   /**

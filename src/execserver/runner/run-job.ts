@@ -3,6 +3,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { AbortReason } from "../../shared/abort.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { childEnv } from "./child-env.js";
 import { receiptNotRun } from "./receipt.js";
@@ -38,7 +39,10 @@ export const runJob: RunJob = createRunJob();
 async function runInTempDir(request: RunRequest, log: Logger, hostPath: string | undefined): Promise<Receipt> {
   const invalid = checkRequest(request);
   if (invalid) return receiptNotRun(invalid);
-  if (request.signal.aborted) return receiptNotRun({ kind: ErrorKind.CANCELLED, message: "cancelled before start" });
+  if (request.signal.aborted) {
+    const requested = request.signal.reason instanceof AbortReason && request.signal.reason.kind === "cancel-requested";
+    return receiptNotRun({ kind: requested ? ErrorKind.CANCEL_REQUESTED : ErrorKind.CANCELLED, message: "cancelled before start" });
+  }
   const root = request.tempRoot ?? tmpdir();
   let cwd: string;
   try {

@@ -1,6 +1,7 @@
 import type { ChildProcessWithoutNullStreams } from "node:child_process";
 import { performance } from "node:perf_hooks";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { AbortReason } from "../../shared/abort.js";
 import type { Logger } from "../../shared/log.js";
 import { GroupWatchdog } from "./group-watchdog.js";
 import { ProcessGroup } from "./process-group.js";
@@ -45,13 +46,13 @@ export class RunningJob {
   }
 
   /** Records the job's failure (first one wins) and stops the process and its pipes. */
-  fail(kind: ErrorKind, message: string): void {
+  fail(kind: ErrorKind, message: string, graceMs?: number): void {
     if (this.#failure) return;
     this.#failure = { kind, message };
     this.#log.info({ error: ErrorKind[kind], message }, "stopping job");
     this.#stdin?.stop();
     this.#upload?.abort(message);
-    this.#group.terminate();
+    this.#group.terminate(graceMs);
   }
 
   /** Runs the job to its end; the spawned process must not have been touched yet. */
@@ -61,7 +62,11 @@ export class RunningJob {
     let exitedAt: number | undefined;
     this.#child.once("exit", () => (exitedAt = performance.now()));
     const timer = setTimeout(() => this.fail(ErrorKind.TIMEOUT, `timed out after ${timeoutMs} ms`), Math.min(timeoutMs, MAX_TIMEOUT_MS));
-    const onAbort = (): void => this.fail(ErrorKind.CANCELLED, `cancelled: ${reasonText(signal.reason)}`);
+    const onAbort = (): void => {
+      const requested = signal.reason instanceof AbortReason && signal.reason.kind === "cancel-requested";
+      if (requested) this.fail(ErrorKind.CANCEL_REQUESTED, `cancel requested: ${reasonText(signal.reason)}`, this.#request.cancelGraceMs);
+      else this.fail(ErrorKind.CANCELLED, `cancelled: ${reasonText(signal.reason)}`);
+    };
     signal.addEventListener("abort", onAbort, { once: true });
     try {
       const closed = this.#closed();

@@ -13,6 +13,8 @@ export interface RunRequest {
   readonly timeoutMs: number;
   /** Delay between SIGTERM and SIGKILL (default 2000). */
   readonly killGraceMs?: number;
+  /** Delay between SIGTERM and SIGKILL when the job is stopped by a cancel request (default killGraceMs). */
+  readonly cancelGraceMs?: number;
   /** HTTP(S) URL to GET stdin from; empty stdin when unset. */
   readonly stdinUrl?: string;
   /** HTTP(S) URL to PUT stdout to (chunked) once it passes the 4000-byte buffer. */
@@ -26,7 +28,10 @@ export interface RunRequest {
   readonly stdout?: Writable;
   /** Directory under which the per-job temp working dir is made (default os.tmpdir()). */
   readonly tempRoot?: string;
-  /** Aborting cancels the job: the process group is killed, the receipt says CANCELLED. */
+  /**
+   * Aborting cancels the job: the process group is killed, the receipt says CANCELLED, or
+   * CANCEL_REQUESTED when the reason is an AbortReason of kind "cancel-requested".
+   */
   readonly signal: AbortSignal;
 }
 

@@ -310,7 +310,7 @@ export class BrokerClient {
     this.unwants.add(verdict.unwant, offer.jobId);
     acq.clearTimers();
     this.book.delete(acq);
-    const slot = new Slot(acq.service, conn, offer, this.jobs);
+    const slot = new Slot(acq.service, conn, offer, this.jobs, Date.now(), this.config.cancelWaitMs);
     this.events.emit("offer:accepted", slot);
     acq.resolve(slot);
   }

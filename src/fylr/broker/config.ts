@@ -65,6 +65,11 @@ export const brokerConfigSchema = z.strictObject({
   unwantGrace: durationMs.prefault("5ms"),
   /** How often a parked want with a position listener asks for its position (Position/Watch stay current). */
   positionInterval: durationMs.prefault("1s"),
+  /**
+   * After sending CANCEL for a running job, how long to wait for its DONE (whose receipt
+   * says CANCEL_REQUESTED) before giving up on it: a bound for an execserver that does not answer.
+   */
+  cancelWait: durationMs.prefault("10s"),
   /** Host put into pipe URLs instead of the connection's local address (NAT). */
   pipeHost: z.string().min(1).optional(),
   /** An address that does not serve BrokerService is polled over the old token protocol. */
@@ -98,6 +103,8 @@ export interface BrokerConfig {
   readonly startupGraceMs: number;
   readonly positionIntervalMs: number;
   readonly unwantGraceMs: number;
+  /** After CANCEL for a running job, how long its DONE is waited for. */
+  readonly cancelWaitMs: number;
   readonly pipeHost: string | undefined;
   /** Polling fallback for addresses without BrokerService; undefined when disabled. */
   readonly polling: PollingPolicy | undefined;
@@ -138,6 +145,7 @@ export function compileBrokerConfig(raw: unknown, source = "execserver"): Broker
     startupGraceMs: c.startupGrace,
     positionIntervalMs: c.positionInterval,
     unwantGraceMs: c.unwantGrace,
+    cancelWaitMs: c.cancelWait,
     pipeHost: c.pipeHost,
     polling,
   };

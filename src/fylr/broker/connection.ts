@@ -24,6 +24,7 @@ import { resolveLocalAddress, type LocalAddress } from "./local-address.js";
 import { Pings } from "./pings.js";
 import {
   brokerClientConstructor,
+  encodeCancel,
   encodeDecline,
   encodeJob,
   encodeQuery,
@@ -168,6 +169,21 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
   /** Refuses an offer; the execserver offers the slot to the next want at once. */
   decline(offer: Offer): void {
     if (this.current === "ready") this.call?.write(encodeDecline(offer.jobId, offer.offerToken));
+  }
+
+  /** True when the current HELLO lists the "cancel" capability (the server understands CANCEL). */
+  get cancels(): boolean {
+    return this.latestHello?.capabilities.includes("cancel") ?? false;
+  }
+
+  /**
+   * Sends CANCEL: a running job is stopped and still answers DONE. False when it could not
+   * be sent (the stream is not ready, or the server lacks the "cancel" capability).
+   */
+  cancel(jobId: string): boolean {
+    if (this.current !== "ready" || !this.cancels) return false;
+    this.call?.write(encodeCancel(jobId));
+    return true;
   }
 
   /** Asks where a want stands; the answer arrives as a "position" event. */

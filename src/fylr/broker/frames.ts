@@ -18,8 +18,9 @@ import { stringFieldSize, varintSize, writeStringField, writeVarint } from "../.
 //   job     = 3 LEN Job     { job_id = 1 LEN, offer_token = 2 LEN, spec = 3 LEN JobSpec }
 //   decline = 4 LEN Decline { job_id = 1 LEN, offer_token = 2 LEN }
 //   query   = 6 LEN Query   { job_id = 1 LEN }
+//   cancel  = 7 LEN Cancel  { job_id = 1 LEN }
 // Empty strings are left out, as proto3 does; a sub-message is written even when empty.
-// The varint and field helpers are shared with the execserver's OFFER (shared/proto-wire.ts).
+// The varint and field helpers are shared with the execserver's OFFER (src/shared/proto-wire.ts).
 
 /** A hand-encoded ConnectRequest carrying a Want. */
 export function encodeWant(jobId: string, service: string, priority: number): Buffer {
@@ -53,6 +54,11 @@ export function encodeDecline(jobId: string, offerToken: string): Buffer {
 /** A hand-encoded ConnectRequest carrying a Query. */
 export function encodeQuery(jobId: string): Buffer {
   return encodeStrings(0x32, jobId, "");
+}
+
+/** A hand-encoded ConnectRequest carrying a Cancel. */
+export function encodeCancel(jobId: string): Buffer {
+  return encodeStrings(0x3a, jobId, "");
 }
 
 /** A hand-encoded ConnectRequest carrying a Job; the spec is encoded by protobuf-es. */

@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { ReceiptSchema, type JobSpec, type Offer, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { AbortReason } from "../../shared/abort.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { Transitions } from "../../shared/lifecycle.js";
 import type { BrokerConnection } from "./connection.js";
@@ -31,7 +32,15 @@ export class Slot {
   private current: SlotState = "offered";
   private readonly jobs: RunningJobs;
 
-  constructor(service: string, connection: BrokerConnection, offer: Offer, jobs: RunningJobs, now = Date.now()) {
+  constructor(
+    service: string,
+    connection: BrokerConnection,
+    offer: Offer,
+    jobs: RunningJobs,
+    now = Date.now(),
+    /** After CANCEL for the running job, how long its DONE is waited for. */
+    private readonly cancelWaitMs = 10_000,
+  ) {
     this.jobId = offer.jobId;
     this.service = service;
     this.connection = connection;
@@ -64,7 +73,10 @@ export class Slot {
   /**
    * Sends JOB and resolves with the receipt from DONE. Rejects with ConnectionLostError when
    * the connection drops first, JobRejectedError when the execserver refuses the job, or
-   * the signal's reason when `signal` aborts (the job's DONE is then ignored).
+   * the signal's reason when `signal` aborts. An abort sends CANCEL (the execserver stops the
+   * job's processes); when its reason is an AbortReason of kind "cancel-requested", the DONE
+   * that follows is still waited for, up to cancelWaitMs, and resolves with its receipt
+   * (error CANCEL_REQUESTED); otherwise the DONE is ignored.
    */
   start(spec: JobSpec, signal?: AbortSignal): Promise<Receipt> {
     this.setState("started");
@@ -79,9 +91,21 @@ export class Slot {
       return receipt;
     }
     if (!signal) return receipt;
-    const onAbort = (): void => this.jobs.forget(this.jobId, signal.reason as Error);
+    let waitTimer: NodeJS.Timeout | undefined;
+    const onAbort = (): void => {
+      const reason = signal.reason as Error;
+      const sent = this.connection.cancel(this.jobId);
+      if (sent && reason instanceof AbortReason && reason.kind === "cancel-requested") {
+        waitTimer = setTimeout(() => this.jobs.forget(this.jobId, reason), this.cancelWaitMs);
+        return;
+      }
+      this.jobs.forget(this.jobId, reason);
+    };
     signal.addEventListener("abort", onAbort, { once: true });
-    const cleanup = (): void => signal.removeEventListener("abort", onAbort);
+    const cleanup = (): void => {
+      clearTimeout(waitTimer);
+      signal.removeEventListener("abort", onAbort);
+    };
     receipt.then(cleanup, cleanup);
     return receipt;
   }

@@ -3,7 +3,7 @@ export { PipeError, isPipeError, abortError, type PipeErrorKind } from "./errors
 export type { InPipeReader, InPipeSource } from "./in-pipe.js";
 export type { OutPipeWriter } from "./out-pipe.js";
 export { newPipeId, PIPE_ID_BYTES } from "./pipe-id.js";
-export { isTerminal, shortId, type PipeHandle, type PipeState, type PipeDirection } from "./pipe-state.js";
+export { isTerminal, shortId, type PipeEvents, type PipeHandle, type PipeState, type PipeDirection } from "./pipe-state.js";
 export {
   PipeRegistry,
   DEFAULT_PIPE_TTL_MS,

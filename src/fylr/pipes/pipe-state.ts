@@ -1,3 +1,4 @@
+import { Events } from "../../shared/events.js";
 import { Transitions } from "../../shared/lifecycle.js";
 import type { Logger } from "../../shared/log.js";
 import { PipeError } from "./errors.js";
@@ -41,6 +42,12 @@ export interface PipeContext {
   readonly onSettled: (settlement: PipeSettlement) => void;
 }
 
+/** A pipe's events, name → listener arguments. */
+export interface PipeEvents {
+  /** The pipe moved to `state`. */
+  state: [state: PipeState];
+}
+
 /** The owner's view of a pipe, returned by the registry's create calls. */
 export interface PipeHandle {
   /** The pipe id; put it in the pipe URL. */
@@ -49,6 +56,8 @@ export interface PipeHandle {
   readonly done: Promise<number>;
   /** The current lifecycle state. */
   readonly state: PipeState;
+  /** Lifecycle events: `state` on every move (the consumer arrived, the pipe settled). */
+  readonly events: Events<PipeEvents>;
   /** Aborts the pipe unless it already settled; its consumer sees an error. */
   cancel(reason?: unknown): void;
 }
@@ -60,6 +69,7 @@ export interface PipeHandle {
 export abstract class PipeBase implements PipeHandle {
   readonly id: string;
   readonly done: Promise<number>;
+  readonly events = new Events<PipeEvents>();
   protected bytes = 0;
   protected readonly logger: Logger;
   private current: PipeState = "waiting";
@@ -141,6 +151,7 @@ export abstract class PipeBase implements PipeHandle {
 
   private setState(next: PipeState): void {
     this.current = transitions.check(this.current, next);
+    this.events.emit("state", next);
   }
 
   private settle(): void {

@@ -1,0 +1,288 @@
+// fylr-churn: many real fylrs (several per fylr-host process, each with its own database
+// pools and broker connections) share one Postgres and three execservers while fylrs join
+// and leave. The queue is kept topped up, so every fylr always has work to claim and how
+// much each gets is decided by the claim share and the broker's round-robin alone.
+//
+// Scenarios:
+//   observe  one VU, a tick per second until CHURN_S: finds the running fylrs (GET /fylrs
+//            on every host), reads every fylr's Stats, tops the queue up to DEPTH items not
+//            yet finished (Submit to the anchor fylrs, which never leave) and closes a
+//            window every WINDOW_S after WARMUP_S. In each window the fylrs present at both
+//            ends (and already present at its start) are compared: claims in the window
+//            against their mean (`window_max_deviation`).
+//   crash    one VU: at CRASH_AT the crash host SIGKILLs itself (its fylrs go without a
+//            goodbye; `rescue_ms` is how long until no item is still claimed by them)
+//   churn    one VU, on a schedule: JOIN_AT and JOIN2_AT JOIN_N fylrs start on the stable hosts
+//            (`newcomer_share_ms`: start → the newcomer holds its full admission, taken
+//            from the HELLO of every execserver), LEAVE_AT LEAVE_N fylrs stop gracefully.
+import { sleep } from 'k6';
+import http from 'k6/http';
+import { Counter, Trend } from 'k6/metrics';
+import { envInt, envString } from './lib/broker.js';
+
+const HOSTS = envString('HOST_ADDRS').split(',');
+const CRASH_HOST = envString('CRASH_HOST');
+const EXECSERVERS = envInt('EXECSERVERS', 3);
+const WARMUP_S = envInt('WARMUP_S', 12);
+const WINDOW_S = envInt('WINDOW_S', 15);
+const CHURN_S = envInt('CHURN_S', 57);
+const DEPTH = envInt('DEPTH', 800);
+const TOPUP = envInt('TOPUP', 150);
+const CRASH_AT = envInt('CRASH_AT', 15);
+const JOIN_AT = envInt('JOIN_AT', 20);
+const LEAVE_AT = envInt('LEAVE_AT', 33);
+const JOIN2_AT = envInt('JOIN2_AT', 37);
+const JOIN_N = envInt('JOIN_N', 5);
+const LEAVE_N = envInt('LEAVE_N', 5);
+const JOB_S = __ENV.JOB_S || '0.5';
+const MIN_FYLRS = envInt('MIN_FYLRS', 50);
+const MAX_DEVIATION = Number(__ENV.MAX_DEVIATION || '0.25');
+const MIN_WINDOW_CLAIMS = envInt('MIN_WINDOW_CLAIMS', 10);
+const RESCUE_MS = envInt('RESCUE_MS', 10000);
+const NEWCOMER_MS = envInt('NEWCOMER_MS', 3000);
+const RUN = __ENV.RUN_ID || 'run';
+
+const maxDeviation = new Trend('window_max_deviation');
+const windowFylrs = new Trend('window_fylrs');
+const windowClaimsMin = new Trend('window_claims_min');
+const windows = new Counter('windows');
+const present = new Trend('fylrs_present');
+const submitted = new Counter('items_submitted');
+const submitErrors = new Counter('submit_errors');
+const statsErrors = new Counter('stats_errors');
+const rescueMs = new Trend('rescue_ms');
+const rescued = new Counter('rescued_items');
+const newcomerMs = new Trend('newcomer_share_ms');
+const newcomers = new Counter('newcomers');
+const left = new Counter('fylrs_left');
+const crashed = new Counter('fylrs_crashed');
+
+export const options = {
+  setupTimeout: '180s',
+  batch: 40,
+  batchPerHost: 10,
+  scenarios: {
+    observe: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'observe' },
+    crash: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'crash' },
+    churn: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'churn' },
+  },
+  thresholds: {
+    window_max_deviation: [`max<=${MAX_DEVIATION}`],
+    windows: [`count>=${Math.floor((CHURN_S - WARMUP_S) / WINDOW_S)}`],
+    window_fylrs: [`min>=${MIN_FYLRS - LEAVE_N}`],
+    window_claims_min: [`min>=${MIN_WINDOW_CLAIMS}`],
+    fylrs_present: [`min>=${MIN_FYLRS}`],
+    rescue_ms: [`max<${RESCUE_MS}`],
+    rescued_items: ['count>0'],
+    newcomer_share_ms: [`max<${NEWCOMER_MS}`],
+    newcomers: [`count>=${2 * JOIN_N}`],
+    fylrs_left: [`count>=${LEAVE_N}`],
+    fylrs_crashed: ['count>0'],
+    submit_errors: ['count==0'],
+    stats_errors: ['count==0'],
+  },
+  summaryTrendStats: ['min', 'med', 'p(95)', 'max', 'count'],
+};
+
+const json = { headers: { 'Content-Type': 'application/json' }, timeout: '10s' };
+
+function queueCall(addr, method, body) {
+  return { method: 'POST', url: `http://${addr}/slotbroker.v1.QueueService/${method}`, body: JSON.stringify(body), params: { ...json, tags: { method } } };
+}
+
+/** Every running fylr: id → {id, http, host}. A host that does not answer has none. */
+function membership(hosts) {
+  const responses = http.batch(hosts.map((h) => ({ method: 'GET', url: `http://${h}/fylrs`, params: { timeout: '5s', tags: { method: 'fylrs' } } })));
+  const out = new Map();
+  responses.forEach((r, i) => {
+    if (r.status !== 200) return;
+    for (const f of r.json()) out.set(f.id, { ...f, host: hosts[i] });
+  });
+  return out;
+}
+
+const elapsed = (t0) => (Date.now() - t0) / 1000;
+const hostOf = new Map(); // fylr id → control address of its host (observer VU only)
+
+/** The first fylr of each stable host: never asked to leave, so Submits go to them. */
+function anchorsOf(fylrs) {
+  return [...fylrs.values()].filter((f, i, all) => all.findIndex((g) => g.host === f.host) === i);
+}
+
+/** Submits items from..to-1 round-robin over `anchors`; returns how many were created. */
+function submitItems(anchors, from, to) {
+  const batch = [];
+  for (let n = from; n < to; n++) {
+    batch.push(queueCall(anchors[n % anchors.length].http, 'Submit', { calls: [{ service: 'sleep', args: [JOB_S] }], idempotencyKey: `${RUN}-${n}` }));
+  }
+  let created = 0;
+  for (const r of http.batch(batch)) {
+    if (r.status === 200 && r.json('created') === true) created++;
+    else {
+      submitErrors.add(1);
+      console.error(`submit: ${r.status} ${r.body}`);
+    }
+  }
+  submitted.add(created);
+  return created;
+}
+
+// The first DEPTH items go in before the clock starts, so the first window is not spent
+// filling the queue.
+export function setup() {
+  submitItems(anchorsOf(membership(HOSTS)), 0, DEPTH);
+  return { submitted: DEPTH };
+}
+
+export function observe(data) {
+  const t0 = Date.now();
+  const anchors = anchorsOf(membership(HOSTS));
+  const firstSeen = new Map(); // id → seconds since t0
+  const lastStats = new Map(); // id → last Stats
+  let windowStart; // { at, claims: Map id → claimedTotal }
+  let nextWindow = WARMUP_S;
+  let submittedTotal = data.submitted;
+  while (elapsed(t0) < CHURN_S) {
+    const tick = Date.now();
+    const fylrs = membership([...HOSTS, CRASH_HOST]);
+    const now = elapsed(t0);
+    for (const [id, f] of fylrs) {
+      if (!firstSeen.has(id)) firstSeen.set(id, now);
+      hostOf.set(id, f.host);
+    }
+    const list = [...fylrs.values()];
+    const responses = http.batch(list.map((f) => queueCall(f.http, 'Stats', {})));
+    const claims = new Map();
+    const connected = new Set(); // fylrs whose Stats show a share of every execserver
+    responses.forEach((r, i) => {
+      // A fylr may leave between the listing and its Stats: then it simply is not counted.
+      if (r.status !== 200) {
+        if (fylrs.has(list[i].id) && membership([list[i].host]).has(list[i].id)) statsErrors.add(1);
+        return;
+      }
+      const s = r.json();
+      lastStats.set(list[i].id, s);
+      claims.set(list[i].id, Number(s.claimedTotal || 0));
+      if ((s.shares || []).length === EXECSERVERS) connected.add(list[i].id);
+    });
+    present.add(claims.size);
+
+    if (now >= nextWindow) {
+      if (windowStart) closeWindow(windowStart, now, claims, firstSeen);
+      windowStart = { at: now, claims, connected };
+      nextWindow += WINDOW_S;
+    }
+
+    // Top the queue up: items submitted and not yet finished, by the fylrs' own counts.
+    let finished = 0;
+    for (const s of lastStats.values()) finished += Number(s.succeededTotal || 0) + Number(s.failedTotal || 0);
+    // At most TOPUP a tick, so a slow tick cannot snowball into a slower one.
+    const want = Math.min(DEPTH - (submittedTotal - finished), TOPUP);
+    if (want > 0) {
+      submitItems(anchors, submittedTotal, submittedTotal + want);
+      submittedTotal += want;
+    }
+    sleep(Math.max(0, 1 - (Date.now() - tick) / 1000));
+  }
+  console.log(`observe: ${submittedTotal} items submitted, ${firstSeen.size} fylrs seen`);
+}
+
+function closeWindow(start, endAt, end, firstSeen) {
+  const deltas = [];
+  const perHost = new Map();
+  for (const [id, after] of end) {
+    const before = start.claims.get(id);
+    // Present at both ends and already connected to every execserver when the window
+    // opened (a newcomer's first, partial window — its initial fill — would compare a part
+    // with wholes).
+    if (before === undefined || firstSeen.get(id) > start.at || !start.connected.has(id)) continue;
+    deltas.push({ id, n: after - before });
+    perHost.set(hostOf.get(id), [...(perHost.get(hostOf.get(id)) || []), after - before]);
+  }
+  if (deltas.length === 0) return;
+  const mean = deltas.reduce((a, d) => a + d.n, 0) / deltas.length;
+  const worst = deltas.reduce((w, d) => (Math.abs(d.n - mean) / mean > Math.abs(w.n - mean) / mean ? d : w), deltas[0]);
+  const deviation = mean > 0 ? Math.abs(worst.n - mean) / mean : 1;
+  const ns = deltas.map((d) => d.n);
+  maxDeviation.add(deviation);
+  windowFylrs.add(deltas.length);
+  windowClaimsMin.add(Math.min(...ns));
+  windows.add(1);
+  console.log(
+    `window ${start.at.toFixed(0)}–${endAt.toFixed(0)} s: ${deltas.length} fylrs, claims ${Math.min(...ns)}–${Math.max(...ns)} (mean ${mean.toFixed(1)}), ` +
+      `max deviation ${(deviation * 100).toFixed(1)} % (${worst.id}); per host: ${[...perHost].map(([h, ns]) => `${h} [${ns.join(' ')}]`).join(', ')}`,
+  );
+}
+
+function waitUntil(t0, at) {
+  const wait = at - elapsed(t0);
+  if (wait > 0) sleep(wait);
+}
+
+function join(t0, count) {
+  for (let i = 0; i < count; i++) {
+    const host = HOSTS[i % HOSTS.length];
+    const r = http.post(`http://${host}/join`, null, { timeout: '60s', tags: { method: 'join' } });
+    if (r.status !== 200) throw new Error(`join on ${host}: ${r.status} ${r.body}`);
+    const fylr = r.json();
+    // From the moment startFylr returned: it is claiming, its broker connections opening.
+    const started = Date.now();
+    newcomers.add(1);
+    // Its share: every execserver's HELLO seen and the admission they give all held.
+    for (;;) {
+      const s = http.post(`http://${fylr.http}/slotbroker.v1.QueueService/Stats`, '{}', json).json();
+      const shares = s.shares || [];
+      if (shares.length === EXECSERVERS && Number(s.execHeld || 0) >= Number(s.execAdmission || 0) && Number(s.execAdmission || 0) > 0) {
+        newcomerMs.add(Date.now() - started);
+        console.log(`newcomer ${fylr.id} at ${elapsed(t0).toFixed(1)} s: holds ${s.execHeld}/${s.execAdmission} after ${Date.now() - started} ms (start ${fylr.startedMs} ms)`);
+        break;
+      }
+      if (Date.now() - started > 30000) {
+        newcomerMs.add(Date.now() - started);
+        console.error(`newcomer ${fylr.id}: no full share after 30 s: ${JSON.stringify(s)}`);
+        break;
+      }
+      sleep(0.05);
+    }
+  }
+}
+
+export function crash() {
+  const t0 = Date.now();
+  waitUntil(t0, CRASH_AT);
+  const crash = http.post(`http://${CRASH_HOST}/crash`, null, { timeout: '5s' });
+  if (crash.status !== 200) throw new Error(`crash: ${crash.status} ${crash.body}`);
+  const ids = crash.json('crashing');
+  crashed.add(ids.length);
+  const crashAt = Date.now();
+  const probe = `http://${HOSTS[0]}/held?ids=${ids.join(',')}`;
+  sleep(0.2);
+  const heldAtCrash = http.get(probe).json('held');
+  for (;;) {
+    const held = http.get(probe).json('held');
+    if (held === 0) break;
+    if (Date.now() - crashAt > 60000) break;
+    sleep(0.1);
+  }
+  rescueMs.add(Date.now() - crashAt);
+  rescued.add(heldAtCrash);
+  console.log(`crash at ${CRASH_AT} s: ${ids.length} fylrs, ${heldAtCrash} items held, all rescued after ${Date.now() - crashAt} ms`);
+}
+
+export function churn() {
+  const t0 = Date.now();
+  waitUntil(t0, JOIN_AT);
+  join(t0, JOIN_N);
+
+  waitUntil(t0, LEAVE_AT);
+  // Never an anchor (the first fylr of each host): the observer submits through those.
+  const leaving = [...membership(HOSTS).values()].filter((f, i, all) => all.findIndex((g) => g.host === f.host) !== i).slice(0, LEAVE_N);
+  for (const f of leaving) {
+    const r = http.post(`http://${f.host}/leave?id=${f.id}`, null, { timeout: '30s' });
+    if (r.status === 200) left.add(1);
+    else console.error(`leave ${f.id}: ${r.status} ${r.body}`);
+  }
+
+  waitUntil(t0, JOIN2_AT);
+  join(t0, JOIN_N);
+}

@@ -1,0 +1,104 @@
+/** `slotbroker list [--state S] [--service X]`: items of the queue, newest first. */
+import { parseArgs } from "node:util";
+import { ConnectError } from "@connectrpc/connect";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { ItemState, type Item } from "../../gen/slotbroker/v1/queue_pb.js";
+import { createQueueClient } from "../api/index.js";
+import { resolveApi } from "../app/index.js";
+import { stateName } from "./submit-progress.js";
+
+const help = `usage: slotbroker list [--state S]… [--service X] [--limit N] [--page TOKEN] [--api URL]
+
+Lists items of the queue, newest first, one page at a time.
+
+  --state S        only items in state S (queued, claimed, running, succeeded, failed,
+                   cancelled); repeat for several
+  --service X      only items whose first call runs service X (or local action X)
+  --min-priority P only items with priority P or more
+  --limit N        items per page (default 50, at most 500)
+  --page TOKEN     the page after the one that printed TOKEN
+  --api URL        the fylr (default SLOTBROKER_API, else the running "slotbroker up",
+                   else http://127.0.0.1:7700)
+  -h, --help       this text`;
+
+const states: Record<string, ItemState> = {
+  queued: ItemState.QUEUED,
+  claimed: ItemState.CLAIMED,
+  running: ItemState.RUNNING,
+  succeeded: ItemState.SUCCEEDED,
+  failed: ItemState.FAILED,
+  cancelled: ItemState.CANCELLED,
+};
+
+/** `slotbroker list`: resolves with the exit code. */
+export async function run(argv: string[]): Promise<number> {
+  let values: { state?: string[]; service?: string; "min-priority"?: string; limit?: string; page?: string; api?: string; help?: boolean };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        state: { type: "string", multiple: true },
+        service: { type: "string" },
+        "min-priority": { type: "string" },
+        limit: { type: "string" },
+        page: { type: "string" },
+        api: { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    }));
+  } catch (err) {
+    process.stderr.write(`slotbroker list: ${(err as Error).message}\n\n${help}\n`);
+    return 2;
+  }
+  if (values.help) {
+    process.stdout.write(`${help}\n`);
+    return 0;
+  }
+  const wanted: ItemState[] = [];
+  for (const s of values.state ?? []) {
+    const state = states[s.toLowerCase()];
+    if (state === undefined) {
+      process.stderr.write(`slotbroker list: --state: "${s}" is not one of ${Object.keys(states).join(", ")}\n`);
+      return 2;
+    }
+    wanted.push(state);
+  }
+  const number = (flag: string, raw: string | undefined): number | undefined => {
+    if (raw === undefined) return undefined;
+    const n = Number(raw);
+    if (!Number.isInteger(n)) throw new Error(`--${flag}: not a whole number: "${raw}"`);
+    return n;
+  };
+  try {
+    const page = await createQueueClient(resolveApi(values.api).url).list({
+      states: wanted,
+      service: values.service ?? "",
+      minPriority: number("min-priority", values["min-priority"]),
+      pageSize: number("limit", values.limit) ?? 0,
+      pageToken: values.page ?? "",
+    });
+    process.stdout.write(formatList(page.items));
+    if (page.nextPageToken) process.stderr.write(`more: slotbroker list … --page ${page.nextPageToken}\n`);
+    return 0;
+  } catch (err) {
+    process.stderr.write(`slotbroker list: ${err instanceof ConnectError ? err.rawMessage : (err as Error).message}\n`);
+    return 1;
+  }
+}
+
+/** The listing as aligned columns (pure; the header only when there are items). */
+export function formatList(items: readonly Item[]): string {
+  if (items.length === 0) return "";
+  const rows = items.map((item) => [
+    item.id,
+    stateName(item.state) + (item.cancelRequestedAt && item.state === ItemState.RUNNING ? " (cancelling)" : ""),
+    String(item.priority),
+    item.calls.map((c) => c.service).join("|") || item.local?.name || "",
+    `${item.attempts}/${item.maxAttempts}`,
+    item.createdAt ? timestampDate(item.createdAt).toISOString() : "",
+  ]);
+  const header = ["ID", "STATE", "PRIO", "SERVICE", "ATTEMPTS", "CREATED"];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]): string => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join("  ");
+  return `${[header, ...rows].map(line).join("\n")}\n`;
+}

@@ -1,0 +1,137 @@
+/**
+ * The dispatcher's second loop: this fylr's heartbeat and the sweep of dead siblings'
+ * claims every heartbeat interval, the sweep of expired stored data when it is due. It
+ * runs apart from the claim loop, so a slow claim pass (a busy database, a large batch)
+ * never delays the heartbeat towards the stale threshold, and it runs on while a stopping
+ * dispatcher lets its items finish: a graceful stop longer than the threshold must not
+ * look like a death to the siblings.
+ */
+import { sleep } from "../shared/abort.js";
+import type { Events } from "../shared/events.js";
+import type { Logger } from "../shared/log.js";
+import type { BlobStore } from "./blob-store.js";
+import type { DispatcherConfig } from "./config.js";
+import type { DispatcherEvents } from "./events.js";
+import type { DispatcherCounters } from "./settle.js";
+import type { QueueStore } from "./store.js";
+
+/** What the housekeeping loop works with. */
+export interface HousekeepingDeps {
+  /** The queue, for the sweep. */
+  readonly store: QueueStore;
+  /** The same tables over the heartbeat's own connection. */
+  readonly beats: QueueStore;
+  readonly blobs: BlobStore;
+  readonly config: DispatcherConfig;
+  readonly fylrId: string;
+  readonly counters: DispatcherCounters;
+  readonly events: Events<DispatcherEvents>;
+  readonly log: Logger;
+  /** How many items this fylr holds (for the log when it was declared dead). */
+  readonly held: () => number;
+  /** A sibling declared this fylr dead: drop every held item and register again. */
+  readonly rejoin: () => Promise<void>;
+  /** Held items cancelled meanwhile (a missed notification) and cancels past the bound (see cancels.ts). */
+  readonly cancelCheck?: () => Promise<void>;
+}
+
+/** Runs until `signal` aborts; resolves once the last beat and any sweep still running ended. */
+export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSignal): Promise<void> {
+  const { config, log } = deps;
+  let failures = 0;
+  // The sweeps run beside the beat, one of each kind at a time: a slow sweep (locked rows,
+  // a big queue) never delays the next beat.
+  const claimSweep = new Background(log, "sweep of stale claims");
+  const blobSweep = new Background(log, "sweep of stored data");
+  const cancelCheck = new Background(log, "cancel check");
+  let lastBlobSweepAt = -Infinity;
+  while (!signal.aborted) {
+    const startedAt = performance.now();
+    try {
+      await heartbeat(deps);
+      if (failures > 0) log.info({ failures }, "database reachable again (heartbeat)");
+      failures = 0;
+    } catch (err) {
+      if (signal.aborted) break;
+      failures += 1;
+      // Staged: the first failure and every 30th are warnings, the rest debug noise.
+      log[failures === 1 || failures % 30 === 0 ? "warn" : "debug"]({ err, failures }, "heartbeat failed; retrying next interval");
+    }
+    claimSweep.runUnlessBusy(() => sweepStaleClaims(deps));
+    if (deps.cancelCheck) cancelCheck.runUnlessBusy(deps.cancelCheck);
+    if (performance.now() - lastBlobSweepAt >= deps.blobs.config.sweepIntervalMs && blobSweep.runUnlessBusy(() => sweepBlobs(deps))) {
+      lastBlobSweepAt = performance.now();
+    }
+    const wait = config.heartbeatIntervalMs - (performance.now() - startedAt);
+    await sleep(Math.max(0, wait), signal).catch(() => undefined);
+  }
+  await claimSweep.idle();
+  await blobSweep.idle();
+  await cancelCheck.idle();
+}
+
+// One background task of a kind at a time; its failures are logged, staged.
+class Background {
+  private running: Promise<void> | undefined;
+  private failures = 0;
+
+  constructor(
+    private readonly log: Logger,
+    private readonly what: string,
+  ) {}
+
+  /** Starts `task` unless the previous one still runs; true when it started. */
+  runUnlessBusy(task: () => Promise<void>): boolean {
+    if (this.running) return false;
+    this.running = task()
+      .then(() => {
+        this.failures = 0;
+      })
+      .catch((err: unknown) => {
+        this.failures += 1;
+        this.log[this.failures === 1 || this.failures % 30 === 0 ? "warn" : "debug"]({ err, failures: this.failures }, `${this.what} failed; retrying later`);
+      })
+      .finally(() => (this.running = undefined));
+    return true;
+  }
+
+  /** Resolves once no task runs. */
+  async idle(): Promise<void> {
+    await this.running;
+  }
+}
+
+async function heartbeat(deps: HousekeepingDeps): Promise<void> {
+  const alive = await deps.beats.heartbeat(deps.fylrId);
+  deps.events.emit("heartbeat", alive);
+  if (alive) return;
+  // A sibling found our heartbeat stale (a long pause, a lost database connection) and
+  // requeued our claims. Whatever we still run belongs to someone else now.
+  deps.log.error({ incident: "declared-dead", held: deps.held() }, "this fylr was declared dead by a sibling; abandoning held items and re-registering");
+  await deps.rejoin();
+}
+
+async function sweepStaleClaims(deps: HousekeepingDeps): Promise<void> {
+  const reaped = await deps.store.reapStale(deps.config.staleAfterMs, deps.fylrId);
+  const rescued = reaped.requeued.length + reaped.failed.length + reaped.cancelled.length;
+  deps.counters.orphansRescued += rescued;
+  if (reaped.deadFylrs.length > 0 || rescued > 0) {
+    deps.events.emit("orphans:rescued", reaped);
+    deps.log.warn(
+      { deadFylrs: reaped.deadFylrs, requeued: reaped.requeued.length, failed: reaped.failed.map((f) => f.id) },
+      "requeued the claims of fylrs whose heartbeat went stale",
+    );
+  }
+}
+
+// Stored data past its expiry or retention. Any fylr may do it; a row deleted by two
+// sweepers at once is deleted once. Batches of 100, at most 10 per round.
+async function sweepBlobs(deps: HousekeepingDeps): Promise<void> {
+  let total = { blobs: 0, bytes: 0 };
+  for (let round = 0; round < 10; round++) {
+    const swept = await deps.blobs.sweep(100);
+    total = { blobs: total.blobs + swept.blobs, bytes: total.bytes + swept.bytes };
+    if (swept.blobs < 100) break;
+  }
+  if (total.blobs > 0) deps.log.info(total, "deleted stored data past its expiry or retention");
+}
