@@ -40,6 +40,11 @@ export interface QueueApiOptions {
    * naming a service none of them offers is refused (with none connected, anything goes).
    */
   readonly offeredServices?: () => ReadonlySet<string> | undefined;
+  /**
+   * The env names a service allows on the connected execservers; undefined when unknown
+   * (then anything goes, and an execserver refuses a bad name at run time).
+   */
+  readonly allowedEnv?: (service: string) => ReadonlySet<string> | undefined;
   /** Watch's database poll for items other fylrs run (default 500 ms). */
   readonly watchPollMs?: number;
   /** Aborted on shutdown: open Watch streams end with UNAVAILABLE. */
@@ -69,6 +74,7 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
     submit: (req) =>
       guard("submit", async () => {
         checkServices(req, options.offeredServices?.());
+        if (options.allowedEnv) checkEnv(req, options.allowedEnv);
         const { item, created } = await dispatcher.submit(submitInputFromProto(req));
         return create(SubmitResponseSchema, { item: itemToProto(item), created });
       }),
@@ -129,5 +135,21 @@ function checkServices(req: SubmitRequest, offered: ReadonlySet<string> | undefi
     if (!call.service || offered.has(call.service)) return;
     const list = [...offered].sort().join(", ") || "none";
     throw new ConnectError(`calls[${i}].service: no connected execserver offers "${call.service}" (offered: ${list})`, Code.InvalidArgument);
+  });
+}
+
+// An env name the service does not allow would be refused by the execserver at run time,
+// after a slot was taken, on every attempt: refused here instead.
+function checkEnv(req: SubmitRequest, allowedEnv: (service: string) => ReadonlySet<string> | undefined): void {
+  req.calls.forEach((call, i) => {
+    const names = Object.keys(call.env);
+    if (names.length === 0) return;
+    const allowed = allowedEnv(call.service);
+    if (!allowed) return;
+    // A malformed name is left to the dispatcher's own check, which names it as such.
+    const bad = names.find((name) => !allowed.has(name) && /^[A-Za-z_][A-Za-z0-9_]*$/.test(name));
+    if (bad === undefined) return;
+    const list = [...allowed].sort().join(", ") || "none";
+    throw new ConnectError(`calls[${i}].env: "${bad.slice(0, 64)}" is not allowed for service ${call.service} (allowed: ${list})`, Code.InvalidArgument);
   });
 }

@@ -104,10 +104,14 @@ function installAdminRoutes(server: Execserver): void {
       const body = await server.metrics.render();
       res.writeHead(200, { "content-type": server.metrics.registry.contentType }).end(body);
     })
-    .route("/status.json", (_req, res) => {
-      const json = toJson(GetStatusResponseSchema, server.status());
-      res.writeHead(200, { "content-type": "application/json" }).end(`${JSON.stringify(json, null, 2)}\n`);
-    });
-  // The live status page: "/", "/status" and the view JSON it polls.
-  for (const { path, handler } of execStatusPageRoutes(() => server.status())) server.admin.route(path, handler);
+    .route(
+      "/status.json",
+      (_req, res) => {
+        const json = toJson(GetStatusResponseSchema, server.status());
+        res.writeHead(200, { "content-type": "application/json" }).end(`${JSON.stringify(json, null, 2)}\n`);
+      },
+      { requiresToken: true },
+    );
+  // The live status page: "/", "/status" and the view JSON it polls (connection details: token).
+  for (const { path, handler } of execStatusPageRoutes(() => server.status())) server.admin.route(path, handler, { requiresToken: true });
 }

@@ -129,6 +129,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
           load,
           means,
           offeredServices: () => offeredServices(broker),
+          allowedEnv: (service) => allowedEnv(broker, service),
           watchPollMs: config.watchPollMs,
           shutdown: shutdown.signal,
           logger,
@@ -209,6 +210,20 @@ function assemble(p: Parts): FylrHandle {
 
 // Undefined while no execserver is connected, or one is polled (an address on the token
 // protocol announces no services): then a submit cannot be checked.
+// The env names `service` allows on every connected execserver that offers it; undefined
+// when one of them did not say (an older execserver, a polled address) or none offers it.
+function allowedEnv(broker: BrokerClient, service: string): ReadonlySet<string> | undefined {
+  const offering = broker.instances().filter((i) => service in i.services || i.transport === "polling");
+  if (offering.length === 0) return undefined;
+  let allowed: Set<string> | undefined;
+  for (const instance of offering) {
+    const names = instance.serviceEnv?.[service];
+    if (!names) return undefined;
+    allowed = new Set([...(allowed ?? []), ...names]);
+  }
+  return allowed;
+}
+
 function offeredServices(broker: BrokerClient): ReadonlySet<string> | undefined {
   const instances = broker.instances();
   if (instances.length === 0 || instances.some((i) => i.transport === "polling")) return undefined;

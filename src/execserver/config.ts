@@ -11,6 +11,7 @@ import {
   splitHostPort,
 } from "../shared/config.js";
 import { ConfigError } from "../shared/errors.js";
+import { connectionLimitsSchema, type ConnectionLimits } from "../shared/http-limits.js";
 
 /** Built-in in-process services: they run no process (benchmarks, load tests). */
 export const builtinServices = ["noop"] as const;
@@ -43,6 +44,8 @@ export const execserverConfigSchema = z.strictObject({
   cancelGrace: durationMs.prefault("2s"),
   maxWantsPerConnection: z.number().int().min(1).default(100_000),
   maxWantsTotal: z.number().int().min(1).default(250_000),
+  /** Header/idle deadlines and the connection cap of the admin (and legacy) HTTP listeners. */
+  adminHttp: connectionLimitsSchema.prefault({}),
   waitgroups: z.record(name, z.strictObject({ processes: z.number().int().min(1).max(100_000) })),
   services: z.record(name, serviceSchema),
   /** false = legacy-only: no BrokerService; `listen` serves the token protocol over plain HTTP. */
@@ -88,6 +91,8 @@ export interface ExecserverConfig {
   readonly maxWantsPerConnection: number;
   /** Wants parked over all connections at most; more are rejected with BOOK_FULL. */
   readonly maxWantsTotal: number;
+  /** Limits of the admin and legacy HTTP listeners. */
+  readonly adminHttp: ConnectionLimits;
   readonly waitgroups: Readonly<Record<string, { readonly processes: number }>>;
   readonly services: Readonly<Record<string, ServiceConfig>>;
   /** False in legacy-only mode: no gRPC server; `listen` serves the token protocol. */
@@ -138,6 +143,11 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
   }
   if (input.offerTimeout <= 0) throw new ConfigError(`${source}: offerTimeout: must be more than 0`);
   const legacy = compileLegacy(input, source);
+  // The admin port shows every connection's details: the same rule as the gRPC port.
+  const admin = splitHostPort(input.adminListen)!;
+  if (!input.token && !isLoopbackHost(admin.host)) {
+    throw new ConfigError(`${source}: token: required when adminListen (${input.adminListen}) is not a loopback address (or set SLOTBROKER_TOKEN)`);
+  }
   return {
     instanceId: input.instanceId ?? generateInstanceId(),
     listen: input.listen,
@@ -149,6 +159,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     cancelGraceMs: input.cancelGrace,
     maxWantsPerConnection: input.maxWantsPerConnection,
     maxWantsTotal: input.maxWantsTotal,
+    adminHttp: input.adminHttp,
     waitgroups: input.waitgroups,
     services,
     brokerService: input.brokerService,

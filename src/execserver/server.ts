@@ -86,6 +86,7 @@ export class Execserver implements SessionHost {
   // Aborted when the server stops; every session listens and ends its stream.
   private readonly shutdown = new AbortController();
   private readonly services: Record<string, string> = {};
+  private readonly serviceEnv: Record<string, { names: string[] }> = {};
   private readonly logger: Logger;
   // Refused connections are logged, but a client retrying with a wrong token cannot flood the log.
   private readonly refusedLog = new LogBudget(10, 10_000);
@@ -110,7 +111,10 @@ export class Execserver implements SessionHost {
     this.logger = options.logger.child({ component: "execserver", instanceId: config.instanceId });
     // One listener per session; thousands are expected.
     setMaxListeners(0, this.shutdown.signal);
-    for (const [name, s] of Object.entries(config.services)) this.services[name] = s.waitgroup;
+    for (const [name, s] of Object.entries(config.services)) {
+      this.services[name] = s.waitgroup;
+      this.serviceEnv[name] = { names: [...s.env] };
+    }
     this.events = new Events((err, event) => this.logger.error({ err, event }, "an execserver event listener threw"));
     this.io = new BrokerIo({
       events: this.events,
@@ -130,6 +134,10 @@ export class Execserver implements SessionHost {
     this.auth = new BearerAuth(config.token);
     this.grpcServer = new grpc.Server({
       "grpc.max_receive_message_length": limits.maxFrameBytes,
+      // A connection carries a few streams (one broker stream, status and health calls);
+      // one with no stream at all for 5 minutes is closed.
+      "grpc.max_concurrent_streams": 1000,
+      "grpc.max_connection_idle_ms": 5 * 60_000,
       "grpc.keepalive_time_ms": 30_000,
       "grpc.keepalive_timeout_ms": 10_000,
       // Let fylrs ping every few seconds for half-open detection without a GOAWAY.
@@ -142,7 +150,7 @@ export class Execserver implements SessionHost {
     });
     addReflection(this.grpcServer, [BrokerService.typeName]);
     this.health = addHealth(this.grpcServer, Object.fromEntries(healthServices.map((s) => [s, "SERVING" as const])));
-    this.admin = new AdminServer(this.logger);
+    this.admin = new AdminServer(this.logger, { auth: this.auth, limits: config.adminHttp });
     if (config.legacy && tokens) {
       this.legacy = new LegacyTransport({
         tokens,
@@ -154,7 +162,7 @@ export class Execserver implements SessionHost {
         runJob: options.runJob,
         jobFinished: () => this.jobFinished(),
       });
-      const target = config.legacy.listen === "admin" ? this.admin : (this.legacyServer = new AdminServer(this.logger));
+      const target = config.legacy.listen === "admin" ? this.admin : (this.legacyServer = new AdminServer(this.logger, { auth: this.auth, limits: config.adminHttp }));
       const handler = (req: Parameters<LegacyTransport["handle"]>[0], res: Parameters<LegacyTransport["handle"]>[1]): Promise<void> | void =>
         this.legacy!.handle(req, res);
       target.route("/job", handler).routePrefix("/token/", handler);
@@ -199,6 +207,7 @@ export class Execserver implements SessionHost {
     return create(HelloSchema, {
       instanceId: this.config.instanceId,
       services: this.services,
+      serviceEnv: this.serviceEnv,
       waitgroups: helloWaitgroups(this.broker),
       clients: this.sessions.size,
       capabilities,

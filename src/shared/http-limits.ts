@@ -42,3 +42,22 @@ export const httpLimitsSchema = z
 
 /** The defaults. */
 export const defaultHttpLimits: HttpLimits = httpLimitsSchema.parse({});
+
+/** Limits of a listener that serves no Connect messages (the execserver's admin port). */
+export type ConnectionLimits = Omit<HttpLimits, "maxRequestBytes">;
+
+/** The YAML shape of `adminHttp:` in the execserver config. */
+export const connectionLimitsSchema = z
+  .strictObject({
+    headersTimeout: durationMs.prefault("20s"),
+    idleTimeout: durationMs.prefault("60s"),
+    maxConnections: z.number().int().min(1).max(1_000_000).default(4096),
+  })
+  .superRefine((c, ctx) => {
+    if (c.headersTimeout <= 0) ctx.addIssue({ code: "custom", path: ["headersTimeout"], message: "must be longer than 0" });
+    if (c.idleTimeout <= 0) ctx.addIssue({ code: "custom", path: ["idleTimeout"], message: "must be longer than 0" });
+  })
+  .transform((c): ConnectionLimits => ({ headersTimeoutMs: c.headersTimeout, idleTimeoutMs: c.idleTimeout, maxConnections: c.maxConnections }));
+
+/** The defaults of a ConnectionLimits. */
+export const defaultConnectionLimits: ConnectionLimits = connectionLimitsSchema.parse({});

@@ -43,7 +43,11 @@ describe("reliability: hostile input at the fylr's doors", () => {
     exec = await spawnExecserver({
       instanceId: "exec-hostile",
       waitgroups: { w: { processes: 4 } },
-      services: { echo: { waitgroup: "w", command: ["echo"] }, sleep: { waitgroup: "w", command: ["sleep"] } },
+      services: {
+        echo: { waitgroup: "w", command: ["echo"] },
+        sleep: { waitgroup: "w", command: ["sleep"] },
+        envy: { waitgroup: "w", command: ["env"], env: ["FOO"] },
+      },
     });
   });
   afterEach(async () => {
@@ -63,6 +67,18 @@ describe("reliability: hostile input at the fylr's doors", () => {
     expect(err.rawMessage).to.match(/^calls\[0\]\.args: 2000000 bytes, more than 262144/);
     const many = await submitError(fylr!, { calls: [{ service: "echo", args: Array.from({ length: 5000 }, () => "a") }] });
     expect(many.rawMessage).to.match(/^calls\[0\]\.args: more than 4096 entries/);
+  });
+
+  it("finding 4: an env name the service does not allow is refused at submit, naming it and the allowed ones", async function () {
+    this.timeout(60_000);
+    await start();
+    // Until the fylr has the execserver's HELLO, any service goes; then unknown ones are refused.
+    await waitFor("the fylr to know the execserver's services", async () => /no connected execserver offers/.test((await submitError(fylr!, { calls: [{ service: "nope" }] })).rawMessage));
+    const err = await submitError(fylr!, { calls: [{ service: "echo" }, { service: "envy", env: { FOO: "1", BAR: "2" } }] });
+    expect(err.code).to.equal(Code.InvalidArgument);
+    expect(err.rawMessage).to.equal('calls[1].env: "BAR" is not allowed for service envy (allowed: FOO)');
+    const ok = await fylr!.client.submit({ calls: [{ service: "envy", env: { FOO: "1" } }] });
+    expect(ok.created).to.equal(true);
   });
 
   it("finding 4: a QueueService request body over http.maxRequestBytes is refused before it is parsed", async function () {
@@ -120,9 +136,13 @@ describe("reliability: hostile input at the fylr's doors", () => {
     // An idle kept-alive connection is closed too.
     const idle = await openSocket(port);
     sockets.push(idle);
-    const idleClosed = new Promise((done) => idle.once("close", done));
+    let answer = "";
+    let idleClosed = false;
+    idle.on("data", (b: Buffer) => (answer += b.toString("latin1")));
+    idle.once("close", () => (idleClosed = true));
     idle.write("GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n");
-    await idleClosed;
+    await waitFor("the answer on the idle connection", () => answer.startsWith("HTTP/1.1 200"), 5_000, 25);
+    await waitFor(`the idle connection to be closed (answer: ${JSON.stringify(answer.slice(0, 120))})`, () => idleClosed, 5_000, 25);
     expect((await fetch(`${fylr!.url}/healthz`)).status).to.equal(200);
   });
 

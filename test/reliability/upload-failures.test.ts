@@ -163,6 +163,38 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
     expectAlive(fylr);
   });
 
+  it("finding 7: a second concurrent PUT to one out-pipe is a 409; the first upload goes on", async function () {
+    this.timeout(90_000);
+    await startExec();
+    const port = await freePort();
+    const held: Socket[] = [];
+    const pipePath = new Promise<string>((found) => {
+      interceptor = createServer((socket) => {
+        held.push(socket);
+        socket.once("data", (head: Buffer) => found(/^PUT (\S+) /.exec(head.toString("latin1"))?.[1] ?? ""));
+      });
+      interceptor.listen(port, "127.0.0.2");
+    });
+    fylr = await spawnFylr(
+      fastFylrConfig(databaseUrl, [exec!.grpcAddress], { listen: `127.0.0.1:${port}`, execserver: { addresses: [exec!.grpcAddress], pipeHost: "127.0.0.2" } }),
+      "f-second-put",
+    );
+    await fylr.client.submit({ calls: [{ service: "big-and-fine" }], maxAttempts: 1 });
+    const path = await pipePath;
+    const first = connect(port, "127.0.0.1");
+    await new Promise((ready) => first.once("connect", ready));
+    first.write(`PUT ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\ntransfer-encoding: chunked\r\n\r\n4\r\nabcd\r\n`);
+    await new Promise((r) => setTimeout(r, 200));
+    const second = await fetch(`http://127.0.0.1:${port}${path}`, { method: "PUT", body: "second" });
+    expect(second.status, await second.text()).to.equal(409);
+    first.write("0\r\n\r\n");
+    const answer = await new Promise<string>((done) => first.once("data", (b: Buffer) => done(b.toString("latin1"))));
+    expect(answer).to.match(/^HTTP\/1.1 200 /);
+    first.destroy();
+    for (const socket of held) socket.destroy();
+    expectAlive(fylr);
+  });
+
   it("finding 2: a receipt saying stdout was streamed to an out-pipe nobody opened fails the attempt; the fylr stays up", async function () {
     this.timeout(90_000);
     await startExec();

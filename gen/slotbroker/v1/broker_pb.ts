@@ -32,7 +32,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file slotbroker/v1/broker.proto.
  */
 export const file_slotbroker_v1_broker: GenFile = /*@__PURE__*/
-  fileDesc("ChpzbG90YnJva2VyL3YxL2Jyb2tlci5wcm90bxINc2xvdGJyb2tlci52MSKqAgoOQ29ubmVjdFJlcXVlc3QSIwoEd2FudBgBIAEoCzITLnNsb3Ricm9rZXIudjEuV2FudEgAEicKBnVud2FudBgCIAEoCzIVLnNsb3Ricm9rZXIudjEuVW53YW50SAASIQoDam9iGAMgASgLMhIuc2xvdGJyb2tlci52MS5Kb2JIABIpCgdkZWNsaW5lGAQgASgLMhYuc2xvdGJyb2tlci52MS5EZWNsaW5lSAASIwoEcGluZxgFIAEoCzITLnNsb3Ricm9rZXIudjEuUGluZ0gAEiUKBXF1ZXJ5GAYgASgLMhQuc2xvdGJyb2tlci52MS5RdWVyeUgAEicKBmNhbmNlbBgHIAEoCzIVLnNsb3Ricm9rZXIudjEuQ2FuY2VsSABCBwoFZnJhbWUivgIKD0Nvbm5lY3RSZXNwb25zZRIlCgVoZWxsbxgBIAEoCzIULnNsb3Ricm9rZXIudjEuSGVsbG9IABIlCgVvZmZlchgCIAEoCzIULnNsb3Ricm9rZXIudjEuT2ZmZXJIABIjCgRkb25lGAMgASgLMhMuc2xvdGJyb2tlci52MS5Eb25lSAASIwoEcG9uZxgEIAEoCzITLnNsb3Ricm9rZXIudjEuUG9uZ0gAEisKCHBvc2l0aW9uGAUgASgLMhcuc2xvdGJyb2tlci52MS5Qb3NpdGlvbkgAEicKBnJlamVjdBgGIAEoCzIVLnNsb3Ricm9rZXIudjEuUmVqZWN0SAASNAoNb2ZmZXJfZXhwaXJlZBgHIAEoCzIbLnNsb3Ricm9rZXIudjEuT2ZmZXJFeHBpcmVkSABCBwoFZnJhbWUiOQoEV2FudBIOCgZqb2JfaWQYASABKAkSDwoHc2VydmljZRgCIAEoCRIQCghwcmlvcml0eRgDIAEoBSIYCgZVbndhbnQSDgoGam9iX2lkGAEgASgJIlAKA0pvYhIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkSJAoEc3BlYxgDIAEoCzIWLnNsb3Ricm9rZXIudjEuSm9iU3BlYyIYCgZDYW5jZWwSDgoGam9iX2lkGAEgASgJIi4KB0RlY2xpbmUSDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJIhUKBFBpbmcSDQoFbm9uY2UYASABKAQiFwoFUXVlcnkSDgoGam9iX2lkGAEgASgJIoUCCgVIZWxsbxITCgtpbnN0YW5jZV9pZBgBIAEoCRI0CghzZXJ2aWNlcxgCIAMoCzIiLnNsb3Ricm9rZXIudjEuSGVsbG8uU2VydmljZXNFbnRyeRIxCgp3YWl0Z3JvdXBzGAMgAygLMh0uc2xvdGJyb2tlci52MS5XYWl0Z3JvdXBTdGF0ZRIPCgdjbGllbnRzGAQgASgNEhQKDGNhcGFiaWxpdGllcxgFIAMoCRIUCgxwZWVyX2FkZHJlc3MYBiABKAkSEAoIZHJhaW5pbmcYByABKAgaLwoNU2VydmljZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIlMKDldhaXRncm91cFN0YXRlEgwKBG5hbWUYASABKAkSEQoJcHJvY2Vzc2VzGAIgASgNEg8KB3J1bm5pbmcYAyABKA0SDwoHd2FpdGluZxgEIAEoDSJuCgVPZmZlchIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkSLQoKZXhwaXJlc19pbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCgl3YWl0Z3JvdXAYBCABKAkiMwoMT2ZmZXJFeHBpcmVkEg4KBmpvYl9pZBgBIAEoCRITCgtvZmZlcl90b2tlbhgCIAEoCSI/CgREb25lEg4KBmpvYl9pZBgBIAEoCRInCgdyZWNlaXB0GAIgASgLMhYuc2xvdGJyb2tlci52MS5SZWNlaXB0IhUKBFBvbmcSDQoFbm9uY2UYASABKAQitAEKCFBvc2l0aW9uEg4KBmpvYl9pZBgBIAEoCRIPCgdydW5uaW5nGAIgASgNEg0KBWFoZWFkGAMgASgNEhAKCGNhcGFjaXR5GAQgASgNEiYKA2V0YRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCgVzdGF0ZRgGIAEoDjIcLnNsb3Ricm9rZXIudjEuUG9zaXRpb25TdGF0ZRIRCgl3YWl0Z3JvdXAYByABKAkiUgoGUmVqZWN0Eg4KBmpvYl9pZBgBIAEoCRInCgRjb2RlGAIgASgOMhkuc2xvdGJyb2tlci52MS5SZWplY3RDb2RlEg8KB21lc3NhZ2UYAyABKAkipwIKB0pvYlNwZWMSDAoEYXJncxgBIAMoCRIsCgNlbnYYAiADKAsyHy5zbG90YnJva2VyLnYxLkpvYlNwZWMuRW52RW50cnkSKgoHdGltZW91dBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIRCglzdGRpbl91cmwYBCABKAkSEgoKc3Rkb3V0X3VybBgFIAEoCRIyCgZsYWJlbHMYBiADKAsyIi5zbG90YnJva2VyLnYxLkpvYlNwZWMuTGFiZWxzRW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpwCCgdSZWNlaXB0EhYKCWV4aXRfY29kZRgBIAEoBUgAiAEBEg4KBnNpZ25hbBgCIAEoCRIrCghkdXJhdGlvbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhITCgtzdGRlcnJfbGluZRgEIAEoCRIVCg1zdGRvdXRfcHJlZml4GAUgASgMEhQKDHN0ZG91dF9ieXRlcxgGIAEoBBIXCg9zdGRvdXRfc3RyZWFtZWQYByABKAgSJwoFZXJyb3IYCCABKA4yGC5zbG90YnJva2VyLnYxLkVycm9yS2luZBIVCg1lcnJvcl9tZXNzYWdlGAkgASgJEhMKC2luc3RhbmNlX2lkGAogASgJQgwKCl9leGl0X2NvZGUiEgoQR2V0U3RhdHVzUmVxdWVzdCL0AgoRR2V0U3RhdHVzUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkSMgoKd2FpdGdyb3VwcxgCIAMoCzIeLnNsb3Ricm9rZXIudjEuV2FpdGdyb3VwU3RhdHVzEjQKC2Nvbm5lY3Rpb25zGAMgAygLMh8uc2xvdGJyb2tlci52MS5Db25uZWN0aW9uU3RhdHVzEkAKCHNlcnZpY2VzGAQgAygLMi4uc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXNwb25zZS5TZXJ2aWNlc0VudHJ5EhAKCGRyYWluaW5nGAUgASgIEi4KCnN0YXJ0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKBmxlZ2FjeRgHIAEoCzIbLnNsb3Ricm9rZXIudjEuTGVnYWN5U3RhdHVzGi8KDVNlcnZpY2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLAAgoMTGVnYWN5U3RhdHVzEhoKEnRva2Vuc19vdXRzdGFuZGluZxgBIAEoDRIVCg10b2tlbnNfaXNzdWVkGAIgASgEEhcKD3Rva2Vuc19yZWRlZW1lZBgDIAEoBBIWCg50b2tlbnNfZXhwaXJlZBgEIAEoBBIXCg90b2tlbnNfcmVsZWFzZWQYBSABKAQSHAoUcmVmdXNlZF93YW50c19wYXJrZWQYBiABKAQSFwoPcmVmdXNlZF9ub19zbG90GAcgASgEEh8KF3JlZnVzZWRfdW5rbm93bl9zZXJ2aWNlGAggASgEEhgKEHJlZnVzZWRfZHJhaW5pbmcYCSABKAQSGAoQdG9rZW5zX25vdF9mb3VuZBgKIAEoBBIUCgxqb2JzX3J1bm5pbmcYCyABKA0SEQoJam9ic19kb25lGAwgASgEIpICCg9XYWl0Z3JvdXBTdGF0dXMSDAoEbmFtZRgBIAEoCRIRCglwcm9jZXNzZXMYAiABKA0SDwoHcnVubmluZxgDIAEoDRIPCgdvZmZlcmVkGAQgASgNEgwKBGZyZWUYBSABKA0SDwoHd2FpdGluZxgGIAEoBBIqCgRib29rGAcgAygLMhwuc2xvdGJyb2tlci52MS5Qcmlvcml0eURlcHRoEhEKCWNvbXBsZXRlZBgIIAEoBBIvCgxtZWFuX3J1bnRpbWUYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoNbGVnYWN5X3Rva2VucxgKIAEoDRIWCg5sZWdhY3lfcnVubmluZxgLIAEoDSIwCg1Qcmlvcml0eURlcHRoEhAKCHByaW9yaXR5GAEgASgFEg0KBXdhbnRzGAIgASgEIo8CChBDb25uZWN0aW9uU3RhdHVzEhUKDWNvbm5lY3Rpb25faWQYASABKAkSFAoMcGVlcl9hZGRyZXNzGAIgASgJEhMKC2NsaWVudF9uYW1lGAMgASgJEjAKDGNvbm5lY3RlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMd2FudHNfcGFya2VkGAUgASgEEg4KBm9mZmVycxgGIAEoBBIOCgZncmFudHMYByABKAQSEAoIZGVjbGluZXMYCCABKAQSDwoHZXhwaXJlZBgJIAEoBBIPCgdyZWplY3RzGAogASgEEg8KB3J1bm5pbmcYCyABKA0SDAoEZG9uZRgMIAEoBCqCAQoNUG9zaXRpb25TdGF0ZRIeChpQT1NJVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEhkKFVBPU0lUSU9OX1NUQVRFX1BBUktFRBABEhoKFlBPU0lUSU9OX1NUQVRFX09GRkVSRUQQAhIaChZQT1NJVElPTl9TVEFURV9SVU5OSU5HEAMqgQIKClJlamVjdENvZGUSGwoXUkVKRUNUX0NPREVfVU5TUEVDSUZJRUQQABIfChtSRUpFQ1RfQ09ERV9VTktOT1dOX1NFUlZJQ0UQARIbChdSRUpFQ1RfQ09ERV9TVEFMRV9PRkZFUhACEh0KGVJFSkVDVF9DT0RFX0RVUExJQ0FURV9KT0IQAxIgChxSRUpFQ1RfQ09ERV9JTlZBTElEX0FSR1VNRU5UEAQSGAoUUkVKRUNUX0NPREVfRFJBSU5JTkcQBRIiCh5SRUpFQ1RfQ09ERV9SRVNPVVJDRV9FWEhBVVNURUQQBhIZChVSRUpFQ1RfQ09ERV9CT09LX0ZVTEwQByrKAQoJRXJyb3JLaW5kEhoKFkVSUk9SX0tJTkRfVU5TUEVDSUZJRUQQABIWChJFUlJPUl9LSU5EX1RJTUVPVVQQARIVChFFUlJPUl9LSU5EX0tJTExFRBACEhsKF0VSUk9SX0tJTkRfU1BBV05fRkFJTEVEEAMSGgoWRVJST1JfS0lORF9QSVBFX0ZBSUxFRBAEEhgKFEVSUk9SX0tJTkRfQ0FOQ0VMTEVEEAUSHwobRVJST1JfS0lORF9DQU5DRUxfUkVRVUVTVEVEEAYyrQEKDUJyb2tlclNlcnZpY2USTAoHQ29ubmVjdBIdLnNsb3Ricm9rZXIudjEuQ29ubmVjdFJlcXVlc3QaHi5zbG90YnJva2VyLnYxLkNvbm5lY3RSZXNwb25zZSgBMAESTgoJR2V0U3RhdHVzEh8uc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXF1ZXN0GiAuc2xvdGJyb2tlci52MS5HZXRTdGF0dXNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChpzbG90YnJva2VyL3YxL2Jyb2tlci5wcm90bxINc2xvdGJyb2tlci52MSKqAgoOQ29ubmVjdFJlcXVlc3QSIwoEd2FudBgBIAEoCzITLnNsb3Ricm9rZXIudjEuV2FudEgAEicKBnVud2FudBgCIAEoCzIVLnNsb3Ricm9rZXIudjEuVW53YW50SAASIQoDam9iGAMgASgLMhIuc2xvdGJyb2tlci52MS5Kb2JIABIpCgdkZWNsaW5lGAQgASgLMhYuc2xvdGJyb2tlci52MS5EZWNsaW5lSAASIwoEcGluZxgFIAEoCzITLnNsb3Ricm9rZXIudjEuUGluZ0gAEiUKBXF1ZXJ5GAYgASgLMhQuc2xvdGJyb2tlci52MS5RdWVyeUgAEicKBmNhbmNlbBgHIAEoCzIVLnNsb3Ricm9rZXIudjEuQ2FuY2VsSABCBwoFZnJhbWUivgIKD0Nvbm5lY3RSZXNwb25zZRIlCgVoZWxsbxgBIAEoCzIULnNsb3Ricm9rZXIudjEuSGVsbG9IABIlCgVvZmZlchgCIAEoCzIULnNsb3Ricm9rZXIudjEuT2ZmZXJIABIjCgRkb25lGAMgASgLMhMuc2xvdGJyb2tlci52MS5Eb25lSAASIwoEcG9uZxgEIAEoCzITLnNsb3Ricm9rZXIudjEuUG9uZ0gAEisKCHBvc2l0aW9uGAUgASgLMhcuc2xvdGJyb2tlci52MS5Qb3NpdGlvbkgAEicKBnJlamVjdBgGIAEoCzIVLnNsb3Ricm9rZXIudjEuUmVqZWN0SAASNAoNb2ZmZXJfZXhwaXJlZBgHIAEoCzIbLnNsb3Ricm9rZXIudjEuT2ZmZXJFeHBpcmVkSABCBwoFZnJhbWUiOQoEV2FudBIOCgZqb2JfaWQYASABKAkSDwoHc2VydmljZRgCIAEoCRIQCghwcmlvcml0eRgDIAEoBSIYCgZVbndhbnQSDgoGam9iX2lkGAEgASgJIlAKA0pvYhIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkSJAoEc3BlYxgDIAEoCzIWLnNsb3Ricm9rZXIudjEuSm9iU3BlYyIYCgZDYW5jZWwSDgoGam9iX2lkGAEgASgJIi4KB0RlY2xpbmUSDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJIhUKBFBpbmcSDQoFbm9uY2UYASABKAQiFwoFUXVlcnkSDgoGam9iX2lkGAEgASgJIo4DCgVIZWxsbxITCgtpbnN0YW5jZV9pZBgBIAEoCRI0CghzZXJ2aWNlcxgCIAMoCzIiLnNsb3Ricm9rZXIudjEuSGVsbG8uU2VydmljZXNFbnRyeRIxCgp3YWl0Z3JvdXBzGAMgAygLMh0uc2xvdGJyb2tlci52MS5XYWl0Z3JvdXBTdGF0ZRIPCgdjbGllbnRzGAQgASgNEhQKDGNhcGFiaWxpdGllcxgFIAMoCRIUCgxwZWVyX2FkZHJlc3MYBiABKAkSEAoIZHJhaW5pbmcYByABKAgSOQoLc2VydmljZV9lbnYYCCADKAsyJC5zbG90YnJva2VyLnYxLkhlbGxvLlNlcnZpY2VFbnZFbnRyeRovCg1TZXJ2aWNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaTAoPU2VydmljZUVudkVudHJ5EgsKA2tleRgBIAEoCRIoCgV2YWx1ZRgCIAEoCzIZLnNsb3Ricm9rZXIudjEuU2VydmljZUVudjoCOAEiGwoKU2VydmljZUVudhINCgVuYW1lcxgBIAMoCSJTCg5XYWl0Z3JvdXBTdGF0ZRIMCgRuYW1lGAEgASgJEhEKCXByb2Nlc3NlcxgCIAEoDRIPCgdydW5uaW5nGAMgASgNEg8KB3dhaXRpbmcYBCABKA0ibgoFT2ZmZXISDgoGam9iX2lkGAEgASgJEhMKC29mZmVyX3Rva2VuGAIgASgJEi0KCmV4cGlyZXNfaW4YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJd2FpdGdyb3VwGAQgASgJIjMKDE9mZmVyRXhwaXJlZBIOCgZqb2JfaWQYASABKAkSEwoLb2ZmZXJfdG9rZW4YAiABKAkiPwoERG9uZRIOCgZqb2JfaWQYASABKAkSJwoHcmVjZWlwdBgCIAEoCzIWLnNsb3Ricm9rZXIudjEuUmVjZWlwdCIVCgRQb25nEg0KBW5vbmNlGAEgASgEIrQBCghQb3NpdGlvbhIOCgZqb2JfaWQYASABKAkSDwoHcnVubmluZxgCIAEoDRINCgVhaGVhZBgDIAEoDRIQCghjYXBhY2l0eRgEIAEoDRImCgNldGEYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoFc3RhdGUYBiABKA4yHC5zbG90YnJva2VyLnYxLlBvc2l0aW9uU3RhdGUSEQoJd2FpdGdyb3VwGAcgASgJIlIKBlJlamVjdBIOCgZqb2JfaWQYASABKAkSJwoEY29kZRgCIAEoDjIZLnNsb3Ricm9rZXIudjEuUmVqZWN0Q29kZRIPCgdtZXNzYWdlGAMgASgJIqcCCgdKb2JTcGVjEgwKBGFyZ3MYASADKAkSLAoDZW52GAIgAygLMh8uc2xvdGJyb2tlci52MS5Kb2JTcGVjLkVudkVudHJ5EioKB3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJc3RkaW5fdXJsGAQgASgJEhIKCnN0ZG91dF91cmwYBSABKAkSMgoGbGFiZWxzGAYgAygLMiIuc2xvdGJyb2tlci52MS5Kb2JTcGVjLkxhYmVsc0VudHJ5GioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKcAgoHUmVjZWlwdBIWCglleGl0X2NvZGUYASABKAVIAIgBARIOCgZzaWduYWwYAiABKAkSKwoIZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLc3RkZXJyX2xpbmUYBCABKAkSFQoNc3Rkb3V0X3ByZWZpeBgFIAEoDBIUCgxzdGRvdXRfYnl0ZXMYBiABKAQSFwoPc3Rkb3V0X3N0cmVhbWVkGAcgASgIEicKBWVycm9yGAggASgOMhguc2xvdGJyb2tlci52MS5FcnJvcktpbmQSFQoNZXJyb3JfbWVzc2FnZRgJIAEoCRITCgtpbnN0YW5jZV9pZBgKIAEoCUIMCgpfZXhpdF9jb2RlIhIKEEdldFN0YXR1c1JlcXVlc3Qi9AIKEUdldFN0YXR1c1Jlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgJEjIKCndhaXRncm91cHMYAiADKAsyHi5zbG90YnJva2VyLnYxLldhaXRncm91cFN0YXR1cxI0Cgtjb25uZWN0aW9ucxgDIAMoCzIfLnNsb3Ricm9rZXIudjEuQ29ubmVjdGlvblN0YXR1cxJACghzZXJ2aWNlcxgEIAMoCzIuLnNsb3Ricm9rZXIudjEuR2V0U3RhdHVzUmVzcG9uc2UuU2VydmljZXNFbnRyeRIQCghkcmFpbmluZxgFIAEoCBIuCgpzdGFydGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgZsZWdhY3kYByABKAsyGy5zbG90YnJva2VyLnYxLkxlZ2FjeVN0YXR1cxovCg1TZXJ2aWNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiwAIKDExlZ2FjeVN0YXR1cxIaChJ0b2tlbnNfb3V0c3RhbmRpbmcYASABKA0SFQoNdG9rZW5zX2lzc3VlZBgCIAEoBBIXCg90b2tlbnNfcmVkZWVtZWQYAyABKAQSFgoOdG9rZW5zX2V4cGlyZWQYBCABKAQSFwoPdG9rZW5zX3JlbGVhc2VkGAUgASgEEhwKFHJlZnVzZWRfd2FudHNfcGFya2VkGAYgASgEEhcKD3JlZnVzZWRfbm9fc2xvdBgHIAEoBBIfChdyZWZ1c2VkX3Vua25vd25fc2VydmljZRgIIAEoBBIYChByZWZ1c2VkX2RyYWluaW5nGAkgASgEEhgKEHRva2Vuc19ub3RfZm91bmQYCiABKAQSFAoMam9ic19ydW5uaW5nGAsgASgNEhEKCWpvYnNfZG9uZRgMIAEoBCKSAgoPV2FpdGdyb3VwU3RhdHVzEgwKBG5hbWUYASABKAkSEQoJcHJvY2Vzc2VzGAIgASgNEg8KB3J1bm5pbmcYAyABKA0SDwoHb2ZmZXJlZBgEIAEoDRIMCgRmcmVlGAUgASgNEg8KB3dhaXRpbmcYBiABKAQSKgoEYm9vaxgHIAMoCzIcLnNsb3Ricm9rZXIudjEuUHJpb3JpdHlEZXB0aBIRCgljb21wbGV0ZWQYCCABKAQSLwoMbWVhbl9ydW50aW1lGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhUKDWxlZ2FjeV90b2tlbnMYCiABKA0SFgoObGVnYWN5X3J1bm5pbmcYCyABKA0iMAoNUHJpb3JpdHlEZXB0aBIQCghwcmlvcml0eRgBIAEoBRINCgV3YW50cxgCIAEoBCKPAgoQQ29ubmVjdGlvblN0YXR1cxIVCg1jb25uZWN0aW9uX2lkGAEgASgJEhQKDHBlZXJfYWRkcmVzcxgCIAEoCRITCgtjbGllbnRfbmFtZRgDIAEoCRIwCgxjb25uZWN0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHdhbnRzX3BhcmtlZBgFIAEoBBIOCgZvZmZlcnMYBiABKAQSDgoGZ3JhbnRzGAcgASgEEhAKCGRlY2xpbmVzGAggASgEEg8KB2V4cGlyZWQYCSABKAQSDwoHcmVqZWN0cxgKIAEoBBIPCgdydW5uaW5nGAsgASgNEgwKBGRvbmUYDCABKAQqggEKDVBvc2l0aW9uU3RhdGUSHgoaUE9TSVRJT05fU1RBVEVfVU5TUEVDSUZJRUQQABIZChVQT1NJVElPTl9TVEFURV9QQVJLRUQQARIaChZQT1NJVElPTl9TVEFURV9PRkZFUkVEEAISGgoWUE9TSVRJT05fU1RBVEVfUlVOTklORxADKoECCgpSZWplY3RDb2RlEhsKF1JFSkVDVF9DT0RFX1VOU1BFQ0lGSUVEEAASHwobUkVKRUNUX0NPREVfVU5LTk9XTl9TRVJWSUNFEAESGwoXUkVKRUNUX0NPREVfU1RBTEVfT0ZGRVIQAhIdChlSRUpFQ1RfQ09ERV9EVVBMSUNBVEVfSk9CEAMSIAocUkVKRUNUX0NPREVfSU5WQUxJRF9BUkdVTUVOVBAEEhgKFFJFSkVDVF9DT0RFX0RSQUlOSU5HEAUSIgoeUkVKRUNUX0NPREVfUkVTT1VSQ0VfRVhIQVVTVEVEEAYSGQoVUkVKRUNUX0NPREVfQk9PS19GVUxMEAcqygEKCUVycm9yS2luZBIaChZFUlJPUl9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSRVJST1JfS0lORF9USU1FT1VUEAESFQoRRVJST1JfS0lORF9LSUxMRUQQAhIbChdFUlJPUl9LSU5EX1NQQVdOX0ZBSUxFRBADEhoKFkVSUk9SX0tJTkRfUElQRV9GQUlMRUQQBBIYChRFUlJPUl9LSU5EX0NBTkNFTExFRBAFEh8KG0VSUk9SX0tJTkRfQ0FOQ0VMX1JFUVVFU1RFRBAGMq0BCg1Ccm9rZXJTZXJ2aWNlEkwKB0Nvbm5lY3QSHS5zbG90YnJva2VyLnYxLkNvbm5lY3RSZXF1ZXN0Gh4uc2xvdGJyb2tlci52MS5Db25uZWN0UmVzcG9uc2UoATABEk4KCUdldFN0YXR1cxIfLnNsb3Ricm9rZXIudjEuR2V0U3RhdHVzUmVxdWVzdBogLnNsb3Ricm9rZXIudjEuR2V0U3RhdHVzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ConnectRequest is one frame from the fylr to the execserver.
@@ -449,6 +449,15 @@ export type Hello = Message<"slotbroker.v1.Hello"> & {
    * @generated from field: bool draining = 7;
    */
   draining: boolean;
+
+  /**
+   * Per service (every key of `services`), the environment variable names a job may set;
+   * a Job with any other name is rejected (INVALID_ARGUMENT). Lets a client refuse such a
+   * job before it is queued. Absent from execservers older than this field.
+   *
+   * @generated from field: map<string, slotbroker.v1.ServiceEnv> service_env = 8;
+   */
+  serviceEnv: { [key: string]: ServiceEnv };
 };
 
 /**
@@ -457,6 +466,27 @@ export type Hello = Message<"slotbroker.v1.Hello"> & {
  */
 export const HelloSchema: GenMessage<Hello> = /*@__PURE__*/
   messageDesc(file_slotbroker_v1_broker, 9);
+
+/**
+ * ServiceEnv lists the environment variable names one service allows.
+ *
+ * @generated from message slotbroker.v1.ServiceEnv
+ */
+export type ServiceEnv = Message<"slotbroker.v1.ServiceEnv"> & {
+  /**
+   * Allowed names; empty when the service allows none.
+   *
+   * @generated from field: repeated string names = 1;
+   */
+  names: string[];
+};
+
+/**
+ * Describes the message slotbroker.v1.ServiceEnv.
+ * Use `create(ServiceEnvSchema)` to create a new message.
+ */
+export const ServiceEnvSchema: GenMessage<ServiceEnv> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_broker, 10);
 
 /**
  * WaitgroupState describes one waitgroup in a Hello.
@@ -498,7 +528,7 @@ export type WaitgroupState = Message<"slotbroker.v1.WaitgroupState"> & {
  * Use `create(WaitgroupStateSchema)` to create a new message.
  */
 export const WaitgroupStateSchema: GenMessage<WaitgroupState> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 10);
+  messageDesc(file_slotbroker_v1_broker, 11);
 
 /**
  * Offer reserves a slot for a parked want. Answer with Job or Decline before it expires.
@@ -540,7 +570,7 @@ export type Offer = Message<"slotbroker.v1.Offer"> & {
  * Use `create(OfferSchema)` to create a new message.
  */
 export const OfferSchema: GenMessage<Offer> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 11);
+  messageDesc(file_slotbroker_v1_broker, 12);
 
 /**
  * OfferExpired tells the fylr that an Offer was not answered with Job or Decline within
@@ -572,7 +602,7 @@ export type OfferExpired = Message<"slotbroker.v1.OfferExpired"> & {
  * Use `create(OfferExpiredSchema)` to create a new message.
  */
 export const OfferExpiredSchema: GenMessage<OfferExpired> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 12);
+  messageDesc(file_slotbroker_v1_broker, 13);
 
 /**
  * Done reports that a job has finished, successfully or not.
@@ -600,7 +630,7 @@ export type Done = Message<"slotbroker.v1.Done"> & {
  * Use `create(DoneSchema)` to create a new message.
  */
 export const DoneSchema: GenMessage<Done> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 13);
+  messageDesc(file_slotbroker_v1_broker, 14);
 
 /**
  * Pong answers a Ping.
@@ -621,7 +651,7 @@ export type Pong = Message<"slotbroker.v1.Pong"> & {
  * Use `create(PongSchema)` to create a new message.
  */
 export const PongSchema: GenMessage<Pong> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 14);
+  messageDesc(file_slotbroker_v1_broker, 15);
 
 /**
  * Position answers a Query by replaying the grant rule over the current book.
@@ -685,7 +715,7 @@ export type Position = Message<"slotbroker.v1.Position"> & {
  * Use `create(PositionSchema)` to create a new message.
  */
 export const PositionSchema: GenMessage<Position> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 15);
+  messageDesc(file_slotbroker_v1_broker, 16);
 
 /**
  * Reject reports a frame that broke a rule. The stream stays up.
@@ -720,7 +750,7 @@ export type Reject = Message<"slotbroker.v1.Reject"> & {
  * Use `create(RejectSchema)` to create a new message.
  */
 export const RejectSchema: GenMessage<Reject> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 16);
+  messageDesc(file_slotbroker_v1_broker, 17);
 
 /**
  * JobSpec is what to run. The executable is fixed by the execserver's service config; a
@@ -781,7 +811,7 @@ export type JobSpec = Message<"slotbroker.v1.JobSpec"> & {
  * Use `create(JobSpecSchema)` to create a new message.
  */
 export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 17);
+  messageDesc(file_slotbroker_v1_broker, 18);
 
 /**
  * Receipt reports how a job ended.
@@ -865,7 +895,7 @@ export type Receipt = Message<"slotbroker.v1.Receipt"> & {
  * Use `create(ReceiptSchema)` to create a new message.
  */
 export const ReceiptSchema: GenMessage<Receipt> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 18);
+  messageDesc(file_slotbroker_v1_broker, 19);
 
 /**
  * GetStatusRequest asks for a status snapshot.
@@ -880,7 +910,7 @@ export type GetStatusRequest = Message<"slotbroker.v1.GetStatusRequest"> & {
  * Use `create(GetStatusRequestSchema)` to create a new message.
  */
 export const GetStatusRequestSchema: GenMessage<GetStatusRequest> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 19);
+  messageDesc(file_slotbroker_v1_broker, 20);
 
 /**
  * GetStatusResponse is a snapshot of one execserver.
@@ -944,7 +974,7 @@ export type GetStatusResponse = Message<"slotbroker.v1.GetStatusResponse"> & {
  * Use `create(GetStatusResponseSchema)` to create a new message.
  */
 export const GetStatusResponseSchema: GenMessage<GetStatusResponse> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 20);
+  messageDesc(file_slotbroker_v1_broker, 21);
 
 /**
  * LegacyStatus counts the pre-broker token protocol's traffic since start. Its slots are
@@ -1043,7 +1073,7 @@ export type LegacyStatus = Message<"slotbroker.v1.LegacyStatus"> & {
  * Use `create(LegacyStatusSchema)` to create a new message.
  */
 export const LegacyStatusSchema: GenMessage<LegacyStatus> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 21);
+  messageDesc(file_slotbroker_v1_broker, 22);
 
 /**
  * WaitgroupStatus describes one waitgroup's slots and book.
@@ -1134,7 +1164,7 @@ export type WaitgroupStatus = Message<"slotbroker.v1.WaitgroupStatus"> & {
  * Use `create(WaitgroupStatusSchema)` to create a new message.
  */
 export const WaitgroupStatusSchema: GenMessage<WaitgroupStatus> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 22);
+  messageDesc(file_slotbroker_v1_broker, 23);
 
 /**
  * PriorityDepth is the number of wants parked at one priority.
@@ -1162,7 +1192,7 @@ export type PriorityDepth = Message<"slotbroker.v1.PriorityDepth"> & {
  * Use `create(PriorityDepthSchema)` to create a new message.
  */
 export const PriorityDepthSchema: GenMessage<PriorityDepth> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 23);
+  messageDesc(file_slotbroker_v1_broker, 24);
 
 /**
  * ConnectionStatus describes one broker stream and what it has been granted.
@@ -1260,7 +1290,7 @@ export type ConnectionStatus = Message<"slotbroker.v1.ConnectionStatus"> & {
  * Use `create(ConnectionStatusSchema)` to create a new message.
  */
 export const ConnectionStatusSchema: GenMessage<ConnectionStatus> = /*@__PURE__*/
-  messageDesc(file_slotbroker_v1_broker, 24);
+  messageDesc(file_slotbroker_v1_broker, 25);
 
 /**
  * PositionState tells where a job stands at the execserver.

@@ -41,6 +41,8 @@ export interface BrokerInstance {
   readonly clients: number;
   /** HELLO.services: service → waitgroup. */
   readonly services: Readonly<Record<string, string>>;
+  /** HELLO.service_env: service → the env names a job may set; undefined from older execservers. */
+  readonly serviceEnv?: Readonly<Record<string, readonly string[]>>;
   readonly draining: boolean;
   /** Name of the connection that reaches it ("polling" for a polled address). */
   readonly connection: string;
@@ -338,6 +340,7 @@ export function describeInstance(hello: Hello, address: string, connection: stri
     processes,
     clients: hello.clients,
     services: hello.services,
+    ...(Object.keys(hello.serviceEnv).length > 0 ? { serviceEnv: Object.fromEntries(Object.entries(hello.serviceEnv).map(([k, v]) => [k, v.names])) } : {}),
     draining: hello.draining,
     connection,
     transport: "broker",

@@ -80,6 +80,7 @@ const statusByCode: Partial<Record<Code, number>> = {
   [Code.NotFound]: 404,
   [Code.FailedPrecondition]: 410,
   [Code.InvalidArgument]: 400,
+  [Code.AlreadyExists]: 409,
   [Code.Unavailable]: 503,
   [Code.Aborted]: 500,
   [Code.Canceled]: 499,

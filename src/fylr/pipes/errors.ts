@@ -1,13 +1,15 @@
 import { Code, SlotbrokerError, type ErrorOptions } from "../../shared/errors.js";
 
 /** Why a pipe could not be used or did not complete. */
-export type PipeErrorKind = "not-found" | "used" | "expired" | "cancelled" | "aborted" | "closed";
+export type PipeErrorKind = "not-found" | "used" | "busy" | "expired" | "cancelled" | "aborted" | "closed";
 
 // The Connect/gRPC code follows from the kind: an id nobody knows is NOT_FOUND, a pipe
 // that existed but can no longer be served is FAILED_PRECONDITION (HTTP 410 on raw routes).
 const codes: Record<PipeErrorKind, Code> = {
   "not-found": Code.NotFound,
   used: Code.FailedPrecondition,
+  // Another request streams this pipe right now (HTTP 409 on raw routes).
+  busy: Code.AlreadyExists,
   expired: Code.FailedPrecondition,
   cancelled: Code.FailedPrecondition,
   aborted: Code.Aborted,

@@ -123,6 +123,7 @@ export abstract class PipeBase implements PipeHandle {
 
   /** waiting → streaming, for the one consumer. */
   protected markOpened(): void {
+    if (this.current === "streaming") throw new PipeError("busy", `${this.direction}-pipe is already in use by another request`);
     this.setState("streaming");
     this.opened = true;
     clearTimeout(this.timer);
