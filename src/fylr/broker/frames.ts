@@ -8,6 +8,7 @@ import {
   type JobSpec,
 } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { grpcServiceDefinition } from "../../shared/grpc.js";
+import { decodeConnectResponseFast } from "./frames-decode.js";
 import { stringFieldSize, varintSize, writeStringField, writeVarint } from "../../shared/proto-wire.js";
 
 // The frames a fylr sends per want and per job are encoded by hand straight into one
@@ -92,15 +93,21 @@ export type OutgoingFrame = ConnectRequest | Buffer;
 
 /**
  * The grpc-js client constructor for BrokerService whose Connect stream also takes
- * pre-encoded frames (Buffers pass through unchanged).
+ * pre-encoded frames (Buffers pass through unchanged) and decodes OFFER, DONE and PONG by
+ * hand (frames-decode.ts), everything else with protobuf-es.
  */
 export function brokerClientConstructor(): grpc.ServiceClientConstructor {
   const base = grpcServiceDefinition(BrokerService);
   const connect = base.connect!;
   const serialize = connect.requestSerialize;
+  const deserialize = connect.responseDeserialize;
   const definition: grpc.ServiceDefinition = {
     ...base,
-    connect: { ...connect, requestSerialize: (frame: OutgoingFrame) => (Buffer.isBuffer(frame) ? frame : serialize(frame)) },
+    connect: {
+      ...connect,
+      requestSerialize: (frame: OutgoingFrame) => (Buffer.isBuffer(frame) ? frame : serialize(frame)),
+      responseDeserialize: (bytes: Buffer) => decodeConnectResponseFast(bytes) ?? deserialize(bytes),
+    },
   };
   return grpc.makeGenericClientConstructor(definition, BrokerService.name);
 }
