@@ -32,7 +32,17 @@ fylr.dispatcher.events.on("item:failed", (item, error) => {
   process.stderr.write(`e2e-fylr: item ${item.id} failed: ${error}\n`);
   finished(item.id, false);
 });
+// How often the claim loop ran and why, for the bench's "where the time goes".
+const wakeups: Record<string, number> = {};
+let passes = 0;
+let emptyPasses = 0;
+fylr.dispatcher.events.on("wakeup", (source) => void (wakeups[source] = (wakeups[source] ?? 0) + 1));
+fylr.dispatcher.events.on("pass", (claimed) => {
+  passes++;
+  if (claimed === 0) emptyPasses++;
+});
 process.stdout.write(`e2e-fylr ready url=${fylr.url}\n`);
 process.on("SIGTERM", () => {
+  process.stderr.write(`e2e-fylr ${config.id}: ${passes} claim passes (${emptyPasses} claimed nothing), wakeups ${JSON.stringify(wakeups)}\n`);
   void fylr.close().finally(() => process.exit(0));
 });

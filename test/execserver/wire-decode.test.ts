@@ -1,9 +1,10 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { expect } from "chai";
-import { ConnectRequestSchema, JobSpecSchema, type ConnectRequest, type JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
+import { ConnectRequestSchema, ConnectResponseSchema, JobSpecSchema, ReceiptSchema, type ConnectRequest, type JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
 import { decodeConnectRequestFast } from "../../src/execserver/wire-decode.js";
+import { encodeDone } from "../../src/execserver/wire-done.js";
 import { encodeJob, encodeWant } from "../../src/fylr/broker/frames.js";
-import { corrupt, expectAgreement, Rand, type Agreement } from "../support/fuzz-frames.js";
+import { corrupt, expectAgreement, Rand, randomReceipt, type Agreement } from "../support/fuzz-frames.js";
 
 function randomSpec(rand: Rand): JobSpec | undefined {
   if (rand.chance(0.2)) return undefined;
@@ -64,5 +65,24 @@ describe("execserver hand decoder (WANT, UNWANT, JOB, DECLINE, PING)", () => {
     const spec = create(JobSpecSchema, { args: ["-x"], stdinUrl: "http://h/in", stdoutUrl: "http://h/out" });
     const job = decodeConnectRequestFast(encodeJob("j-1", "tok", spec));
     expect(job?.frame.case === "job" && job.frame.value.spec?.args).to.deep.equal(["-x"]);
+  });
+});
+
+describe("execserver hand-encoded DONE", () => {
+  it("writes the same bytes as protobuf-es for 5 000 random receipts", () => {
+    const rand = new Rand(17);
+    for (let i = 0; i < 5_000; i++) {
+      const receipt = randomReceipt(rand) ?? create(ReceiptSchema, {});
+      const jobId = rand.string();
+      const expected = toBinary(ConnectResponseSchema, create(ConnectResponseSchema, { frame: { case: "done", value: { jobId, receipt } } }));
+      const actual = encodeDone(jobId, receipt);
+      expect(actual && Buffer.from(expected).equals(actual), `receipt ${i}`).to.equal(true);
+    }
+  });
+
+  it("leaves a receipt with unknown fields to protobuf-es", () => {
+    const receipt = create(ReceiptSchema, { exitCode: 0 });
+    receipt.$unknown = [{ no: 99, wireType: 0, data: Uint8Array.of(1) }];
+    expect(encodeDone("j", receipt)).to.equal(undefined);
   });
 });

@@ -3,29 +3,11 @@ import { expect } from "chai";
 import {
   ConnectResponseSchema,
   HelloSchema,
-  ReceiptSchema,
   type ConnectResponse,
-  type Receipt,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { OfferEncoder } from "../../src/execserver/wire.js";
 import { decodeConnectResponseFast } from "../../src/fylr/broker/frames-decode.js";
-import { corrupt, expectAgreement, Rand, type Agreement } from "../support/fuzz-frames.js";
-
-function randomReceipt(rand: Rand): Receipt | undefined {
-  if (rand.chance(0.1)) return undefined;
-  return create(ReceiptSchema, {
-    exitCode: rand.chance(0.7) ? rand.int32() : undefined,
-    signal: rand.chance(0.2) ? "SIGKILL" : "",
-    duration: rand.chance(0.8) ? { seconds: BigInt(rand.int32()), nanos: rand.int32() } : undefined,
-    stderrLine: rand.chance(0.3) ? rand.string() : "",
-    stdoutPrefix: rand.chance(0.5) ? rand.bytes(4000) : new Uint8Array(0),
-    stdoutBytes: rand.uint64(),
-    stdoutStreamed: rand.chance(0.3),
-    error: rand.int(6),
-    errorMessage: rand.chance(0.2) ? rand.string() : "",
-    instanceId: rand.string(),
-  });
-}
+import { corrupt, expectAgreement, Rand, randomReceipt, type Agreement } from "../support/fuzz-frames.js";
 
 function randomResponse(rand: Rand): ConnectResponse {
   const jobId = rand.string();

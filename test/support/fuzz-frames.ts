@@ -1,8 +1,9 @@
 // Random frames and their corruptions, for checking a hand decoder against protobuf-es:
 // whenever the hand decoder answers, protobuf-es must decode the same bytes to an equal
 // message (and re-encode it to the same bytes); when it gives up, protobuf-es decides.
-import { equals, fromBinary, toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { create, equals, fromBinary, toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { expect } from "chai";
+import { ReceiptSchema, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 
 /** A small seeded PRNG (mulberry32), so a failing case can be replayed. */
 export class Rand {
@@ -102,4 +103,21 @@ export function expectAgreement<D extends DescMessage>(
   expect(equals(schema, hand, generic), `decoded messages differ for ${hex}`).to.equal(true);
   expect(Buffer.from(toBinary(schema, hand)).equals(Buffer.from(toBinary(schema, generic))), `re-encoded bytes differ for ${hex}`).to.equal(true);
   expect(Object.keys(hand).sort(), `message keys differ for ${hex}`).to.deep.equal(Object.keys(generic).sort());
+}
+
+/** A random receipt (unset one time in ten), every field exercised. */
+export function randomReceipt(rand: Rand): Receipt | undefined {
+  if (rand.chance(0.1)) return undefined;
+  return create(ReceiptSchema, {
+    exitCode: rand.chance(0.7) ? rand.int32() : undefined,
+    signal: rand.chance(0.2) ? "SIGKILL" : "",
+    duration: rand.chance(0.8) ? { seconds: BigInt(rand.int32()), nanos: rand.int32() } : undefined,
+    stderrLine: rand.chance(0.3) ? rand.string() : "",
+    stdoutPrefix: rand.chance(0.5) ? rand.bytes(4000) : new Uint8Array(0),
+    stdoutBytes: rand.uint64(),
+    stdoutStreamed: rand.chance(0.3),
+    error: rand.int(6),
+    errorMessage: rand.chance(0.2) ? rand.string() : "",
+    instanceId: rand.string(),
+  });
 }
