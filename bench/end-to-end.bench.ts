@@ -299,7 +299,7 @@ async function main(): Promise<void> {
   } finally {
     await utils?.release();
     for (const child of children) child.kill("SIGTERM");
-    await Promise.all(children.map((c) => (c.exitCode !== null ? undefined : new Promise((r) => c.once("exit", r)))));
+    await Promise.all(children.map((c) => (c.exitCode !== null ? Promise.resolve() : new Promise<void>((r) => c.once("exit", () => r())))));
     await server?.stop();
     rmSync(dir, { recursive: true, force: true });
   }

@@ -1,4 +1,4 @@
-import type { Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
+import { ErrorKind, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 import {
   durationBodySize,
   lengthFieldSize,
@@ -36,7 +36,7 @@ export function encodeDone(jobId: string, receipt: Receipt): Buffer | undefined 
     (r.stdoutPrefix.length === 0 ? 0 : lengthFieldSize(r.stdoutPrefix.length)) +
     (r.stdoutBytes === 0n ? 0 : 1 + varint64Size(r.stdoutBytes)) +
     (r.stdoutStreamed ? 2 : 0) +
-    (r.error === 0 ? 0 : 1 + varintSize(r.error)) +
+    (r.error === ErrorKind.UNSPECIFIED ? 0 : 1 + varintSize(r.error)) +
     stringFieldSize(lens.message) +
     stringFieldSize(lens.instance);
   const idLen = Buffer.byteLength(jobId);
@@ -69,7 +69,7 @@ export function encodeDone(jobId: string, receipt: Receipt): Buffer | undefined 
     out[at++] = 0x38;
     out[at++] = 1;
   }
-  if (r.error !== 0) {
+  if (r.error !== ErrorKind.UNSPECIFIED) {
     out[at++] = 0x40;
     at = writeVarint(out, at, r.error);
   }

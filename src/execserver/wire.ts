@@ -90,7 +90,7 @@ export function serverServiceDefinition(): grpc.ServiceDefinition {
     ...definition,
     connect: {
       ...connect,
-      requestDeserialize: (bytes: Buffer) => decodeConnectRequestFast(bytes) ?? deserialize(bytes),
+      requestDeserialize: (bytes: Buffer): object => decodeConnectRequestFast(bytes) ?? (deserialize(bytes) as object),
       responseSerialize: (message: object) =>
         message instanceof Uint8Array ? Buffer.from(message.buffer, message.byteOffset, message.byteLength) : serialize(message),
     },

@@ -86,3 +86,15 @@ describe("execserver hand-encoded DONE", () => {
     expect(encodeDone("j", receipt)).to.equal(undefined);
   });
 });
+
+describe("fylr hand-encoded JOB", () => {
+  it("writes the same bytes as protobuf-es for 5 000 random specs", () => {
+    const rand = new Rand(18);
+    for (let i = 0; i < 5_000; i++) {
+      const spec = randomSpec(rand) ?? create(JobSpecSchema, {});
+      const [jobId, offerToken] = [rand.string(), rand.string()];
+      const expected = toBinary(ConnectRequestSchema, create(ConnectRequestSchema, { frame: { case: "job", value: { jobId, offerToken, spec } } }));
+      expect(Buffer.from(expected).equals(encodeJob(jobId, offerToken, spec)), `spec ${i}`).to.equal(true);
+    }
+  });
+});
