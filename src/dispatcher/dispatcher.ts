@@ -16,7 +16,7 @@ import { silentLogger, type Logger } from "../shared/log.js";
 import { execAdmission, type ExecAdmission, type InstanceShare } from "./admission.js";
 import { BlobStore } from "./blob-store.js";
 import type { CapacitySource } from "./capacity.js";
-import { CompletionBatcher } from "./completion-batcher.js";
+import { CompletionBatcher, RunningBatcher } from "./completion-batcher.js";
 import { dispatcherConfig, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
 import type { DispatcherEvents, DispatcherState } from "./events.js";
 import type { ExecBackend } from "./exec-backend.js";
@@ -152,6 +152,7 @@ export class Dispatcher {
     this.tasks = new ItemTasks({
       store: this.store,
       completer: new CompletionBatcher(this.store),
+      starter: new RunningBatcher(this.store),
       backend: options.backend,
       actions: this.actions,
       live: this.live,
