@@ -7,6 +7,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type ServiceImpl } from "@connectrpc/connect";
 import {
+  type Item,
   GetResponseSchema,
   PositionResponseSchema,
   QueueService,
@@ -63,7 +64,7 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
       guard("submit", async () => {
         checkServices(req, options.offeredServices?.());
         const { item, created } = await dispatcher.submit(submitInputFromProto(req));
-        return create(SubmitResponseSchema, { item: itemToProto(item), created });
+        return create(SubmitResponseSchema, { item: withoutInlineStdin(itemToProto(item)), created });
       }),
     get: (req) => guard("get", async () => create(GetResponseSchema, { item: itemToProto(await getItem(dispatcher, req.id)) })),
     position: (req) => guard("position", async () => create(PositionResponseSchema, { position: (await snapshot(options, req.id)).position })),
@@ -78,6 +79,14 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
     },
   };
 }
+
+// The caller just sent the inline stdin; echoing it would only cost serializing (and often
+// compressing) it again. The case stays, so the answer still says where stdin comes from.
+function withoutInlineStdin(item: Item): Item {
+  for (const call of item.calls) if (call.stdin.case === "stdinData") call.stdin.value = noBytes;
+  return item;
+}
+const noBytes = new Uint8Array(0);
 
 // Fails fast instead of queueing an item no connected execserver could ever run.
 function checkServices(req: SubmitRequest, offered: ReadonlySet<string> | undefined): void {
