@@ -1,7 +1,7 @@
 import type { Readable, Writable } from "node:stream";
 import { create } from "@bufbuild/protobuf";
 import { JobSpecSchema, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
-import { linkedAbortController } from "../shared/abort.js";
+import { linkedAbortController, workOver } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { receiptSucceeded } from "../shared/receipt.js";
@@ -121,7 +121,7 @@ export class ExecClient {
       try {
         return await this.runPolled(acquired, options, signal);
       } finally {
-        controller.abort();
+        controller.abort(workOver);
       }
     }
     const slot: Slot = acquired;
@@ -156,7 +156,7 @@ export class ExecClient {
       outPipe?.cancel(err);
       throw err;
     } finally {
-      controller.abort();
+      controller.abort(workOver);
     }
   }
 
@@ -197,7 +197,7 @@ export class ExecClient {
     jobId: string,
   ): Promise<Error | undefined> {
     if (!receipt.stdoutStreamed) {
-      if (outPipe.state === "waiting") outPipe.cancel("the output fit into the receipt");
+      outPipe.retire(); // the output fit into the receipt
       if (!sink.forwarding) {
         await writeAndEnd(target, receipt.stdoutPrefix);
         return undefined;
