@@ -10,6 +10,7 @@ import { Code, ConnectError, type ConnectRouter, type ServiceImpl } from "@conne
 import {
   CancelResponseSchema,
   DeleteResponseSchema,
+  type Item,
   GetResponseSchema,
   ListResponseSchema,
   RetryResponseSchema,
@@ -76,7 +77,7 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
         checkServices(req, options.offeredServices?.());
         if (options.allowedEnv) checkEnv(req, options.allowedEnv);
         const { item, created } = await dispatcher.submit(submitInputFromProto(req));
-        return create(SubmitResponseSchema, { item: itemToProto(item), created });
+        return create(SubmitResponseSchema, { item: withoutInlineStdin(itemToProto(item)), created });
       }),
     get: (req) => guard("get", async () => create(GetResponseSchema, { item: itemToProto(await getItem(dispatcher, req.id)) })),
     position: (req) => guard("position", async () => create(PositionResponseSchema, { position: (await snapshot(options, req.id)).position })),
@@ -127,6 +128,13 @@ export function listFilterFromProto(req: ListRequest): ListFilter {
     pageToken: req.pageToken || undefined,
   };
 }
+// The caller just sent the inline stdin; echoing it would only cost serializing (and often
+// compressing) it again. The case stays, so the answer still says where stdin comes from.
+function withoutInlineStdin(item: Item): Item {
+  for (const call of item.calls) if (call.stdin.case === "stdinData") call.stdin.value = noBytes;
+  return item;
+}
+const noBytes = new Uint8Array(0);
 
 // Fails fast instead of queueing an item no connected execserver could ever run.
 function checkServices(req: SubmitRequest, offered: ReadonlySet<string> | undefined): void {

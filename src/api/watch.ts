@@ -9,7 +9,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { WatchResponseSchema, type WatchResponse } from "../../gen/slotbroker/v1/queue_pb.js";
 import { itemToProto, Wakeup } from "../dispatcher/index.js";
-import { linkedAbortController } from "../shared/abort.js";
+import { linkedAbortController, workOver } from "../shared/abort.js";
 import { changeKey, isFinished, snapshot, type ItemViewDeps } from "./item-view.js";
 
 /** Options of one watch. */
@@ -49,6 +49,6 @@ export async function* watchItem(deps: ItemViewDeps, id: string, options: WatchO
     }
   } finally {
     unsubscribe();
-    controller.abort();
+    controller.abort(workOver);
   }
 }

@@ -15,7 +15,8 @@ import { IllegalTransitionError, Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { execAdmission, type ExecAdmission } from "./admission.js";
 import { BlobStore } from "./blob-store.js";
-import { CompletionBatcher } from "./completion-batcher.js";
+
+import { CompletionBatcher, RunningBatcher } from "./completion-batcher.js";
 import { dispatcherConfig, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
 import type { DispatcherEvents, DispatcherState } from "./events.js";
 import { ItemFollowers } from "./followers.js";
@@ -111,6 +112,7 @@ export class Dispatcher {
     this.tasks = new ItemTasks({
       store: this.store,
       completer: new CompletionBatcher(this.store),
+      starter: new RunningBatcher(this.store),
       backend: options.backend,
       actions: this.actions,
       live: this.live,

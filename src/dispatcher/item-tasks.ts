@@ -8,7 +8,7 @@ import { AbortReason, linkedAbortController, sleep } from "../shared/abort.js";
 import type { Events } from "../shared/events.js";
 import type { Logger } from "../shared/log.js";
 import type { BlobStore } from "./blob-store.js";
-import type { CompletionBatcher } from "./completion-batcher.js";
+import type { CompletionBatcher, RunningBatcher } from "./completion-batcher.js";
 import type { DispatcherConfig } from "./config.js";
 import type { DispatcherEvents } from "./events.js";
 import type { ExecBackend } from "./exec-backend.js";
@@ -24,6 +24,8 @@ import type { ClaimedItem } from "./types.js";
 export interface ItemTaskDeps {
   readonly store: QueueStore;
   readonly completer: CompletionBatcher;
+  /** Batches the claimed → running marks. */
+  readonly starter: RunningBatcher;
   readonly backend: ExecBackend;
   readonly actions: LocalActionRegistry;
   readonly live: LiveItems;
@@ -142,7 +144,7 @@ export class ItemTasks {
   // False when the fence refused it (the run is aborted then).
   private async markRunning(item: ClaimedItem, controller: AbortController, log: Logger): Promise<boolean> {
     try {
-      const ok = await this.deps.store.markRunning({ id: item.id, claimedBy: item.claimedBy, lease: item.lease });
+      const ok = await this.deps.starter.markRunning({ id: item.id, claimedBy: item.claimedBy, lease: item.lease });
       if (ok) return true;
       if ((await this.deps.store.get(item.id))?.state === "cancelled") {
         // Cancelled while its slot came: not an incident; the job is stopped at once.

@@ -87,6 +87,17 @@ WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state = 'claimed'
 RETURNING state`;
 
 /**
+ * claimed → running for a batch of items, each fenced by its own (id, claimed_by, lease).
+ * Arrays of equal length: $1 ids, $2 owners, $3 leases. Returns the written entries' positions
+ * (1-based) in the arrays.
+ */
+export const markRunningMany = `
+UPDATE queue_items q SET state = 'running', updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::bigint[]) WITH ORDINALITY AS m(id, claimed_by, lease, n)
+WHERE q.id = m.id AND q.claimed_by = m.claimed_by AND q.lease = m.lease AND q.state = 'claimed'
+RETURNING m.n`;
+
+/**
  * → succeeded. Fenced ($1–$3); $4 result, $5 output (whole, or the first bytes of a stored
  * one), $6 output_blob, $7 output_size, $8 output_sha256. Recording output_blob adopts the
  * stored output (trigger of migration 0004).

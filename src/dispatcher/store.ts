@@ -193,6 +193,19 @@ export class QueueStore {
     return (await this.query("mark running", sql.markRunning, fenceParams(fence))).rowCount === 1;
   }
 
+  /** claimed → running for several items in one statement: one boolean per fence, in order. */
+  async markRunningMany(fences: readonly Fence[]): Promise<boolean[]> {
+    if (fences.length === 0) return [];
+    const r = await this.query<{ n: string }>("mark running many", sql.markRunningMany, [
+      fences.map((f) => f.id),
+      fences.map((f) => f.claimedBy),
+      fences.map((f) => f.lease),
+    ]);
+    const written = fences.map(() => false);
+    for (const row of r.rows) written[Number(row.n) - 1] = true;
+    return written;
+  }
+
   /** → succeeded with receipts and output. False when the fence refused it. */
   async complete(fence: Fence, results: readonly CallResult[], output: ItemOutput | undefined): Promise<boolean> {
     const o = outputParams(output);

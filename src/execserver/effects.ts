@@ -16,6 +16,7 @@ import type { ExecserverEvents } from "./events.js";
 import type { CheckedJob } from "./limits.js";
 import { runJob as defaultRunJob, type RunJob } from "./runner/index.js";
 import { OfferEncoder } from "./wire.js";
+import { encodeDone } from "./wire-done.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** Options of the I/O side of the broker. */
@@ -142,8 +143,9 @@ export class BrokerIo implements CoreEffects {
     receipt.instanceId = this.options.instanceId;
     this.options.events.emit("job:done", record, receipt);
     if (record.connection.state !== "closed") {
-      const value = create(DoneSchema, { jobId: record.jobId, receipt });
-      record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "done", value } }));
+      const frame = encodeDone(record.jobId, receipt);
+      if (frame) record.connection.sink.send(frame);
+      else record.connection.sink.send(create(ConnectResponseSchema, { frame: { case: "done", value: create(DoneSchema, { jobId: record.jobId, receipt }) } }));
       record.connection.sink.jobFinished?.();
     }
     this.options.jobFinished();

@@ -142,6 +142,8 @@ export class Execserver implements SessionHost {
       "grpc.keepalive_timeout_ms": 10_000,
       // Let fylrs ping every few seconds for half-open detection without a GOAWAY.
       "grpc.http2.min_ping_interval_without_data_ms": 5_000,
+      // channelz stamps every message sent and received (a Date each); nothing here reads it.
+      "grpc.enable_channelz": 0,
     });
     this.grpcServer.addService(serverServiceDefinition(), {
       connect: (call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>) => this.onConnect(call),

@@ -3,6 +3,7 @@ import type * as grpc from "@grpc/grpc-js";
 import { durationFromMs, DurationSchema } from "@bufbuild/protobuf/wkt";
 import { BrokerService } from "../../gen/slotbroker/v1/broker_pb.js";
 import { grpcServiceDefinition } from "../shared/grpc.js";
+import { decodeConnectRequestFast } from "./wire-decode.js";
 import { LEN, lengthFieldSize, varintSize, writeVarint } from "../shared/proto-wire.js";
 
 // OFFER is the frame on the grant path, and protobuf-es's reflective encoder costs several
@@ -77,16 +78,19 @@ export function helloFrame(sharedHello: Uint8Array, peerAddress: string): Buffer
 
 /**
  * BrokerService's grpc-js definition for the server: Connect responses may be handed over
- * already encoded (a Uint8Array, e.g. from OfferEncoder) and are then written as they are.
+ * already encoded (a Uint8Array, e.g. from OfferEncoder) and are then written as they are;
+ * the hot request frames are decoded by hand (wire-decode.ts), the rest by protobuf-es.
  */
 export function serverServiceDefinition(): grpc.ServiceDefinition {
   const definition = grpcServiceDefinition(BrokerService);
   const connect = definition.connect!;
   const serialize = connect.responseSerialize;
+  const deserialize = connect.requestDeserialize;
   return {
     ...definition,
     connect: {
       ...connect,
+      requestDeserialize: (bytes: Buffer): object => decodeConnectRequestFast(bytes) ?? (deserialize(bytes) as object),
       responseSerialize: (message: object) =>
         message instanceof Uint8Array ? Buffer.from(message.buffer, message.byteOffset, message.byteLength) : serialize(message),
     },

@@ -1,7 +1,7 @@
 import type { Readable, Writable } from "node:stream";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { JobSpecSchema, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
-import { linkedAbortController } from "../shared/abort.js";
+import { linkedAbortController, workOver } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { checkArgs, checkEnvSize, jobSpecLimits } from "../shared/job-limits.js";
 import { silentLogger, type Logger } from "../shared/log.js";
@@ -123,7 +123,7 @@ export class ExecClient {
       try {
         return await this.runPolled(acquired, options, signal);
       } finally {
-        controller.abort();
+        controller.abort(workOver);
       }
     }
     const slot: Slot = acquired;
@@ -158,7 +158,7 @@ export class ExecClient {
       outPipe?.cancel(err);
       throw err;
     } finally {
-      controller.abort();
+      controller.abort(workOver);
     }
   }
 
@@ -199,7 +199,7 @@ export class ExecClient {
     jobId: string,
   ): Promise<Error | undefined> {
     if (!receipt.stdoutStreamed) {
-      if (outPipe.state === "waiting") outPipe.cancel("the output fit into the receipt");
+      outPipe.retire(); // the output fit into the receipt
       if (!sink.forwarding) {
         await writeAndEnd(target, receipt.stdoutPrefix);
         return undefined;

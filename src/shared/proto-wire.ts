@@ -64,3 +64,45 @@ export function writeStringField(out: Buffer, at: number, fieldTag: number, text
   at = writeLengthPrefix(out, at, fieldTag, length);
   return at + out.write(text, at, "utf8");
 }
+
+/** Bytes of a 64-bit varint (int64/uint64 rules: a negative value takes ten bytes). */
+export function varint64Size(value: bigint): number {
+  if (value >= 0n && value < 0x80000000n) return varintSize(Number(value));
+  let v = BigInt.asUintN(64, value);
+  let size = 1;
+  while (v >= 0x80n) {
+    v >>= 7n;
+    size++;
+  }
+  return size;
+}
+
+/** Writes a 64-bit varint (int64/uint64 rules) at `at`; returns the offset after it. */
+export function writeVarint64(out: Uint8Array, at: number, value: bigint): number {
+  if (value >= 0n && value < 0x80000000n) return writeVarint(out, at, Number(value));
+  let v = BigInt.asUintN(64, value);
+  while (v >= 0x80n) {
+    out[at++] = Number(v & 0x7fn) | 0x80;
+    v >>= 7n;
+  }
+  out[at++] = Number(v);
+  return at;
+}
+
+/** A google.protobuf.Duration as its fields: seconds (int64) and nanos (int32), zeros left out. */
+export function durationBodySize(seconds: bigint, nanos: number): number {
+  return (seconds === 0n ? 0 : 1 + varint64Size(seconds)) + (nanos === 0 ? 0 : 1 + varintSize(nanos));
+}
+
+/** Writes a Duration's fields (without tag and length) at `at`. */
+export function writeDurationBody(out: Uint8Array, at: number, seconds: bigint, nanos: number): number {
+  if (seconds !== 0n) {
+    out[at++] = 0x08;
+    at = writeVarint64(out, at, seconds);
+  }
+  if (nanos !== 0) {
+    out[at++] = 0x10;
+    at = writeVarint(out, at, nanos);
+  }
+  return at;
+}

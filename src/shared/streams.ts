@@ -1,5 +1,6 @@
 /** Waiting on streams with the platform's helpers (events.once, stream.finished). */
 import { once, type EventEmitter } from "node:events";
+import { workOver } from "./abort.js";
 
 /**
  * Resolves on the stream's next 'drain'. Rejects with the stream's error when it errors,
@@ -14,6 +15,6 @@ export async function drained(stream: EventEmitter, closed: () => Error): Promis
       once(stream, "close", { signal: done.signal }).then(() => Promise.reject(closed())),
     ]);
   } finally {
-    done.abort();
+    done.abort(workOver);
   }
 }

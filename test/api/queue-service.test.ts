@@ -113,6 +113,10 @@ describe("QueueService on a fylr", () => {
     });
     expect(created).to.equal(true);
     expect(item?.state).to.equal(ItemState.QUEUED);
+    // The answer does not echo the inline stdin; Get returns it.
+    expect(item!.calls[0]!.stdin).to.deep.equal({ case: "stdinData", value: new Uint8Array(0) });
+    const got = (await client.get({ id: item!.id })).item!;
+    expect(got.calls[0]!.stdin).to.deep.equal({ case: "stdinData", value: new Uint8Array(input) });
     const done = await finished(client, item!.id);
     expect(done.state, done.error).to.equal(ItemState.SUCCEEDED);
     const digest = createHash("sha256").update(input).digest("hex");

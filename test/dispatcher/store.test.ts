@@ -139,6 +139,30 @@ describe("queue store", () => {
     expect(claimed).to.deep.equal({ state: "claimed", kind: "exec", aheadInQueue: 0 });
   });
 
+  it("marks a batch running with a fence per entry, sending one change notification for the batch", async () => {
+    for (let i = 0; i < 3; i++) await submit(exec());
+    const [ca, cb, cc] = await store.claim("fylr-a", "exec", lowest, 3);
+    const listener = await pool.connect();
+    const notes: string[] = [];
+    try {
+      listener.on("notification", (n) => notes.push(n.payload ?? ""));
+      await listener.query("LISTEN slotbroker_queue");
+      const written = await store.markRunningMany([ca!, { ...cb!, lease: cb!.lease - 1 }, cc!, { ...ca!, claimedBy: "fylr-b" }]);
+      expect(written).to.deep.equal([true, false, true, false]);
+      await listener.query("SELECT 1");
+      expect(notes).to.have.length(1);
+      expect(notes[0]!.startsWith("changed ")).to.equal(true);
+      expect(notes[0]!.slice("changed ".length).split(",").sort()).to.deep.equal([ca!.id, cc!.id].sort());
+    } finally {
+      await listener.query("UNLISTEN *");
+      listener.release();
+    }
+    expect((await store.get(ca!.id))!.state).to.equal("running");
+    expect((await store.get(cb!.id))!.state).to.equal("claimed");
+    expect((await store.get(cc!.id))!.state).to.equal("running");
+    expect(await store.markRunningMany([ca!])).to.deep.equal([false]);
+  });
+
   it("completes a batch with a fence per entry", async () => {
     const a = (await submit(exec())).item.id;
     const b = (await submit(exec())).item.id;

@@ -171,6 +171,21 @@ describe("pipe registry", () => {
     expect(err.code).to.equal(9);
   });
 
+  it("retiring an unopened pipe closes its sink without an error; opened pipes are left alone", async () => {
+    const sink = new HashingSink();
+    const pipe = registry.createOutPipe(sink);
+    pipe.retire();
+    expect((await rejection(pipe.done)).kind).to.equal("cancelled");
+    expect(sink.destroyed).to.equal(true);
+    expect(sink.errored).to.equal(null);
+    expect(thrown(() => registry.openOut(pipe.id)).kind).to.equal("cancelled");
+    const used = registry.createOutPipe(new HashingSink());
+    const writer = registry.openOut(used.id);
+    used.retire();
+    await writer.write(Buffer.from("still streaming"));
+    expect(await writer.finish()).to.equal(15);
+  });
+
   it("closing the registry fails everything pending and refuses new pipes", async () => {
     const source = new PassThrough();
     const sink = new HashingSink();

@@ -396,7 +396,9 @@ export const SubmitRequestSchema: GenMessage<SubmitRequest> = /*@__PURE__*/
  */
 export type SubmitResponse = Message<"slotbroker.v1.SubmitResponse"> & {
   /**
-   * The item.
+   * The item as stored, except that inline stdin is not sent back: a call given
+   * `stdin_data` keeps that case with empty bytes (the caller has them; Get and Watch
+   * return them).
    *
    * @generated from field: slotbroker.v1.Item item = 1;
    */

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { fromJsonString } from "@bufbuild/protobuf";
 import { ErrorKind, JobSpecSchema, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { AbortReason, linkedAbortController } from "../../shared/abort.js";
+import { AbortReason, linkedAbortController, workOver } from "../../shared/abort.js";
 import { INSTANCE_HEADER, JOB_PARAM, RECEIPT_HEADER, encodeReceiptHeader } from "../../shared/legacy-protocol.js";
 import { builtins, failedReceipt } from "../effects.js";
 import { checkJobSpec, type CheckedJob } from "../limits.js";
@@ -91,6 +91,6 @@ async function run(ctx: LegacyJobContext): Promise<Receipt> {
   } finally {
     ctx.response.off("close", onClose);
     // The job is over; this only unhooks the controller from the shutdown signal.
-    controller.abort();
+    controller.abort(workOver);
   }
 }

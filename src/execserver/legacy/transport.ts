@@ -2,7 +2,7 @@ import { setMaxListeners } from "node:events";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { performance } from "node:perf_hooks";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { AbortReason, linkedAbortController } from "../../shared/abort.js";
+import { AbortReason, linkedAbortController, workOver } from "../../shared/abort.js";
 import { INSTANCE_HEADER, TOKEN_PARAM, type LegacyErrorBody, type TokenGrant } from "../../shared/legacy-protocol.js";
 import type { Logger } from "../../shared/log.js";
 import type { BearerAuth } from "../auth.js";
@@ -157,7 +157,7 @@ export class LegacyTransport {
       this.options.logger.error({ err }, "legacy job failed");
       response.destroy();
     } finally {
-      controller.abort();
+      controller.abort(workOver);
       this.tokens.finish(token, performance.now() - startedAt);
       this.options.events.emit("legacy:done", token, receipt ?? failedReceipt(ErrorKind.UNSPECIFIED, "the legacy job failed inside the execserver"));
       this.options.jobFinished();

@@ -8,7 +8,17 @@ import {
   type JobSpec,
 } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { grpcServiceDefinition } from "../../shared/grpc.js";
-import { stringFieldSize, varintSize, writeStringField, writeVarint } from "../../shared/proto-wire.js";
+import { decodeConnectResponseFast } from "./frames-decode.js";
+import {
+  durationBodySize,
+  lengthFieldSize,
+  stringFieldSize,
+  varintSize,
+  writeDurationBody,
+  writeLengthPrefix,
+  writeStringField,
+  writeVarint,
+} from "../../shared/proto-wire.js";
 
 // The frames a fylr sends per want and per job are encoded by hand straight into one
 // Buffer instead of building message objects per frame (WANT/UNWANT go out by the
@@ -62,8 +72,9 @@ export function encodeCancel(jobId: string): Buffer {
 }
 
 /** A hand-encoded ConnectRequest carrying a Job; the spec is encoded by protobuf-es. */
+/** A hand-encoded ConnectRequest carrying a Job (a spec with env or labels is encoded by protobuf-es). */
 export function encodeJob(jobId: string, offerToken: string, spec: JobSpec): Buffer {
-  const specBytes = toBinary(JobSpecSchema, spec);
+  const specBytes = encodePlainSpec(spec) ?? toBinary(JobSpecSchema, spec);
   const idLen = Buffer.byteLength(jobId);
   const tokenLen = Buffer.byteLength(offerToken);
   const inner = stringFieldSize(idLen) + stringFieldSize(tokenLen) + 1 + varintSize(specBytes.byteLength) + specBytes.byteLength;
@@ -76,6 +87,33 @@ export function encodeJob(jobId: string, offerToken: string, spec: JobSpec): Buf
   out[at++] = 0x1a;
   at = writeVarint(out, at, specBytes.byteLength);
   out.set(specBytes, at);
+  return out;
+}
+
+// JobSpec { args = 1 repeated string, timeout = 3 Duration, stdin_url = 4, stdout_url = 5 }:
+// the spec the exec client sends for nearly every job. Maps and unknown fields: undefined.
+function encodePlainSpec(spec: JobSpec): Buffer | undefined {
+  if (spec.$unknown?.length || spec.timeout?.$unknown?.length) return undefined;
+  for (const _ in spec.env) return undefined;
+  for (const _ in spec.labels) return undefined;
+  const argLens = spec.args.map((a) => Buffer.byteLength(a));
+  const inLen = Buffer.byteLength(spec.stdinUrl);
+  const outLen = Buffer.byteLength(spec.stdoutUrl);
+  const timeout = spec.timeout && durationBodySize(spec.timeout.seconds, spec.timeout.nanos);
+  let size = stringFieldSize(inLen) + stringFieldSize(outLen) + (timeout === undefined ? 0 : lengthFieldSize(timeout));
+  for (const len of argLens) size += lengthFieldSize(len); // a repeated string keeps its empty entries
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  spec.args.forEach((arg, i) => {
+    at = writeLengthPrefix(out, at, 0x0a, argLens[i]!);
+    at += out.write(arg, at, "utf8");
+  });
+  if (spec.timeout && timeout !== undefined) {
+    at = writeLengthPrefix(out, at, 0x1a, timeout);
+    at = writeDurationBody(out, at, spec.timeout.seconds, spec.timeout.nanos);
+  }
+  at = writeStringField(out, at, 0x22, spec.stdinUrl, inLen);
+  writeStringField(out, at, 0x2a, spec.stdoutUrl, outLen);
   return out;
 }
 
@@ -98,15 +136,21 @@ export type OutgoingFrame = ConnectRequest | Buffer;
 
 /**
  * The grpc-js client constructor for BrokerService whose Connect stream also takes
- * pre-encoded frames (Buffers pass through unchanged).
+ * pre-encoded frames (Buffers pass through unchanged) and decodes OFFER, DONE and PONG by
+ * hand (frames-decode.ts), everything else with protobuf-es.
  */
 export function brokerClientConstructor(): grpc.ServiceClientConstructor {
   const base = grpcServiceDefinition(BrokerService);
   const connect = base.connect!;
   const serialize = connect.requestSerialize;
+  const deserialize = connect.responseDeserialize;
   const definition: grpc.ServiceDefinition = {
     ...base,
-    connect: { ...connect, requestSerialize: (frame: OutgoingFrame) => (Buffer.isBuffer(frame) ? frame : serialize(frame)) },
+    connect: {
+      ...connect,
+      requestSerialize: (frame: OutgoingFrame) => (Buffer.isBuffer(frame) ? frame : serialize(frame)),
+      responseDeserialize: (bytes: Buffer): object => decodeConnectResponseFast(bytes) ?? (deserialize(bytes) as object),
+    },
   };
   return grpc.makeGenericClientConstructor(definition, BrokerService.name);
 }

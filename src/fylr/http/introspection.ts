@@ -17,7 +17,7 @@ import {
   ServerReflection as ReflectionV1alpha,
   ServerReflectionResponseSchema as AlphaResponseSchema,
 } from "../../../gen/grpc/reflection/v1alpha/reflection_pb.js";
-import { linkedAbortController, sleep } from "../../shared/abort.js";
+import { linkedAbortController, sleep, workOver } from "../../shared/abort.js";
 import { healthServiceName, ReflectionIndex, reflectionServiceNames } from "../../shared/reflection.js";
 import type { HttpRequest, HttpResponse } from "./http-types.js";
 import { sendText, writeHead } from "./responses.js";
@@ -88,7 +88,7 @@ async function pause(ms: number, ctx: HandlerContext, closing: AbortSignal): Pro
   } catch {
     // aborted: the caller looks at why
   } finally {
-    linked.abort();
+    linked.abort(workOver);
   }
 }
 

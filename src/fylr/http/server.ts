@@ -106,6 +106,9 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     // Per message: a unary request's whole body, one message of a stream. The store's
     // upload route is a raw route with its own limits, so it is not capped here.
     readMaxBytes: limits.maxRequestBytes,
+    // Answers are compressed only from 16 KiB (Connect's default: 1 KiB): gzipping an item
+    // of a few KiB costs more CPU than the bytes it saves on the networks fylrs serve.
+    compressMinBytes: 16 * 1024,
     contextValues: (req) => nodeRequestContext(req),
     fallback: (req, res) => answerUnknownRoute(req, res as HttpResponse),
   });

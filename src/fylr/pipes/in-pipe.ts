@@ -54,7 +54,7 @@ export class InPipe extends PipeBase {
     };
   }
 
-  protected override release(error: PipeError): void {
+  protected override release(error: PipeError | undefined): void {
     if (!(this.source instanceof Uint8Array)) this.source.destroy(error);
   }
 

@@ -42,7 +42,7 @@ export class OutPipe extends PipeBase {
     };
   }
 
-  protected override release(error: PipeError): void {
+  protected override release(error: PipeError | undefined): void {
     this.sink.destroy(error);
   }
 

@@ -47,6 +47,9 @@ export interface PipeEvents {
   /** The pipe moved to `state`. */
   state: [state: PipeState];
 }
+// One error for every retired pipe: building (and capturing a stack for) one per job is a
+// measurable part of a busy fylr's CPU, and nobody reads it.
+const retiredUnused = new PipeError("cancelled", "pipe retired unused by its owner");
 
 /** The owner's view of a pipe, returned by the registry's create calls. */
 export interface PipeHandle {
@@ -60,6 +63,11 @@ export interface PipeHandle {
   readonly events: Events<PipeEvents>;
   /** Aborts the pipe unless it already settled; its consumer sees an error. */
   cancel(reason?: unknown): void;
+  /**
+   * Cancels a pipe that was never opened, quietly: its stream is closed without an error
+   * and `done` rejects with one shared "cancelled" error. No-op once opened or settled.
+   */
+  retire(): void;
 }
 
 /**
@@ -107,19 +115,28 @@ export abstract class PipeBase implements PipeHandle {
     this.fail(new PipeError(this.opened ? "aborted" : "cancelled", `pipe cancelled: ${message}`, { cause: reason }));
   }
 
-  /** Fails the pipe with `error` (no-op once settled): rejects `done`, releases the stream. */
-  fail(error: PipeError): void {
+  /** Cancels the pipe unopened without building an error per pipe (see PipeHandle). */
+  retire(): void {
+    if (this.current !== "waiting") return;
+    this.fail(retiredUnused, { quiet: true });
+  }
+
+  /**
+   * Fails the pipe with `error` (no-op once settled): rejects `done`, releases the stream
+   * (with the error, or without one when `quiet`).
+   */
+  fail(error: PipeError, options: { quiet?: boolean } = {}): void {
     if (isTerminal(this.current)) return;
     this.failure = error;
     this.setState(error.kind === "expired" ? "expired" : "aborted");
-    this.release(error);
+    this.release(options.quiet ? undefined : error);
     this.rejectDone(error);
     this.logger.debug({ bytes: this.bytes, err: error.message }, "pipe failed");
     this.settle();
   }
 
-  /** Releases the owner's stream after a failure. */
-  protected abstract release(error: PipeError): void;
+  /** Releases the owner's stream after a failure (`undefined`: closed quietly). */
+  protected abstract release(error: PipeError | undefined): void;
 
   /** waiting → streaming, for the one consumer. */
   protected markOpened(): void {

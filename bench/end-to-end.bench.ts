@@ -1,0 +1,308 @@
+// end-to-end: an item's whole trip, against what a user would build instead, in one run.
+//
+//   slotbroker       two fylrs (bench/lib/e2e-fylr.ts: the real fylr, each its own process)
+//                    and two execservers (the CLI, SLOTS slots each) on one Postgres: Submit
+//                    through QueueService (Connect over HTTP, alternating fylrs) → claim →
+//                    WANT/OFFER/JOB → stdin pipe → the command → stdout → DONE → settle.
+//   graphile-worker  two workers (bench/lib/e2e-graphile.ts, each its own process, SLOTS
+//                    concurrency each, so the same total) on the same Postgres server (its
+//                    own database), whose task spawns the same command with the same stdin.
+//                    Jobs are added with WorkerUtils.addJob.
+//
+// Two tiny services: `true` (nothing in, nothing out) and `sha256sum` of 4 KiB of stdin.
+// Per system and service:
+//   throughput  ITEMS items submitted by 16 concurrent submitters; items/s from the first
+//               submit to the last settle.
+//   latency     LATENCY_ITEMS items, two at a time (one submitter per fylr/worker), each
+//               waiting for its item to settle: submit → settled (the result written).
+// Stages of the latency items (the slotbroker fylr's lifecycle events, the worker's
+// job:start/job:complete; epoch clocks of the processes): submit → committed (Submit
+// returned) → claimed → waiting (WANT parked) → running (OFFER came, JOB sent) → finishing
+// (DONE came, stdout collected) → settled. Medians are printed and go into params.
+// Rounds alternate which system goes first.
+//
+//   npm run bench -- end-to-end     E2E_ITEMS=300 E2E_LATENCY_ITEMS=100 E2E_ROUNDS=2 E2E_SLOTS=4
+//
+// Postgres: DATABASE_URL when set, else an embedded server in a temp dir.
+import { randomBytes } from "node:crypto";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
+import type { ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
+import { makeWorkerUtils, runMigrations, type WorkerUtils } from "graphile-worker";
+import { createQueueClient, type QueueClient } from "../src/api/client.js";
+import { migrate } from "../src/dispatcher/index.js";
+import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
+import { createDatabase } from "../test/support/databases.js";
+import { emit, percentile } from "./lib/figure.js";
+import { CpuMeter, postgresBackends } from "./lib/proc-cpu.js";
+import { startChild } from "./lib/raw-grpc.js";
+
+const items = Number(process.env.E2E_ITEMS ?? 300);
+const latencyItems = Number(process.env.E2E_LATENCY_ITEMS ?? 100);
+const rounds = Number(process.env.E2E_ROUNDS ?? 2);
+const slots = Number(process.env.E2E_SLOTS ?? 4);
+const submitters = 16;
+
+const here = dirname(fileURLToPath(import.meta.url));
+const cli = join(here, "..", "src", "cli.ts");
+const note = (text: string): void => void process.stderr.write(`end-to-end: ${text}\n`);
+const epochMs = (): number => performance.timeOrigin + performance.now();
+
+type System = "slotbroker" | "graphile-worker";
+type Service = "true" | "sha256";
+const stdin4k = randomBytes(4096);
+
+/** When an item passed each stage (epoch ms); which are set depends on the system. */
+interface Trip {
+  submit: number;
+  committed?: number;
+  claimed?: number;
+  waiting?: number;
+  running?: number;
+  finishing?: number;
+  settled?: number;
+  ok?: boolean;
+}
+
+/** Finished-item lines from the children, matched with the submits. */
+class Trips {
+  private readonly finished = new Map<string, Partial<Trip>>();
+  private readonly waiters = new Map<string, () => void>();
+
+  follow(child: ChildProcess, key: "item" | "job"): void {
+    createInterface({ input: child.stdout! }).on("line", (line) => {
+      if (!line.startsWith("{")) return;
+      const record = JSON.parse(line) as Record<string, unknown>;
+      const id = String(record[key]);
+      const trip: Partial<Trip> = { ...(record as Partial<Trip>) };
+      if (key === "job") trip.claimed = record.started as number; // graphile's get_job is its claim
+      this.finished.set(id, trip);
+      this.waiters.get(id)?.();
+      this.waiters.delete(id);
+    });
+  }
+
+  /** Resolves with the trip once the item's line came. */
+  async wait(id: string, trip: Trip): Promise<Trip> {
+    if (!this.finished.has(id)) await new Promise<void>((resolve) => this.waiters.set(id, resolve));
+    const done = this.finished.get(id)!;
+    this.finished.delete(id);
+    if (!done.ok) throw new Error(`item ${id} failed`);
+    return { ...done, ...trip };
+  }
+}
+
+interface Stack {
+  /** Resolves once the submit is answered; `done` once the item settled. */
+  submit(service: Service, lane: number): Promise<{ done: Promise<Trip> }>;
+}
+
+function slotbrokerStack(clients: QueueClient[], trips: Trips): Stack {
+  return {
+    async submit(service, lane) {
+      const call = service === "true" ? { service } : { service, stdin: { case: "stdinData" as const, value: stdin4k } };
+      const trip: Trip = { submit: epochMs() };
+      const res = await clients[lane % clients.length]!.submit({ calls: [call] });
+      trip.committed = epochMs();
+      return { done: trips.wait(res.item!.id, trip) };
+    },
+  };
+}
+
+function graphileStack(utils: WorkerUtils, trips: Trips): Stack {
+  const payloads = {
+    true: { command: ["true"], stdin: "" },
+    sha256: { command: ["sha256sum"], stdin: stdin4k.toString("base64") },
+  };
+  return {
+    async submit(service) {
+      const trip: Trip = { submit: epochMs() };
+      const job = await utils.addJob("exec", payloads[service]);
+      trip.committed = epochMs();
+      return { done: trips.wait(job.id, trip) };
+    },
+  };
+}
+
+async function throughput(stack: Stack, service: Service, n: number): Promise<{ rate: number; trips: Trip[] }> {
+  let next = 0;
+  const pending: Promise<Trip>[] = [];
+  const t0 = epochMs();
+  await Promise.all(
+    Array.from({ length: submitters }, async (_, lane) => {
+      while (next < n) {
+        next++;
+        pending.push((await stack.submit(service, lane)).done);
+      }
+    }),
+  );
+  const done = await Promise.all(pending);
+  const last = Math.max(...done.map((t) => t.settled!));
+  return { rate: n / ((last - t0) / 1000), trips: done };
+}
+
+async function latency(stack: Stack, service: Service, n: number): Promise<Trip[]> {
+  const trips: Trip[] = [];
+  await Promise.all(
+    [0, 1].map(async (lane) => {
+      for (let i = lane; i < n; i += 2) trips.push(await (await stack.submit(service, lane)).done);
+    }),
+  );
+  return trips;
+}
+
+const stageNames = ["claimed", "waiting", "running", "finishing", "settled"] as const;
+
+/**
+ * Median ms of each stage step over the trips (a step missing in a system is left out).
+ * The claim is measured from the submit: the claiming fylr often has the item before the
+ * Submit's answer is back at the client; submit→committed is given on its own.
+ */
+function stageMedians(trips: Trip[]): Record<string, number> {
+  const median = (steps: number[]): number => Math.round(percentile(steps.sort((x, y) => x - y), 50) * 100) / 100;
+  const out: Record<string, number> = { "submit→committed": median(trips.map((t) => t.committed! - t.submit)) };
+  let previous: keyof Trip = "submit";
+  for (const stage of stageNames) {
+    const steps = trips.filter((t) => t[stage] !== undefined && t[previous] !== undefined).map((t) => (t[stage] as number) - (t[previous] as number));
+    if (steps.length === 0) continue;
+    steps.sort((x, y) => x - y);
+    out[`${previous}→${stage}`] = Math.round(percentile(steps, 50) * 100) / 100;
+    previous = stage;
+  }
+  return out;
+}
+
+function round2(ms: Record<string, number>, per: number): Record<string, number> {
+  return Object.fromEntries(Object.entries(ms).map(([k, v]) => [k, Math.round((v / per) * 100) / 100]));
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "bench-end-to-end-"));
+  chmodSync(dir, 0o755); // as root the embedded server runs as the "postgres" user
+  let server: LocalPostgres | undefined;
+  const children: ChildProcess[] = [];
+  let utils: WorkerUtils | undefined;
+  try {
+    const adminUrl = process.env.DATABASE_URL ?? (server = await startEmbeddedPostgres({ dataDir: join(dir, "pg"), persistent: false })).url;
+    const sbDb = await createDatabase(adminUrl, "e2e_slotbroker");
+    const gwDb = await createDatabase(adminUrl, "e2e_graphile");
+    const [sbUrl, gwUrl] = [sbDb.url, gwDb.url];
+    await migrate(sbUrl);
+    await runMigrations({ connectionString: gwUrl, logger: undefined });
+    const execConfig = join(dir, "exec.yaml");
+    writeFileSync(
+      execConfig,
+      `listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nwaitgroups: {w: {processes: ${slots}}}\n` +
+        `services: {"true": {waitgroup: w, command: ["true"]}, sha256: {waitgroup: w, command: ["sha256sum"]}}\n`,
+    );
+    const execs = await Promise.all([0, 1].map(() => startChild([cli, "execserver", "--config", execConfig])));
+    children.push(...execs.map((e) => e.child));
+    const trips = new Trips();
+    const fylrs = await Promise.all(
+      ["e2e-a", "e2e-b"].map((name) =>
+        startChild(
+          [
+            join(here, "lib", "e2e-fylr.ts"),
+            JSON.stringify({ name, listen: "127.0.0.1:0", databaseUrl: sbUrl, execserver: { addresses: execs.map((e) => e.address) } }),
+          ],
+          /url=(\S+)/,
+        ),
+      ),
+    );
+    for (const f of fylrs) {
+      children.push(f.child);
+      trips.follow(f.child, "item");
+    }
+    const workers = await Promise.all([0, 1].map(() => startChild([join(here, "lib", "e2e-graphile.ts"), gwUrl, String(slots)], /e2e-graphile (ready)/)));
+    for (const w of workers) {
+      children.push(w.child);
+      trips.follow(w.child, "job");
+    }
+    utils = await makeWorkerUtils({ connectionString: gwUrl });
+    const stacks: Record<System, Stack> = {
+      slotbroker: slotbrokerStack(
+        fylrs.map((f) => createQueueClient(f.address)),
+        trips,
+      ),
+      "graphile-worker": graphileStack(utils, trips),
+    };
+    const pids = (list: { child: ChildProcess }[]) => () => list.map((c) => c.child.pid!);
+    const meters: Record<System, CpuMeter> = {
+      slotbroker: new CpuMeter({ fylrs: pids(fylrs), execservers: pids(execs), postgres: () => postgresBackends(sbDb.name) }),
+      "graphile-worker": new CpuMeter({ workers: pids(workers), postgres: () => postgresBackends(gwDb.name) }),
+    };
+    note(`warm-up (2 execservers × ${slots} slots, 2 fylrs; 2 workers × concurrency ${slots})`);
+    for (const system of ["slotbroker", "graphile-worker"] as const) {
+      for (const service of ["true", "sha256"] as const) await latency(stacks[system], service, 20);
+    }
+    const rates: Record<string, number[]> = {};
+    const lat: Record<string, Trip[]> = {};
+    const cpu: Record<string, Record<string, number>> = {};
+    for (let r = 0; r < rounds; r++) {
+      const order: System[] = r % 2 === 0 ? ["slotbroker", "graphile-worker"] : ["graphile-worker", "slotbroker"];
+      for (const service of ["true", "sha256"] as const) {
+        for (const system of order) {
+          const key = `${system}/${service}`;
+          const n = Math.ceil(items / rounds);
+          meters[system].start();
+          const { rate, trips: loaded } = await throughput(stacks[system], service, n);
+          const spent = meters[system].stop();
+          const perItem = (cpu[key] ??= {});
+          for (const [part, ms] of Object.entries(spent)) perItem[part] = (perItem[part] ?? 0) + ms / n / rounds;
+          const got = await latency(stacks[system], service, Math.ceil(latencyItems / rounds));
+          (rates[key] ??= []).push(rate);
+          (lat[key] ??= []).push(...got);
+          const sorted = got.map((t) => t.settled! - t.submit).sort((x, y) => x - y);
+          note(`round ${r + 1} ${key}: ${rate.toFixed(0)} items/s, latency p50 ${percentile(sorted, 50).toFixed(1)} ms p99 ${percentile(sorted, 99).toFixed(1)} ms`);
+          note(`  stage medians under the throughput load (ms): ${JSON.stringify(stageMedians(loaded))}`);
+          note(`  CPU ms per item (processes with the commands they ran; Postgres backends of its database): ${JSON.stringify(round2(spent, n))}`);
+        }
+      }
+    }
+    for (const service of ["true", "sha256"] as const) {
+      const prefix = service === "true" ? "" : "sha256_";
+      const what = service === "true" ? "`true`, no input" : "`sha256sum` of 4 KiB stdin";
+      const rate = (s: System): number => rates[`${s}/${service}`]!.reduce((a, b) => a + b, 0) / rounds;
+      const params = { service: what, slots: 2 * slots, items, latency_items: latencyItems, rounds, fylrs: 2, execservers: 2, workers: 2 };
+      emit({
+        bench: "end-to-end",
+        metric: `${prefix}items_per_s`,
+        value: rate("slotbroker"),
+        baseline: "graphile-worker, task spawns the same command, same concurrency, same Postgres",
+        baseline_value: rate("graphile-worker"),
+        params: {
+          ...params,
+          better: "higher",
+          goal: "≥ 1.0",
+          cpu_ms_per_item: { slotbroker: round2(cpu[`slotbroker/${service}`]!, 1), graphile: round2(cpu[`graphile-worker/${service}`]!, 1) },
+        },
+      });
+      const sorted = (s: System): number[] => lat[`${s}/${service}`]!.map((t) => t.settled! - t.submit).sort((x, y) => x - y);
+      const stages = { slotbroker: stageMedians(lat[`slotbroker/${service}`]!), graphile: stageMedians(lat[`graphile-worker/${service}`]!) };
+      note(`${service} stage medians (ms): slotbroker ${JSON.stringify(stages.slotbroker)}`);
+      note(`${service} stage medians (ms): graphile-worker ${JSON.stringify(stages.graphile)}`);
+      for (const p of [50, 99]) {
+        emit({
+          bench: "end-to-end",
+          metric: `${prefix}latency_p${p}_ms`,
+          value: percentile(sorted("slotbroker"), p),
+          baseline: "graphile-worker, submit → result written",
+          baseline_value: percentile(sorted("graphile-worker"), p),
+          params: { ...params, better: "lower", goal: p === 50 ? "< 1.0" : undefined, stage_medians_ms: p === 50 ? stages : undefined },
+        });
+      }
+    }
+  } finally {
+    await utils?.release();
+    for (const child of children) child.kill("SIGTERM");
+    await Promise.all(children.map((c) => (c.exitCode !== null ? Promise.resolve() : new Promise<void>((r) => c.once("exit", () => r())))));
+    await server?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();

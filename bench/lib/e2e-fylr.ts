@@ -1,0 +1,48 @@
+// One fylr for the end-to-end bench, in its own process: the real fylr (startFylr: pool,
+// broker client, pipes, QueueService, dispatcher) with a listener on its lifecycle events
+// that prints, per finished item, when it passed each stage (epoch ms, sub-ms):
+//   {"item":ID,"ok":true,"claimed":…,"waiting":…,"running":…,"finishing":…,"settled":…}
+// claimed: item:claimed; waiting: its WANT is parked; running: the OFFER came and the JOB
+// went out (the fylr answers an OFFER at once); finishing: DONE came and the stdout is
+// collected; settled: the success is written. Config: the FylrConfigInput as JSON in argv[2].
+import { performance } from "node:perf_hooks";
+import { compileFylrConfig, startFylr } from "../../src/app/index.js";
+
+const epochMs = (): number => performance.timeOrigin + performance.now();
+const config = compileFylrConfig(JSON.parse(process.argv[2]!), "e2e-fylr", process.env);
+const fylr = await startFylr(config);
+type Stages = { claimed?: number; waiting?: number; running?: number; finishing?: number };
+const stages = new Map<string, Stages>();
+// Lines finished in one turn of the event loop go out in one write.
+const out: string[] = [];
+const flush = (): void => void process.stdout.write(out.splice(0).join(""));
+fylr.dispatcher.events.on("item:claimed", (item) => void stages.set(item.id, { claimed: epochMs() }));
+fylr.dispatcher.events.on("item:changed", (live, removed) => {
+  const s = stages.get(live.id);
+  if (!s || removed) return;
+  if (live.phase === "waiting" || live.phase === "running" || live.phase === "finishing") s[live.phase] ??= epochMs();
+});
+const finished = (id: string, ok: boolean): void => {
+  const s = stages.get(id);
+  stages.delete(id);
+  if (out.push(`${JSON.stringify({ item: id, ok, ...s, settled: epochMs() })}\n`) === 1) setImmediate(flush);
+};
+fylr.dispatcher.events.on("item:succeeded", (item) => finished(item.id, true));
+fylr.dispatcher.events.on("item:failed", (item, error) => {
+  process.stderr.write(`e2e-fylr: item ${item.id} failed: ${error}\n`);
+  finished(item.id, false);
+});
+// How often the claim loop ran and why, for the bench's "where the time goes".
+const wakeups: Record<string, number> = {};
+let passes = 0;
+let emptyPasses = 0;
+fylr.dispatcher.events.on("wakeup", (source) => void (wakeups[source] = (wakeups[source] ?? 0) + 1));
+fylr.dispatcher.events.on("pass", (claimed) => {
+  passes++;
+  if (claimed === 0) emptyPasses++;
+});
+process.stdout.write(`e2e-fylr ready url=${fylr.url}\n`);
+process.on("SIGTERM", () => {
+  process.stderr.write(`e2e-fylr ${config.id}: ${passes} claim passes (${emptyPasses} claimed nothing), wakeups ${JSON.stringify(wakeups)}\n`);
+  void fylr.close().finally(() => process.exit(0));
+});
