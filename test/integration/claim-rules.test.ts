@@ -118,7 +118,15 @@ describe("a fylr process's claim rules", () => {
     // One minute (dispatcher.noSlotDelay) after the give-back, measured by the database clock.
     expect(row.start_after.getTime() - submittedAt).to.be.within(55_000, 75_000);
     expect(Number((await fylr.client.stats({})).requeuedTotal)).to.be.at.least(1);
-    const { position } = await fylr.client.position({ id: waiting });
-    expect(position?.summary).to.match(/^not before \S+ \(in (1m|\d+s)\); 1 running, 0 waiting - you are number 2/);
+    // The execserver's load comes from its GetStatus (cached up to a second, fetched by the
+    // fylr): until the fylr has it, the line has no "running" part. Wait for the full line.
+    const line = /^not before \S+ \(in (1m|\d+s)\); 1 running, 0 waiting - you are number 2/;
+    let summary: string | undefined;
+    await waitFor("the position line with the execserver's load", async () => {
+      summary = (await fylr!.client.position({ id: waiting })).position?.summary;
+      return summary !== undefined && line.test(summary) ? summary : undefined;
+    }, 10_000, 250).catch((err: Error) => {
+      throw new Error(`${err.message}; last line: ${summary}`);
+    });
   });
 });

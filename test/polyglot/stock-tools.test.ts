@@ -175,7 +175,9 @@ describe("stock tools against a real execserver and a real fylr", function () {
 
   it("curl runs the queue API recipes of docs/protocol.md: Submit, Get, Position, Stats and Watch", async () => {
     const doc = readFileSync(join(root, "docs/protocol.md"), "utf8");
-    const section = doc.slice(doc.indexOf("\n## The queue API"), doc.indexOf("\n## Versioning"));
+    // The recipes that run in order on one item; the control recipes below them are
+    // covered by test/api/item-control.test.ts.
+    const section = doc.slice(doc.indexOf("\n## The queue API"), doc.indexOf("\n### Control over items"));
     const blocks = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
     expect(blocks.length).to.equal(3);
     const script = ["set -euo pipefail", ...blocks].join("\n").replaceAll("127.0.0.1:7700", fylrAddress);
