@@ -12,7 +12,8 @@ import { release, track } from "../support/resources.js";
 import { waitFor } from "../support/execserver-process.js";
 import { closeAll, Gate, openPool, receiptFor, startDispatcher, TestBackend } from "./support.js";
 
-const fast: Partial<DispatcherConfig> = { pollIntervalMs: 50, heartbeatIntervalMs: 100, staleAfterMs: 3000, retryInitialMs: 20, retryMaxMs: 100, maxClaimBatch: 2 };
+// headroom 0: each fylr's share is ⌈4 / 2⌉ = 2, so both hold items whoever claims first.
+const fast: Partial<DispatcherConfig> = { pollIntervalMs: 50, heartbeatIntervalMs: 100, staleAfterMs: 3000, retryInitialMs: 20, retryMaxMs: 100, maxClaimBatch: 2, headroom: 0 };
 const one: ExecInstance = { instanceId: "exec-1", address: "127.0.0.1:7600", capacity: 4, clients: 2 };
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
