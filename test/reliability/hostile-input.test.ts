@@ -3,6 +3,7 @@
 // oversize frame never takes down its siblings, slow or idle connections are closed and
 // the connection count is capped, and NUL characters or bodies that are not protobuf are a
 // 400, not a 500.
+import * as http2 from "node:http2";
 import { connect, type Socket } from "node:net";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { ConnectError, Code } from "@connectrpc/connect";
@@ -28,6 +29,17 @@ function openSocket(port: number): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const socket = connect(port, "127.0.0.1", () => resolve(socket));
     socket.once("error", reject);
+  });
+}
+
+/** Resolves when `what` closes; fails naming it if it is still open after `ms`. */
+function closedWithin(emitter: NodeJS.EventEmitter, ms: number, what: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what} was still open after ${ms} ms`)), ms);
+    emitter.once("close", () => {
+      clearTimeout(timer);
+      resolve();
+    });
   });
 }
 
@@ -147,6 +159,27 @@ describe("reliability: hostile input at the fylr's doors", () => {
     idle.write("GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n");
     await waitFor("the answer on the idle connection", () => answer.startsWith("HTTP/1.1 200"), 5_000, 25);
     await waitFor(`the idle connection to be closed (answer: ${JSON.stringify(answer.slice(0, 120))})`, () => idleClosed, 5_000, 25);
+    expect((await fetch(`${fylr!.url}/healthz`)).status).to.equal(200);
+  });
+
+  it("finding 5: a connection that sends nothing is closed after http.headersTimeout, an idle HTTP/2 connection after http.idleTimeout", async function () {
+    this.timeout(60_000);
+    await start({ http: { headersTimeout: "1s", idleTimeout: "1s" } });
+    const port = Number(new URL(fylr!.url).port);
+    const silent = await openSocket(port);
+    sockets.push(silent);
+    await closedWithin(silent, 5_000, "a connection that sent nothing");
+    // HTTP/2 (how gRPC clients reach this port): one call, then no stream and no traffic.
+    const session = http2.connect(fylr!.url);
+    session.on("error", () => undefined);
+    try {
+      const answer = session.request({ ":path": "/healthz" });
+      answer.resume();
+      await new Promise((ended) => answer.once("close", ended));
+      await closedWithin(session, 5_000, "an HTTP/2 connection with no stream");
+    } finally {
+      session.destroy();
+    }
     expect((await fetch(`${fylr!.url}/healthz`)).status).to.equal(200);
   });
 

@@ -39,7 +39,7 @@ export interface FylrHttpServerOptions {
   readonly health?: () => HealthReport;
   /** Graceful close waits this long for in-flight requests before destroying them (default 10 s). */
   readonly closeTimeoutMs?: number;
-  /** A connection must show its first bytes within this time (default 30 s). */
+  /** A connection must show its first bytes within this time (default: the headers deadline). */
   readonly firstBytesTimeoutMs?: number;
   /** Header/idle deadlines, the connection cap and the request message cap (defaults: defaultHttpLimits). */
   readonly limits?: HttpLimits;
@@ -195,7 +195,8 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
       sockets.delete(socket);
       h1Busy.delete(socket);
     });
-    sniffProtocol(socket, options.firstBytesTimeoutMs ?? 30_000, (protocol) => {
+    // A connection that sends nothing at all is a slow-header client too.
+    sniffProtocol(socket, options.firstBytesTimeoutMs ?? limits.headersTimeoutMs, (protocol) => {
       sockets.set(socket, protocol);
       if (protocol === "h2") {
         h2.emit("connection", socket);
