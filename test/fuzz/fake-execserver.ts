@@ -16,7 +16,7 @@ export class FakeExecserver {
   readonly address: string;
   /** Jobs received, by job id. */
   readonly jobs = new Map<string, Job>();
-  private readonly calls = new Set<grpc.ServerDuplexStream<Buffer, Buffer>>();
+  private readonly calls = new Map<grpc.ServerDuplexStream<Buffer, Buffer>, (frame: Frame) => void>();
 
   private constructor(
     private readonly server: grpc.Server,
@@ -58,24 +58,29 @@ export class FakeExecserver {
 
   /** Drops every open stream (the fylr reconnects). */
   dropStreams(): void {
-    for (const call of this.calls) call.emit("error", { code: grpc.status.UNAVAILABLE, details: "dropped" });
+    for (const call of this.calls.keys()) call.emit("error", { code: grpc.status.UNAVAILABLE, details: "dropped" });
     this.calls.clear();
   }
 
+  /** Sends one frame on every open stream. */
+  sendAll(frame: Frame): void {
+    for (const send of this.calls.values()) send(frame);
+  }
+
   async close(): Promise<void> {
-    for (const call of this.calls) call.destroy();
+    for (const call of this.calls.keys()) call.destroy();
     await new Promise<void>((resolve) => this.server.tryShutdown(() => resolve()));
     this.server.forceShutdown();
   }
 
   private serve(call: grpc.ServerDuplexStream<Buffer, Buffer>): void {
-    this.calls.add(call);
     call.on("error", () => undefined);
     call.on("close", () => this.calls.delete(call));
     const write = (bytes: Buffer): void => {
       if (!call.destroyed && !call.writableEnded) void call.write(bytes);
     };
     const send = (frame: Frame): void => write(Buffer.from(toBinary(ConnectResponseSchema, create(ConnectResponseSchema, { frame }))));
+    this.calls.set(call, send);
     const fail = (): void => {
       // grpc-js sends a status for an 'error' event; destroy() alone may leave the client waiting.
       call.emit("error", { code: grpc.status.UNAVAILABLE, details: "the fake execserver drops the stream" });

@@ -59,7 +59,7 @@ describe("fuzz: a real fylr", function () {
         const method = fuzz.pick(methods);
         const r = fuzz.rand();
         const body = r < 0.4 ? JSON.stringify(fuzz.json(4)) : r < 0.9 ? JSON.stringify(fuzz.mutateJson(validSubmit)) : fuzz.mutate(Buffer.from(JSON.stringify(validSubmit))).toString("latin1");
-        const contentType = fuzz.rand() < 0.9 ? "application/json" : fuzz.pick(["text/plain", "application/connect+json", ""]);
+        const contentType = fuzz.rand() < 0.9 ? "application/json" : fuzz.pick(["text/plain", "application/connect+json", "application/proto", ""]);
         try {
           const res = await fetch(`${fylr.url}/slotbroker.v1.QueueService/${method}`, {
             method: "POST",

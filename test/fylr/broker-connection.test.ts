@@ -15,6 +15,7 @@ import { awaitCondition, emitterOf, eventsOf } from "../support/event-monitor.js
 import { startBroker } from "../support/fylr-replica.js";
 import { release, track } from "../support/resources.js";
 import { requireTool } from "../support/system-tools.js";
+import { FakeExecserver } from "../fuzz/fake-execserver.js";
 
 const services = { noop: { waitgroup: "w", builtin: "noop" as const } };
 
@@ -180,6 +181,33 @@ describe("fylr broker connection", function () {
       if (server.child.signalCode === null) process.kill(server.child.pid!, "SIGCONT");
       await release(broker);
       await release(server);
+    }
+  });
+  it("drops and reconnects a stream whose later HELLO names another instance; a same-instance update is believed", async () => {
+    const fake = track(await FakeExecserver.start({ onJob: () => undefined }), "fake execserver", (f) => f.close());
+    try {
+      const conn = connection(fake.address);
+      conn.start();
+      await awaitCondition("ready", [emitterOf(conn, "state")], () => conn.state === "ready");
+      expect(conn.serves("fz")).to.equal(true);
+
+      // An update from the same instance is the protocol's way to change services.
+      fake.sendAll({ case: "hello", value: { instanceId: "fake-exec", services: { fz: "w", more: "w" }, waitgroups: [{ name: "w", processes: 4 }], clients: 1 } });
+      await awaitCondition("the update", [emitterOf(conn, "hello")], () => conn.serves("more"));
+      expect(conn.streams).to.equal(1);
+
+      // A stream reaches one instance: a HELLO naming another one (with no services) is a
+      // broken peer, not "this execserver offers nothing now".
+      fake.sendAll({ case: "hello", value: { instanceId: "someone-else", services: {}, waitgroups: [], clients: 0 } });
+      await awaitCondition("the drop", [emitterOf(conn, "state")], () => conn.state !== "ready");
+      expect(conn.lastError!.message).to.match(/sent a HELLO for instance "someone-else" on a stream that reached instance "fake-exec"/);
+      await awaitCondition("ready again", [emitterOf(conn, "state")], () => conn.state === "ready");
+      expect(conn.hello!.instanceId).to.equal("fake-exec");
+      expect(conn.serves("fz")).to.equal(true);
+      expect(conn.streams).to.equal(2);
+      await release(conn);
+    } finally {
+      await release(fake);
     }
   });
 });

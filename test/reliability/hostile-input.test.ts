@@ -1,11 +1,16 @@
 // Findings 4, 5 and 7 of the trust review, with real processes: what an execserver would
 // refuse is refused at submit (naming the field), request bodies are capped, one job's
 // oversize frame never takes down its siblings, slow or idle connections are closed and
-// the connection count is capped, and NUL characters are a 400, not a 500.
+// the connection count is capped, and NUL characters or bodies that are not protobuf are a
+// 400, not a 500.
+import * as http2 from "node:http2";
 import { connect, type Socket } from "node:net";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { ConnectError, Code } from "@connectrpc/connect";
+import * as grpc from "@grpc/grpc-js";
 import { expect } from "chai";
 import type pg from "pg";
+import { QueueService, SubmitRequestSchema, SubmitResponseSchema } from "../../gen/slotbroker/v1/queue_pb.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { startReplica, stopReplica } from "../support/fylr-replica.js";
 import { createTestDatabase } from "../support/postgres.js";
@@ -24,6 +29,17 @@ function openSocket(port: number): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const socket = connect(port, "127.0.0.1", () => resolve(socket));
     socket.once("error", reject);
+  });
+}
+
+/** Resolves when `what` closes; fails naming it if it is still open after `ms`. */
+function closedWithin(emitter: NodeJS.EventEmitter, ms: number, what: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what} was still open after ${ms} ms`)), ms);
+    emitter.once("close", () => {
+      clearTimeout(timer);
+      resolve();
+    });
   });
 }
 
@@ -146,6 +162,27 @@ describe("reliability: hostile input at the fylr's doors", () => {
     expect((await fetch(`${fylr!.url}/healthz`)).status).to.equal(200);
   });
 
+  it("finding 5: a connection that sends nothing is closed after http.headersTimeout, an idle HTTP/2 connection after http.idleTimeout", async function () {
+    this.timeout(60_000);
+    await start({ http: { headersTimeout: "1s", idleTimeout: "1s" } });
+    const port = Number(new URL(fylr!.url).port);
+    const silent = await openSocket(port);
+    sockets.push(silent);
+    await closedWithin(silent, 5_000, "a connection that sent nothing");
+    // HTTP/2 (how gRPC clients reach this port): one call, then no stream and no traffic.
+    const session = http2.connect(fylr!.url);
+    session.on("error", () => undefined);
+    try {
+      const answer = session.request({ ":path": "/healthz" });
+      answer.resume();
+      await new Promise((ended) => answer.once("close", ended));
+      await closedWithin(session, 5_000, "an HTTP/2 connection with no stream");
+    } finally {
+      session.destroy();
+    }
+    expect((await fetch(`${fylr!.url}/healthz`)).status).to.equal(200);
+  });
+
   it("finding 5: connections past http.maxConnections are closed at once; those open keep being served", async function () {
     this.timeout(60_000);
     await start({ http: { maxConnections: 20 } });
@@ -179,5 +216,56 @@ describe("reliability: hostile input at the fylr's doors", () => {
     expect(err.rawMessage).to.match(/^calls\[0\]\.stdin_url: not under an allowed prefix \(dispatcher\.stdinUrlPrefixes\)/);
     const ok = await fylr!.client.submit({ calls: [{ service: "echo", stdin: { case: "stdinUrl", value: "https://files.example.com/a.txt" } }], maxAttempts: 1 });
     expect(ok.created).to.equal(true);
+  });
+  it("a QueueService body that is not protobuf binary is invalid_argument naming the message, on every method and protocol; the port keeps serving", async function () {
+    this.timeout(60_000);
+    await start();
+    // Hand-made bad bytes: a cut-off field, an illegal wire type, field number 0; for Watch
+    // also a varint of 11 bytes.
+    const bad = [Buffer.from([0x0a, 0x05, 0x41]), Buffer.from([0x0f]), Buffer.from([0x00, 0x01])];
+    const longVarint = Buffer.from([0x08, ...Array<number>(10).fill(0xff), 0x01]);
+    const unary = QueueService.methods.filter((m) => m.methodKind === "unary");
+    expect(unary.map((m) => m.name)).to.include.members(["Submit", "Get", "Cancel", "List", "Delete"]);
+    for (const method of unary) {
+      for (const body of bad) {
+        const res = await fetch(`${fylr!.url}/slotbroker.v1.QueueService/${method.name}`, { method: "POST", headers: { "content-type": "application/proto" }, body });
+        const answer = (await res.json()) as { code: string; message: string };
+        expect(res.status, `${method.name}: ${answer.message}`).to.equal(400);
+        expect(answer.code).to.equal("invalid_argument");
+        expect(answer.message).to.match(new RegExp(`^request body: not a valid ${method.input.typeName.replace(/\./g, "\\.")} in protobuf binary \\(.+\\)$`));
+      }
+    }
+    // Watch, a server stream over the Connect protocol: the end-of-stream error says so.
+    const envelope = Buffer.concat([Buffer.from([0, 0, 0, 0, bad[0]!.length]), bad[0]!]);
+    const watch = await fetch(`${fylr!.url}/slotbroker.v1.QueueService/Watch`, { method: "POST", headers: { "content-type": "application/connect+proto" }, body: envelope });
+    const frame = Buffer.from(await watch.arrayBuffer());
+    expect(frame[0], "an end-of-stream envelope").to.equal(0x02);
+    expect(JSON.parse(frame.subarray(5).toString())).to.deep.equal({ error: { code: "invalid_argument", message: "request body: not a valid slotbroker.v1.WatchRequest in protobuf binary (premature EOF)" } });
+    // gRPC: status 3 (INVALID_ARGUMENT), unary and streaming.
+    const client = new grpc.Client(new URL(fylr!.url).host, grpc.credentials.createInsecure());
+    try {
+      const raw = (b: Buffer): Buffer => b;
+      const unaryErr = await new Promise<grpc.ServiceError | null>((resolve) => client.makeUnaryRequest("/slotbroker.v1.QueueService/Get", raw, raw, bad[1]!, (err) => resolve(err)));
+      expect(unaryErr?.code).to.equal(grpc.status.INVALID_ARGUMENT);
+      expect(unaryErr?.details).to.equal("request body: not a valid slotbroker.v1.GetRequest in protobuf binary (illegal tag: field no 1 wire type 7)");
+      const streamErr = await new Promise<grpc.ServiceError>((resolve) => {
+        const call = client.makeServerStreamRequest("/slotbroker.v1.QueueService/Watch", raw, raw, longVarint);
+        call.on("data", () => undefined);
+        call.on("error", resolve);
+      });
+      expect(streamErr.code).to.equal(grpc.status.INVALID_ARGUMENT);
+      expect(streamErr.details).to.equal("request body: not a valid slotbroker.v1.WatchRequest in protobuf binary (invalid varint)");
+    } finally {
+      client.close();
+    }
+    // The same port serves well-formed requests in both encodings.
+    const ok = await fetch(`${fylr!.url}/slotbroker.v1.QueueService/Submit`, {
+      method: "POST",
+      headers: { "content-type": "application/proto" },
+      body: toBinary(SubmitRequestSchema, create(SubmitRequestSchema, { calls: [{ service: "echo", args: ["hi"] }] })),
+    });
+    expect(ok.status).to.equal(200);
+    expect(fromBinary(SubmitResponseSchema, new Uint8Array(await ok.arrayBuffer())).created).to.equal(true);
+    expect((await fetch(`${fylr!.url}/healthz`)).status).to.equal(200);
   });
 });

@@ -1,8 +1,9 @@
 // Findings 1 and 2 of the trust review, with real processes: a job whose stdout upload
 // is aborted (it printed more than the receipt holds, then failed or timed out), a bare
 // chunked PUT that stops mid-body, and a receipt that says "streamed" for an out-pipe
-// nobody opened. The fylr must record each as a failed attempt with a clear reason and
-// stay up; none of them may crash it.
+// nobody opened (from a real execserver, and from a scripted one that reports whatever it
+// likes). The fylr must record each as a failed attempt with a clear reason and stay up;
+// none of them may crash it.
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { expect } from "chai";
 import type pg from "pg";
@@ -12,6 +13,7 @@ import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/exe
 import { createTestDatabase } from "../support/postgres.js";
 import { startReplica, stopReplica } from "../support/fylr-replica.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "../integration/support.js";
+import { FakeExecserver, type JobHandler } from "../fuzz/fake-execserver.js";
 
 const bigThenFail = ["sh", "-c", "head -c 200000 /dev/zero; sleep 0.3; exit 3"];
 const bigThenHang = ["sh", "-c", "head -c 200000 /dev/zero; sleep 30"];
@@ -41,6 +43,7 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
   let exec: ExecserverProcess | undefined;
   let fylr: FylrProcess | undefined;
   let interceptor: Server | undefined;
+  let fake: FakeExecserver | undefined;
 
   before(async () => {
     databaseUrl = await createTestDatabase("upload_failures");
@@ -51,6 +54,8 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
   });
   afterEach(async () => {
     await closeAll(fylr, exec, pool);
+    await fake?.close();
+    fake = undefined;
     if (interceptor) await new Promise((done) => interceptor!.close(() => done(undefined)));
     fylr = exec = interceptor = undefined;
   });
@@ -210,5 +215,42 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
     expect(done.state).to.equal(ItemState.FAILED);
     expect(done.error).to.match(/stdout|upload|pipe/i);
     expect(done.error).not.to.match(/heartbeat/);
+  });
+  // Another execserver implementation (here a scripted one) may upload and report however
+  // it likes: the fylr must judge the receipt against what its pipe actually received.
+  const withFakeExecserver = async (onJob: JobHandler, name: string): Promise<FylrProcess> => {
+    fake = await FakeExecserver.start({ onJob });
+    return (fylr = await spawnFylr(fastFylrConfig(databaseUrl, [fake.address]), name));
+  };
+
+  it("finding 1: an execserver's chunked PUT of 4 KiB cut off mid-body, then a success receipt: the attempt fails naming the cut-off upload; the fylr stays up", async function () {
+    this.timeout(90_000);
+    await withFakeExecserver(async (job, stream) => {
+      const out = new URL(job.spec!.stdoutUrl);
+      const socket = connect(Number(out.port), out.hostname);
+      await new Promise((ready) => socket.once("connect", ready));
+      socket.write(`PUT ${out.pathname} HTTP/1.1\r\nhost: ${out.host}\r\ntransfer-encoding: chunked\r\n\r\n1000\r\n`);
+      socket.write(Buffer.alloc(4096, 0x61));
+      await new Promise((r) => setTimeout(r, 200));
+      socket.destroy();
+      stream.send({ case: "done", value: { jobId: job.jobId, receipt: { exitCode: 0, stdoutStreamed: true, stdoutBytes: 4096n, instanceId: "fake-exec" } } });
+    }, "f-cut-put");
+    const { item } = await fylr!.client.submit({ calls: [{ service: "fz" }], maxAttempts: 2 });
+    const done = await finalItem(fylr!, item!.id);
+    expectAlive(fylr!);
+    expect(done.state).to.equal(ItemState.FAILED);
+    expect(done.error).to.match(/reported success but its stdout upload failed: pipe aborted: the uploader disconnected before the body ended$/);
+  });
+
+  it("finding 2: an execserver's success receipt saying stdout was streamed to an out-pipe it never opened fails the attempt, saying so; the fylr stays up", async function () {
+    this.timeout(90_000);
+    await withFakeExecserver((job, stream) => {
+      stream.send({ case: "done", value: { jobId: job.jobId, receipt: { exitCode: 0, stdoutStreamed: true, stdoutBytes: 200_000n, stdoutPrefix: Buffer.alloc(4000, 0x61), instanceId: "fake-exec" } } });
+    }, "f-never-opened");
+    const { item } = await fylr!.client.submit({ calls: [{ service: "fz" }], maxAttempts: 2 });
+    const done = await finalItem(fylr!, item!.id);
+    expectAlive(fylr!);
+    expect(done.state).to.equal(ItemState.FAILED);
+    expect(done.error).to.match(/reported success but its stdout upload failed: pipe cancelled: the receipt says stdout was streamed, but the out-pipe was never opened$/);
   });
 });

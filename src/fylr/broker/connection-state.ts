@@ -24,3 +24,13 @@ export function canTransition(from: ConnectionState, to: ConnectionState): boole
 export function checkTransition(from: ConnectionState, to: ConnectionState): void {
   transitions.check(from, to);
 }
+
+/**
+ * Why a HELLO on a live stream cannot be believed, or undefined when it can. A stream reaches
+ * one instance: a HELLO naming another would file the stream (and its running jobs) under
+ * that instance and its services list.
+ */
+export function laterHelloProblem(connection: string, streamInstance: string | undefined, helloInstance: string): string | undefined {
+  if (helloInstance === streamInstance) return undefined;
+  return `${connection} sent a HELLO for instance ${JSON.stringify(helloInstance.slice(0, 80))} on a stream that reached instance ${JSON.stringify(streamInstance)}`;
+}

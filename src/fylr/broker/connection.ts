@@ -19,7 +19,7 @@ import {
   type BrokerConnectionOptions,
   type ConnectionTimings,
 } from "./connection-options.js";
-import { checkTransition, type ConnectionState } from "./connection-state.js";
+import { checkTransition, laterHelloProblem, type ConnectionState } from "./connection-state.js";
 import { resolveLocalAddress, type LocalAddress } from "./local-address.js";
 import { Pings } from "./pings.js";
 import {
@@ -293,6 +293,11 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
 
   private onHello(hello: Hello): void {
     const first = this.current === "connecting";
+    const problem = first ? undefined : laterHelloProblem(this.name, this.latestHello?.instanceId, hello.instanceId);
+    if (problem) {
+      this.logger.warn({ err: problem }, "HELLO changed instance_id mid-stream; dropping the stream and reconnecting");
+      return this.restart(new SlotbrokerError(Code.Internal, problem));
+    }
     this.latestHello = hello;
     if (first) {
       clearTimeout(this.helloTimer);

@@ -128,7 +128,7 @@ export function answerUnknownRoute(req: HttpRequest, res: HttpResponse): void {
 
 // grpc-message is percent-encoded, but only outside printable ASCII and "%" itself
 // (gRPC over HTTP/2, "Responses"): clients decode no more than that.
-function grpcMessage(text: string): string {
+export function grpcMessage(text: string): string {
   let out = "";
   for (const byte of Buffer.from(text, "utf8")) {
     out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;

@@ -2,7 +2,6 @@ import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { splitHostPort } from "../../shared/config.js";
 import { ConnectionDeadlines } from "../../shared/connection-deadlines.js";
 import { ConfigError } from "../../shared/errors.js";
@@ -10,6 +9,7 @@ import { defaultHttpLimits, type HttpLimits } from "../../shared/http-limits.js"
 import { silentLogger, type Logger } from "../../shared/log.js";
 import type { PipeRegistry } from "../pipes/index.js";
 import type { HttpRequest, HttpResponse, RawRoute } from "./http-types.js";
+import { connectAdapter } from "./connect-adapter.js";
 import { answerUnknownRoute, registerIntrospection } from "./introspection.js";
 import { nodeRequestContext } from "./node-request.js";
 import { pipeRawRoutes } from "./pipe-routes.js";
@@ -39,7 +39,7 @@ export interface FylrHttpServerOptions {
   readonly health?: () => HealthReport;
   /** Graceful close waits this long for in-flight requests before destroying them (default 10 s). */
   readonly closeTimeoutMs?: number;
-  /** A connection must show its first bytes within this time (default 30 s). */
+  /** A connection must show its first bytes within this time (default: the headers deadline). */
   readonly firstBytesTimeoutMs?: number;
   /** Header/idle deadlines, the connection cap and the request message cap (defaults: defaultHttpLimits). */
   readonly limits?: HttpLimits;
@@ -95,22 +95,25 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
   ];
   // Aborted when closing begins: gRPC health Watch streams say NOT_SERVING and end.
   const closingSignal = new AbortController();
-  const connectHandler = connectNodeAdapter({
+  const connectHandler = connectAdapter({
     routes: (router) => {
       if (registry) registerPipeService(router, registry);
       options.connectRoutes?.(router);
       registerIntrospection(router, { serving: () => state === "listening" && (options.health?.().ok ?? true), closing: closingSignal.signal });
     },
-    // A typo in a JSON request is an error naming the field, not a silently dropped value.
-    jsonOptions: { ignoreUnknownFields: false },
-    // Per message: a unary request's whole body, one message of a stream. The store's
-    // upload route is a raw route with its own limits, so it is not capped here.
-    readMaxBytes: limits.maxRequestBytes,
-    // Answers are compressed only from 16 KiB (Connect's default: 1 KiB): gzipping an item
-    // of a few KiB costs more CPU than the bytes it saves on the networks fylrs serve.
-    compressMinBytes: 16 * 1024,
+    router: {
+      // A typo in a JSON request is an error naming the field, not a silently dropped value.
+      jsonOptions: { ignoreUnknownFields: false },
+      // Per message: a unary request's whole body, one message of a stream. The store's
+      // upload route is a raw route with its own limits, so it is not capped here.
+      readMaxBytes: limits.maxRequestBytes,
+      // Answers are compressed only from 16 KiB (Connect's default: 1 KiB): gzipping an item
+      // of a few KiB costs more CPU than the bytes it saves on the networks fylrs serve.
+      compressMinBytes: 16 * 1024,
+    },
     contextValues: (req) => nodeRequestContext(req),
-    fallback: (req, res) => answerUnknownRoute(req, res as HttpResponse),
+    fallback: (req, res) => answerUnknownRoute(req, res),
+    logger,
   });
 
   const dispatch = (req: HttpRequest, res: HttpResponse, expectContinue: boolean): void => {
@@ -192,7 +195,8 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
       sockets.delete(socket);
       h1Busy.delete(socket);
     });
-    sniffProtocol(socket, options.firstBytesTimeoutMs ?? 30_000, (protocol) => {
+    // A connection that sends nothing at all is a slow-header client too.
+    sniffProtocol(socket, options.firstBytesTimeoutMs ?? limits.headersTimeoutMs, (protocol) => {
       sockets.set(socket, protocol);
       if (protocol === "h2") {
         h2.emit("connection", socket);

@@ -1,0 +1,124 @@
+// Connect's Node adapter, with one correction: a request body that is not valid protobuf
+// binary is the caller's error. The library reports it as INTERNAL ("parse binary: …",
+// HTTP 500, since its codec cannot tell a request from a response); here it becomes
+// INVALID_ARGUMENT naming the message, for the Connect protocol (unary: HTTP 400; streams:
+// the end-of-stream error) and for gRPC (grpc-status 3).
+import { Code, createConnectRouter, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from "@connectrpc/connect";
+import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import { createAsyncIterable, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
+import type { Logger } from "../../shared/log.js";
+import type { HttpRequest, HttpResponse } from "./http-types.js";
+import { grpcMessage } from "./introspection.js";
+
+export interface ConnectAdapterOptions {
+  readonly router: ConnectRouterOptions;
+  readonly routes: (router: ConnectRouter) => void;
+  readonly contextValues: (req: HttpRequest) => ContextValues;
+  /** Answers a path no procedure serves. */
+  readonly fallback: (req: HttpRequest, res: HttpResponse) => void;
+  readonly logger: Logger;
+}
+
+/** A request listener serving the routes' Connect, gRPC and gRPC-Web procedures. */
+export function connectAdapter(options: ConnectAdapterOptions): (req: HttpRequest, res: HttpResponse) => void {
+  const router = createConnectRouter({ acceptCompression: [compressionGzip, compressionBrotli], ...options.router });
+  options.routes(router);
+  const paths = new Map<string, UniversalHandler>();
+  for (const handler of router.handlers) paths.set(handler.requestPath, withBadBodyAsInvalidArgument(handler));
+  return (req, res) => {
+    const handler = paths.get((req.url ?? "").split("?", 1)[0]!);
+    if (!handler) return options.fallback(req, res);
+    const uReq = universalRequestFromNodeRequest(req, res, undefined, options.contextValues(req));
+    handler(uReq)
+      .then((uRes) => universalResponseToNodeResponse(uRes, res))
+      .catch((err: unknown) => {
+        if ((err as { code?: unknown }).code === Code.Aborted) return;
+        options.logger.error({ err: (err as Error).message, procedure: handler.requestPath }, "connect handler failed");
+      });
+  };
+}
+
+const PARSE_PREFIX = "parse binary: ";
+
+/** What the caller is told instead of the library's "parse binary: …". */
+export function badBodyMessage(inputType: string, libraryMessage: string): string {
+  return `request body: not a valid ${inputType} in protobuf binary (${libraryMessage.slice(PARSE_PREFIX.length)})`;
+}
+
+function isBadBody(code: unknown, message: unknown): message is string {
+  return code === "internal" && typeof message === "string" && message.startsWith(PARSE_PREFIX);
+}
+
+export function withBadBodyAsInvalidArgument(handler: UniversalHandler): UniversalHandler {
+  const inputType = handler.method.input.typeName;
+  const wrapped = async (req: Parameters<UniversalHandler>[0]): Promise<UniversalServerResponse> => {
+    const res = await handler(req);
+    const contentType = res.header?.get("content-type") ?? "";
+    if (res.status === 500 && contentType.startsWith("application/json") && !res.header?.get("content-encoding")) return fixUnary(res, inputType);
+    if (contentType.startsWith("application/connect+proto")) return { ...res, body: fixStreamEnd(res.body, inputType) };
+    if (contentType.startsWith("application/grpc") && !contentType.startsWith("application/grpc-web")) return { ...res, body: fixGrpcTrailer(res, inputType) };
+    return res;
+  };
+  return Object.assign(wrapped, handler);
+}
+
+async function fixUnary(res: UniversalServerResponse, inputType: string): Promise<UniversalServerResponse> {
+  const chunks: Uint8Array[] = [];
+  for await (const chunk of res.body ?? []) chunks.push(chunk);
+  const bytes = Buffer.concat(chunks);
+  const same = { ...res, body: createAsyncIterable([bytes]) };
+  let error: { code?: unknown; message?: unknown };
+  try {
+    error = JSON.parse(bytes.toString("utf8")) as typeof error;
+  } catch {
+    return same;
+  }
+  if (!isBadBody(error.code, error.message)) return same;
+  const body = Buffer.from(JSON.stringify({ code: "invalid_argument", message: badBodyMessage(inputType, error.message) }));
+  const header = new Headers(res.header);
+  header.set("content-length", String(body.byteLength));
+  return { ...res, status: 400, header, body: createAsyncIterable([body]) };
+}
+
+// Each chunk of a Connect stream body is one envelope; flag 0x02 marks the end-of-stream
+// JSON, which carries the error (an uncompressed one: flag 0x01 unset).
+async function* fixStreamEnd(body: UniversalServerResponse["body"], inputType: string): AsyncIterable<Uint8Array> {
+  for await (const chunk of body ?? []) {
+    if (chunk.length < 5 || chunk[0] !== 0x02) {
+      yield chunk;
+      continue;
+    }
+    let end: { error?: { code?: unknown; message?: unknown } };
+    try {
+      end = JSON.parse(Buffer.from(chunk.subarray(5)).toString("utf8")) as typeof end;
+    } catch {
+      yield chunk;
+      continue;
+    }
+    if (!end.error || !isBadBody(end.error.code, end.error.message)) {
+      yield chunk;
+      continue;
+    }
+    const json = Buffer.from(JSON.stringify({ ...end, error: { code: "invalid_argument", message: badBodyMessage(inputType, end.error.message) } }));
+    const head = Buffer.alloc(5);
+    head[0] = 0x02;
+    head.writeUInt32BE(json.length, 1);
+    yield Buffer.concat([head, json]);
+  }
+}
+
+// gRPC carries the status in trailers, filled in while the body is produced.
+async function* fixGrpcTrailer(res: UniversalServerResponse, inputType: string): AsyncIterable<Uint8Array> {
+  if (res.body) yield* res.body;
+  const trailer = res.trailer;
+  if (!trailer || trailer.get("grpc-status") !== String(Code.Internal)) return;
+  let message: string;
+  try {
+    message = decodeURIComponent(trailer.get("grpc-message") ?? "");
+  } catch {
+    return;
+  }
+  if (!isBadBody("internal", message)) return;
+  trailer.set("grpc-status", String(Code.InvalidArgument));
+  trailer.set("grpc-message", grpcMessage(badBodyMessage(inputType, message)));
+}
