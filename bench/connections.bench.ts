@@ -30,7 +30,7 @@ import { sleep } from "../src/shared/abort.js";
 import { waitForOutput } from "../test/support/child-output.js";
 import { emit, nowUs, percentile } from "./lib/figure.js";
 import { epochMs, H2BrokerStream } from "./lib/h2-broker-stream.js";
-import { kernelSocketBytes, processCpuMs, rssBytes, slabBytes } from "./lib/proc-stats.js";
+import { kernelSocketBytes, processCpuMs, processCpuSplitMs, rssBytes, slabBytes } from "./lib/proc-stats.js";
 
 const sizes = {
   full: { connections: 10_000, wants: 1_000_000, clients: 4, samples: 3000 },
@@ -244,8 +244,16 @@ async function main(): Promise<void> {
     const us = (xs: number[]): string => `p50 ${percentile(xs, 50).toFixed(0)} µs, p99 ${percentile(xs, 99).toFixed(0)} µs`;
     progress(`grant with ${baselineConnections}: ${us(base)}; with ${total}: ${us(atScale)}; RSS ${rss0} → ${rss1} B, kernel socket bytes ${kernel0} → ${kernel1}`);
 
+    // What the execserver spends with nothing changing (keepalive pings, timers), to take
+    // out of the per-change figure below.
+    const idle0 = { at: Date.now(), cpu: processCpuSplitMs(pid) };
+    await sleep(3000);
+    const idle1 = { at: Date.now(), cpu: processCpuSplitMs(pid) };
+    const idleCpuPerMs = (idle1.cpu.user + idle1.cpu.system - idle0.cpu.user - idle0.cpu.system) / (idle1.at - idle0.at);
+
     // HELLO broadcast when the count changes by one: a join, then the same stream leaving.
-    const cpuHello0 = processCpuMs(pid);
+    const cpuHello0 = processCpuSplitMs(pid);
+    const helloStart = Date.now();
     const broadcastMs: number[] = [];
     for (let i = 0; i < helloChanges / 2; i++) {
       for (const change of ["join", "leave"] as const) {
@@ -258,9 +266,16 @@ async function main(): Promise<void> {
         await sleep(300);
       }
     }
-    const cpuPerChange = (processCpuMs(pid) - cpuHello0) / helloChanges;
+    const cpuHello1 = processCpuSplitMs(pid);
+    const userPerChange = (cpuHello1.user - cpuHello0.user) / helloChanges;
+    const systemPerChange = (cpuHello1.system - cpuHello0.system) / helloChanges;
+    const cpuPerChange = userPerChange + systemPerChange;
+    const idlePerChange = (idleCpuPerMs * (Date.now() - helloStart)) / helloChanges;
     broadcastMs.sort((a, b) => a - b);
-    progress(`HELLO broadcast after one change: ${broadcastMs.map((m) => m.toFixed(0)).join(", ")} ms; CPU per change ${cpuPerChange} ms`);
+    progress(
+      `HELLO broadcast after one change: ${broadcastMs.map((m) => m.toFixed(0)).join(", ")} ms; execserver CPU per change ${cpuPerChange} ms ` +
+        `(user ${userPerChange}, system ${systemPerChange}; ${idlePerChange.toFixed(0)} of it what an unchanging period of that length costs)`,
+    );
 
     // 10⁶ parked wants spread over the client connections.
     const perStream = Math.ceil(wants / (total - baselineConnections));
@@ -339,7 +354,16 @@ async function main(): Promise<void> {
       // The execserver's own window at this many streams (src/execserver/server.ts, defaults).
       baseline: "the HELLO window at this many streams",
       baseline_value: Math.max(100, Math.ceil((total / 2000) * 1000)),
-      params: { ...params, changes: helloChanges, max_ms: broadcastMs.at(-1), cpu_ms_per_change: cpuPerChange, what: "one join or leave → the last of every client's HELLO with the new count" },
+      params: {
+        ...params,
+        changes: helloChanges,
+        max_ms: broadcastMs.at(-1),
+        cpu_ms_per_change: cpuPerChange,
+        user_ms_per_change: userPerChange,
+        system_ms_per_change: systemPerChange,
+        idle_cpu_ms_per_change: Math.round(idlePerChange),
+        what: "one join or leave → the last of every client's HELLO with the new count",
+      },
     });
     emit({
       bench: "connections",
