@@ -12,8 +12,11 @@
 //     connection and no parked want of theirs.
 // The connections are paced (BATCH streams per client process, then a pause) and the
 // execserver's fd limit is raised to the hard limit when it is lower than needed.
-//   npm run bench -- connections    (CONNECTIONS_N, CONNECTIONS_WANTS, CONNECTIONS_CLIENTS,
-//                                    CONNECTIONS_SAMPLES to resize)
+//   npm run bench -- connections                          full size: 10,000 and 10⁶ (6–10 min)
+//   CONNECTIONS_SIZE=small npm run bench -- connections   2,000 and 2·10⁵ (about 1–2 min)
+// CONNECTIONS_N, CONNECTIONS_WANTS, CONNECTIONS_CLIENTS, CONNECTIONS_SAMPLES override either
+// size; BENCH_CHILD_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") go to the
+// execserver, whose profile is written when it exits.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -27,18 +30,25 @@ import { sleep } from "../src/shared/abort.js";
 import { waitForOutput } from "../test/support/child-output.js";
 import { emit, nowUs, percentile } from "./lib/figure.js";
 import { epochMs, H2BrokerStream } from "./lib/h2-broker-stream.js";
-import { kernelSocketBytes, processCpuMs, rssBytes, slabBytes } from "./lib/proc-stats.js";
+import { kernelSocketBytes, processCpuMs, processCpuSplitMs, rssBytes, slabBytes } from "./lib/proc-stats.js";
 
-const connections = Number(process.env.CONNECTIONS_N ?? 10_000);
-const wants = Number(process.env.CONNECTIONS_WANTS ?? 1_000_000);
-const clientProcesses = Number(process.env.CONNECTIONS_CLIENTS ?? 4);
-const samples = Number(process.env.CONNECTIONS_SAMPLES ?? 3000);
+const sizes = {
+  full: { connections: 10_000, wants: 1_000_000, clients: 4, samples: 3000 },
+  small: { connections: 2_000, wants: 200_000, clients: 2, samples: 1000 },
+} as const;
+const sizeName = (process.env.CONNECTIONS_SIZE ?? "full") as keyof typeof sizes;
+const size = sizes[sizeName];
+if (!size) throw new Error(`CONNECTIONS_SIZE: expected ${Object.keys(sizes).join(" or ")}, got ${sizeName}`);
+const connections = Number(process.env.CONNECTIONS_N ?? size.connections);
+const wants = Number(process.env.CONNECTIONS_WANTS ?? size.wants);
+const clientProcesses = Number(process.env.CONNECTIONS_CLIENTS ?? size.clients);
+const samples = Number(process.env.CONNECTIONS_SAMPLES ?? size.samples);
 const baselineConnections = 10;
 const batch = 100;
 const pauseMs = 10;
 const helloChanges = 4;
 // e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to profile the execserver (written on exit).
-const execNodeArgs = (process.env.CONNECTIONS_EXEC_NODE_ARGS ?? "").split(" ").filter(Boolean);
+const execNodeArgs = (process.env.BENCH_CHILD_NODE_ARGS ?? process.env.CONNECTIONS_EXEC_NODE_ARGS ?? "").split(" ").filter(Boolean);
 const here = fileURLToPath(new URL(".", import.meta.url));
 
 /** One client process holding a share of the connections. */
@@ -130,6 +140,36 @@ async function metric(admin: string, name: string): Promise<number> {
   return sum;
 }
 
+async function clientStatus(clients: ClientProcess[]): Promise<Record<string, unknown>[]> {
+  return Promise.all(clients.map((c) => c.ask({ cmd: "status" })));
+}
+
+/**
+ * Waits until `expected` wants are in the `park` want-book. A want the execserver rejects
+ * or a stream it closes would otherwise show only as a timeout, so both fail the wait at
+ * once with what the clients saw; progress lines show the book against the WANT frames
+ * the execserver has read so far.
+ */
+async function waitForParked(admin: string, clients: ClientProcess[], expected: number): Promise<void> {
+  const start = Date.now();
+  let lastNote = start;
+  for (;;) {
+    const depth = await metric(admin, 'slotbroker_book_depth{waitgroup="park"');
+    if (depth >= expected) return;
+    const status = await clientStatus(clients);
+    const rejects = status.reduce((n, s) => n + Object.values(s.rejects as Record<string, number>).reduce((a, b) => a + b, 0), 0);
+    const closed = status.reduce((n, s) => n + Number(s.closed), 0);
+    if (rejects > 0 || closed > 0) throw new Error(`parking: ${depth} of ${expected} parked, ${rejects} wants rejected, ${closed} streams closed: ${JSON.stringify(status)}`);
+    if (Date.now() - lastNote >= 10_000) {
+      lastNote = Date.now();
+      const read = await metric(admin, 'slotbroker_frames_received_total{kind="want"');
+      progress(`parking: ${depth} of ${expected} in the book after ${Math.round((lastNote - start) / 1000)} s (${read} WANT frames read by the execserver)`);
+    }
+    if (Date.now() - start > 600_000) throw new Error(`timed out parking: ${depth} of ${expected} in the book`);
+    await sleep(500);
+  }
+}
+
 async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 600_000, everyMs = 20): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -148,6 +188,8 @@ async function main(): Promise<void> {
       "listen: 127.0.0.1:0",
       "adminListen: 127.0.0.1:0",
       "offerTimeout: 10m",
+      // The server-wide cap (250,000 by default) would answer most of 10⁶ wants with BOOK_FULL.
+      `maxWantsTotal: ${wants + 1000}`,
       "waitgroups: {probe: {processes: 1}, park: {processes: 1}}",
       "services: {probe: {waitgroup: probe, builtin: noop}, park: {waitgroup: park, builtin: noop}}",
       "",
@@ -202,8 +244,16 @@ async function main(): Promise<void> {
     const us = (xs: number[]): string => `p50 ${percentile(xs, 50).toFixed(0)} µs, p99 ${percentile(xs, 99).toFixed(0)} µs`;
     progress(`grant with ${baselineConnections}: ${us(base)}; with ${total}: ${us(atScale)}; RSS ${rss0} → ${rss1} B, kernel socket bytes ${kernel0} → ${kernel1}`);
 
+    // What the execserver spends with nothing changing (keepalive pings, timers), to take
+    // out of the per-change figure below.
+    const idle0 = { at: Date.now(), cpu: processCpuSplitMs(pid) };
+    await sleep(3000);
+    const idle1 = { at: Date.now(), cpu: processCpuSplitMs(pid) };
+    const idleCpuPerMs = (idle1.cpu.user + idle1.cpu.system - idle0.cpu.user - idle0.cpu.system) / (idle1.at - idle0.at);
+
     // HELLO broadcast when the count changes by one: a join, then the same stream leaving.
-    const cpuHello0 = processCpuMs(pid);
+    const cpuHello0 = processCpuSplitMs(pid);
+    const helloStart = Date.now();
     const broadcastMs: number[] = [];
     for (let i = 0; i < helloChanges / 2; i++) {
       for (const change of ["join", "leave"] as const) {
@@ -216,16 +266,25 @@ async function main(): Promise<void> {
         await sleep(300);
       }
     }
-    const cpuPerChange = (processCpuMs(pid) - cpuHello0) / helloChanges;
+    const cpuHello1 = processCpuSplitMs(pid);
+    const userPerChange = (cpuHello1.user - cpuHello0.user) / helloChanges;
+    const systemPerChange = (cpuHello1.system - cpuHello0.system) / helloChanges;
+    const cpuPerChange = userPerChange + systemPerChange;
+    const idlePerChange = (idleCpuPerMs * (Date.now() - helloStart)) / helloChanges;
     broadcastMs.sort((a, b) => a - b);
-    progress(`HELLO broadcast after one change: ${broadcastMs.map((m) => m.toFixed(0)).join(", ")} ms; CPU per change ${cpuPerChange} ms`);
+    progress(
+      `HELLO broadcast after one change: ${broadcastMs.map((m) => m.toFixed(0)).join(", ")} ms; execserver CPU per change ${cpuPerChange} ms ` +
+        `(user ${userPerChange}, system ${systemPerChange}; ${idlePerChange.toFixed(0)} of it what an unchanging period of that length costs)`,
+    );
 
     // 10⁶ parked wants spread over the client connections.
     const perStream = Math.ceil(wants / (total - baselineConnections));
     const parkStart = Date.now();
-    await Promise.all(clients.map((c) => c.ask({ cmd: "park", perStream, service: "park" })));
+    const written = await Promise.all(clients.map((c) => c.ask({ cmd: "park", perStream, service: "park" })));
     const parked = perStream * (total - baselineConnections);
-    await waitFor("parked wants", async () => (await metric(admin, 'slotbroker_book_depth{waitgroup="park"')) >= parked - 1, 600_000, 500);
+    const onOpenStreams = written.reduce((n, w) => n + Number(w.wants), 0);
+    if (onOpenStreams < parked) throw new Error(`${parked - onOpenStreams} wants went to streams already closed: ${JSON.stringify(await clientStatus(clients))}`);
+    await waitForParked(admin, clients, parked - 1); // the first want holds the slot's OFFER
     const parkMs = Date.now() - parkStart;
     await sleep(2000);
     const rss2 = rssBytes(pid);
@@ -234,14 +293,23 @@ async function main(): Promise<void> {
     progress(`grant with ${parked} parked: ${us(withWants)}`);
 
     // Mass disconnect: every client process killed at once.
+    const cpuDrop0 = processCpuMs(pid);
     const dropStart = Date.now();
     for (const c of clients) c.child.kill("SIGKILL");
+    let left = { connections: -1, wants: -1 };
     await waitFor(
       "the mass disconnect",
-      async () => (await metric(admin, "slotbroker_connections")) === baselineConnections && (await metric(admin, 'slotbroker_book_depth{waitgroup="park"')) === 0,
-    );
+      async () => {
+        left = { connections: await metric(admin, "slotbroker_connections"), wants: await metric(admin, 'slotbroker_book_depth{waitgroup="park"') };
+        return left.connections === baselineConnections && left.wants === 0;
+      },
+      120_000,
+    ).catch((err: unknown) => {
+      throw new Error(`${(err as Error).message}: ${left.connections} connections and ${left.wants} parked wants left`);
+    });
     const dropMs = Date.now() - dropStart;
-    progress(`mass disconnect: ${dropMs} ms`);
+    const dropCpuMs = processCpuMs(pid) - cpuDrop0;
+    progress(`mass disconnect: ${dropMs} ms (execserver CPU ${dropCpuMs} ms)`);
     const after = await probe.grants(samples, "after");
 
     const params = { connections: total, parked, client_processes: clientProcesses, samples, batch, pauseMs, join_ms: joinMs, park_ms: parkMs, better: "lower" };
@@ -286,9 +354,25 @@ async function main(): Promise<void> {
       // The execserver's own window at this many streams (src/execserver/server.ts, defaults).
       baseline: "the HELLO window at this many streams",
       baseline_value: Math.max(100, Math.ceil((total / 2000) * 1000)),
-      params: { ...params, changes: helloChanges, max_ms: broadcastMs.at(-1), cpu_ms_per_change: cpuPerChange, what: "one join or leave → the last of every client's HELLO with the new count" },
+      params: {
+        ...params,
+        changes: helloChanges,
+        max_ms: broadcastMs.at(-1),
+        cpu_ms_per_change: cpuPerChange,
+        user_ms_per_change: userPerChange,
+        system_ms_per_change: systemPerChange,
+        idle_cpu_ms_per_change: Math.round(idlePerChange),
+        what: "one join or leave → the last of every client's HELLO with the new count",
+      },
     });
-    emit({ bench: "connections", metric: "mass_disconnect_ms", value: dropMs, baseline: "budget 1 s per 10,000 connections", baseline_value: 1000 * (n / 10_000), params: { ...params, wants_dropped: parked } });
+    emit({
+      bench: "connections",
+      metric: "mass_disconnect_ms",
+      value: dropMs,
+      baseline: "budget 1 s per 10,000 connections",
+      baseline_value: 1000 * (n / 10_000),
+      params: { ...params, wants_dropped: parked - 1, cpu_ms: dropCpuMs },
+    });
     for (const s of idle) s.destroy();
   } finally {
     for (const c of clients) c.child.kill("SIGKILL");

@@ -12,11 +12,16 @@ export function rssBytes(pid: number): number {
 
 /** User + system CPU time of `pid` so far, in milliseconds. */
 export function processCpuMs(pid: number): number {
+  const { user, system } = processCpuSplitMs(pid);
+  return user + system;
+}
+
+/** User and system (kernel: syscalls, loopback TCP) CPU time of `pid` so far, in milliseconds. */
+export function processCpuSplitMs(pid: number): { user: number; system: number } {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   // Fields 14 and 15 of stat (utime, stime), counted from "state" as field 3.
-  const ticks = Number(fields[11]) + Number(fields[12]);
-  return (ticks * 1000) / clockTicks;
+  return { user: (Number(fields[11]) * 1000) / clockTicks, system: (Number(fields[12]) * 1000) / clockTicks };
 }
 
 // USER_HZ; 100 on every Linux this runs on, asked once in case it is not.

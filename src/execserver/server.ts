@@ -1,4 +1,3 @@
-import { setMaxListeners } from "node:events";
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { create, toBinary } from "@bufbuild/protobuf";
@@ -109,8 +108,8 @@ export class Execserver implements SessionHost {
     private readonly options: ExecserverOptions,
   ) {
     this.logger = options.logger.child({ component: "execserver", instanceId: config.instanceId });
-    // One listener per session; thousands are expected.
-    setMaxListeners(0, this.shutdown.signal);
+    // One listener for every session (they add none of their own: see Session.start).
+    this.shutdown.signal.addEventListener("abort", () => this.closeSessions("execserver stopped"), { once: true });
     for (const [name, s] of Object.entries(config.services)) {
       this.services[name] = s.waitgroup;
       this.serviceEnv[name] = { names: [...s.env] };
@@ -385,6 +384,10 @@ export class Execserver implements SessionHost {
     if (this.sessions.size === 0) return;
     const shared = this.sharedHello();
     for (const session of this.sessions) session.sendHello(shared);
+  }
+
+  private closeSessions(reason: string): void {
+    for (const session of [...this.sessions]) session.close(reason);
   }
 
   private jobFinished(): void {

@@ -150,6 +150,15 @@ describe("execserver server", () => {
     await server.forceClose();
   });
 
+  it("ends every open stream when it stops (one shutdown listener for all of them)", async () => {
+    const server = await startTestServer();
+    const streams = await Promise.all([1, 2, 3].map(() => BrokerStream.open(server.grpcAddress)));
+    streams[1]!.want("parked", "noop");
+    await server.close();
+    for (const s of streams) expect((await s.ended).code).to.equal(grpc.status.OK);
+    expect(server.status().connections).to.have.length(0);
+  });
+
   it("refuses to start on a non-loopback address without a token", async () => {
     const config = { ...compileExecserverConfig({ waitgroups: {}, services: {} }, "t"), listen: "0.0.0.0:0", adminListen: "127.0.0.1:0" };
     let error: unknown;
