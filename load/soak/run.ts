@@ -10,8 +10,9 @@ import { parseArgs } from "node:util";
 import pg from "pg";
 import { getStatus } from "../../test/support/execserver-process.js";
 import { RUN_MARKER, sweepLeftovers } from "../processes.js";
-import { check, type FinalRow } from "./checker.js";
+import { check, type ExecOutcome, type FinalRow } from "./checker.js";
 import { ChaosDriver } from "./driver.js";
+import { ExitWatcher } from "./exit-watch.js";
 import { startFleet, type Fleet } from "./fleet.js";
 import { makeItem, prng, submitBody, writeJobScript, type SoakItem } from "./jobs.js";
 
@@ -114,6 +115,31 @@ async function leftovers(fleet: Fleet, jobScript: string): Promise<string[]> {
   return found;
 }
 
+/** The execservers' "job failed" lines (JSON, info level), by the job's pid. */
+function readOutcomes(logs: readonly string[]): Map<number, ExecOutcome[]> {
+  const out = new Map<number, ExecOutcome[]>();
+  for (const path of logs) {
+    let text = "";
+    try {
+      text = readFileSync(path, "utf8");
+    } catch {
+      continue; // no line logged at all
+    }
+    for (const line of text.split("\n")) {
+      if (!line.includes('"jobPid"')) continue;
+      try {
+        const j = JSON.parse(line) as { time: number; jobPid: number; signal?: string; error?: string; message?: string };
+        const list = out.get(j.jobPid) ?? [];
+        list.push({ at: j.time, signal: j.signal, error: j.error, message: j.message });
+        out.set(j.jobPid, list);
+      } catch {
+        /* a line cut by a SIGKILL */
+      }
+    }
+  }
+  return out;
+}
+
 async function main(): Promise<number> {
   const minutes = Number(args.minutes);
   const rate = Number(args.rate);
@@ -130,6 +156,8 @@ async function main(): Promise<number> {
     await query(fleet.databaseUrl, SCHEMA);
     log(`fleet up: ${fleet.fylrs.length} fylrs, ${fleet.execservers.length} execservers (2 behind HAProxy ${fleet.haproxy.address}), proxies ${fleet.proxies.map((p) => p.address).join(" ")}`);
 
+    const watcher = new ExitWatcher(ledger);
+    watcher.start();
     const driver = new ChaosDriver(fleet, { rand: chaosRand, meanGapMs: 1500, postgresEveryMs: 30_000, log: args.verbose ? log : () => undefined });
     driver.start();
     const chaosEnd = Date.now() + minutes * 60_000;
@@ -185,6 +213,10 @@ async function main(): Promise<number> {
       fleet.databaseUrl,
       `SELECT q.idempotency_key AS tag, count(*)::int AS n FROM soak_completions c JOIN queue_items q ON q.id = c.id GROUP BY 1`,
     );
+    const gone = watcher.stop();
+    // With --keep, the evidence stays in the work dir next to the ledger and the servers' logs.
+    writeFileSync(join(dir, "gone.txt"), [...gone].map(([k, at]) => `gone ${k} ${at}\n`).join(""));
+    writeFileSync(join(dir, "faults.txt"), driver.events.map((e) => `${JSON.stringify(e)}\n`).join(""));
     let ledgerText = readFileSync(ledger, "utf8");
     const accepted = [...items];
     if (args["inject-violation"]) {
@@ -195,12 +227,15 @@ async function main(): Promise<number> {
     }
     const execDeaths = new Map<number, number>();
     for (const e of fleet.execservers) for (const [pid, at] of e.deaths) execDeaths.set(pid, at);
+    const execPaths = new Map<number, { name: string; proxy: string }>();
+    for (const [i, e] of fleet.execservers.entries()) for (const pid of e.pids) execPaths.set(pid, { name: e.name, proxy: fleet.execProxies[i]! });
+    const outcomes = readOutcomes(fleet.execLogs);
     const crashes = [...fleet.fylrs, ...fleet.execservers].flatMap((p) =>
       p.crashes.map((c) => `${p.name} pid ${c.pid} (${c.how}) at ${((c.at - started) / 1000).toFixed(1)} s: ${c.tail.split("\n").filter(Boolean).slice(-40).join(" | ").slice(-4000)}`),
     );
         // A crash explains the re-runs it causes (the crash itself is a violation).
     const crashFaults = [...fleet.fylrs, ...fleet.execservers].flatMap((p) => p.crashes.map((c) => ({ at: c.at, until: c.at + 5_000, kind: `crash-${p.name.replace(/-\d+$/, "")}`, target: p.name })));
-    const result = check({ items: accepted, rows, completions: new Map(done.map((d) => [d.tag, d.n])), ledger: ledgerText, faults: [...driver.events, ...crashFaults], execDeaths, crashes, leftovers: left });
+    const result = check({ items: accepted, rows, completions: new Map(done.map((d) => [d.tag, d.n])), ledger: ledgerText, faults: [...driver.events, ...crashFaults], execDeaths, execPaths, gone, outcomes, crashes, leftovers: left });
     console.log("\n==> soak result");
     console.log(`seed: ${seed}; chaos ${minutes} min; wall time ${((Date.now() - started) / 1000).toFixed(0)} s; submits never accepted (no fylr answered in time): ${neverAccepted}`);
     for (const line of result.report) console.log(line);
