@@ -97,8 +97,18 @@ export function check(input: CheckInput): CheckResult {
   let maxRecoveryMs = 0;
   let maxRecoveryTag = "";
   const explain = (why: string): void => void (explained[why] = (explained[why] ?? 0) + 1);
-  const faultBetween = (from: number, to: number, kinds?: ReadonlySet<string>): FaultEvent | undefined =>
-    input.faults.find((f) => f.at <= to && f.until >= from - 1000 && (!kinds || kinds.has(f.kind)));
+  const faultBetween = (from: number, to: number, hit: (f: FaultEvent) => boolean): FaultEvent | undefined =>
+    input.faults.find((f) => f.at <= to && f.until >= from - 1000 && hit(f));
+  // Which fylr held a run is not known, so any fylr (or Postgres) fault may have hit it; an
+  // execserver or broker-path fault only when it hit that run's execserver or proxy.
+  const hitRun = (e: Execution) => {
+    const path = input.execPaths.get(e.execPid);
+    return (f: FaultEvent): boolean =>
+      fylrFaults.has(f.kind) ||
+      (f.pid !== undefined && f.pid === e.execPid) ||
+      (f.kind === "crash-execserver" && f.target === path?.name) ||
+      (f.kind.endsWith("-broker") && f.target.split(" ")[0] === path?.proxy);
+  };
 
   for (const item of input.items) {
     const row = rows.get(item.tag);
@@ -159,7 +169,7 @@ export function check(input: CheckInput): CheckResult {
       const overlap = (prevEnd.at ?? Infinity) > next.start;
       const ended = prevEnd.how === "own end line" ? `its end line (code ${prev.code})` : prevEnd.how;
       if (overlap) {
-        const fylrFault = faultBetween(prev.start, next.start, fylrFaults);
+        const fylrFault = faultBetween(prev.start, next.start, (f) => fylrFaults.has(f.kind));
         if (fylrFault) {
           explain(`overlapping run: its fylr was declared dead (${fylrFault.kind}); the fence refused the old completion`);
           continue;
@@ -173,9 +183,9 @@ export function check(input: CheckInput): CheckResult {
         violations.push(`${item.tag}: execution ${k + 1} (pid ${next.pid}) started ${next.start - prev.start} ms after execution ${k} (pid ${prev.pid} on execserver pid ${prev.execPid}), which was still running (it ${runOn}); no fault explains the overlap`);
         continue;
       }
-      const fault = faultBetween(prev.start, next.start);
+      const fault = faultBetween(prev.start, next.start, hitRun(prev));
       if (!fault) {
-        violations.push(`${item.tag}: execution ${k + 1} (pid ${next.pid}) started ${next.start - prev.start} ms after execution ${k} ended (${ended}) with no fault to explain it`);
+        violations.push(`${item.tag}: execution ${k + 1} (pid ${next.pid}) started ${next.start - prev.start} ms after execution ${k} (pid ${prev.pid} on execserver pid ${prev.execPid}) ended (${ended}) with no fault of its fylr, execserver or broker path to explain it`);
         continue;
       }
       if (prevEnd.how === "killed with its execserver") {

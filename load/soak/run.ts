@@ -140,6 +140,9 @@ function readOutcomes(logs: readonly string[]): Map<number, ExecOutcome[]> {
   return out;
 }
 
+/** The work dir stays with --keep, or when the check found a violation (the evidence). */
+let keepDir = args.keep;
+
 async function main(): Promise<number> {
   const minutes = Number(args.minutes);
   const rate = Number(args.rate);
@@ -244,6 +247,10 @@ async function main(): Promise<number> {
       for (const v of result.violations.slice(0, 40)) console.log(`  ${v}`);
       console.log(`rerun with: npm run soak -- --minutes ${args.minutes} --rate ${args.rate} --seed ${seed}`);
     }
+    if (result.violations.length > 0) {
+      keepDir = true;
+      console.log(`evidence kept in ${dir}: ledger.txt, gone.txt (exit watcher), faults.txt, execserver-*.log, fylr-*.log`);
+    }
     return result.violations.length > 0 ? 1 : 0;
   } finally {
     await fleet?.stop().catch((err: unknown) => console.error(`stopping the fleet: ${(err as Error).message}`));
@@ -256,7 +263,7 @@ async function main(): Promise<number> {
         /* gone */
       }
     }
-    if (!args.keep) rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
+    if (!keepDir) rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
   }
 }
 

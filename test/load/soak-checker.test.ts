@@ -76,9 +76,16 @@ describe("soak checker", () => {
     expect(outlived.violations.join("\n")).to.contain("outlived its execserver");
   });
 
-  it("flags a re-run no fault explains", () => {
+  it("flags a re-run no fault of that run's fylr, execserver or broker path explains", () => {
     const result = run([start(1, EXEC_A, 0), end(1, EXEC_A, 5_000), start(2, EXEC_B, 6_000), end(2, EXEC_B, 11_000)]);
     expect(result.violations).to.have.length(1);
-    expect(result.violations[0]).to.contain("with no fault to explain it");
+    expect(result.violations[0]).to.contain("with no fault of its fylr, execserver or broker path to explain it");
+
+    const stopped = [start(1, EXEC_A, 0), end(1, EXEC_A, 1_000, 143), start(2, EXEC_B, 1_300), end(2, EXEC_B, 6_000)];
+    const elsewhere = run(stopped, { faults: [fault("kill-execserver", 900, 1_200, { pid: EXEC_B })] });
+    expect(elsewhere.violations).to.have.length(1);
+    const severed = run(stopped, { faults: [fault("sever-broker", 950, 950, { target: "proxy-0 (3 connections)" })] });
+    expect(severed.violations).to.deep.equal([]);
+    expect(severed.report.join("\n")).to.contain("rescued after sever-broker=1");
   });
 });
