@@ -24,6 +24,7 @@ const { values: args } = parseArgs({
     seed: { type: "string" },
     "drain-seconds": { type: "string", default: "75" },
     "max-backlog": { type: "string", default: "300" },
+    "postgres-every-seconds": { type: "string", default: "30" },
     verbose: { type: "boolean", default: false },
     keep: { type: "boolean", default: false },
     // For proving the checker bites: pretend one more item was accepted than was submitted
@@ -161,7 +162,7 @@ async function main(): Promise<number> {
 
     const watcher = new ExitWatcher(ledger);
     watcher.start();
-    const driver = new ChaosDriver(fleet, { rand: chaosRand, meanGapMs: 1500, postgresEveryMs: 30_000, log: args.verbose ? log : () => undefined });
+    const driver = new ChaosDriver(fleet, { rand: chaosRand, meanGapMs: 1500, postgresEveryMs: Number(args["postgres-every-seconds"]) * 1000, log: args.verbose ? log : () => undefined });
     driver.start();
     const chaosEnd = Date.now() + minutes * 60_000;
     const items: SoakItem[] = [];
