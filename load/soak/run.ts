@@ -10,7 +10,7 @@ import { parseArgs } from "node:util";
 import pg from "pg";
 import { getStatus } from "../../test/support/execserver-process.js";
 import { RUN_MARKER, sweepLeftovers } from "../processes.js";
-import { check, type ExecOutcome, type FinalRow } from "./checker.js";
+import { check, parseLedger, type ExecOutcome, type FinalRow } from "./checker.js";
 import { ChaosDriver } from "./driver.js";
 import { ExitWatcher } from "./exit-watch.js";
 import { startFleet, type Fleet } from "./fleet.js";
@@ -225,8 +225,17 @@ async function main(): Promise<number> {
     const accepted = [...items];
     if (args["inject-violation"]) {
       accepted.push(makeItem(runId, 999_999, rand));
-      const victim = rows.find((r) => r.state === "succeeded" && items.find((i) => i.tag === r.tag)?.mode === "short");
-      if (victim) ledgerText += `start ${victim.tag} 1 1 ${Date.now()}\nend ${victim.tag} 1 1 ${Date.now()} 0\n`;
+      // A re-run right after a clean run that no fault came near: the checker must call it
+      // unexplained (and count more executions than claims).
+      const runs = parseLedger(ledgerText);
+      const quiet = (from: number, to: number): boolean => !driver.events.some((f) => f.at <= to + 1000 && f.until >= from - 1000);
+      const victim = rows.find((r) => {
+        const list = runs.get(r.tag) ?? [];
+        const only = list[0];
+        return r.state === "succeeded" && list.length === 1 && only?.code === 0 && only.end !== undefined && quiet(only.start, only.end + 300) && items.find((i) => i.tag === r.tag)?.mode === "short";
+      });
+      const first = victim && runs.get(victim.tag)![0]!;
+      if (first) ledgerText += `start ${first.tag} 1 ${first.execPid} ${first.end! + 100}\nend ${first.tag} 1 ${first.execPid} ${first.end! + 300} 0\n`;
       log(`injected: one accepted item that is not in the database, one extra execution of ${victim?.tag ?? "(none)"}`);
     }
     const execDeaths = new Map<number, number>();
