@@ -131,13 +131,10 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const { url: databaseUrl } = await createDatabase(adminUrl, "soak");
 
   const execservers: ServerProcess[] = [];
-  const execAddresses: string[] = [];
   const execLogs: string[] = [];
-  for (let i = 0; i < o.execservers; i++) {
-    const listen = `127.0.0.1:${await freePort()}`;
-    const path = join(o.dir, `exec-${i}.yaml`);
+  const writeExecConfig = (i: number, listen: string): void =>
     writeFileSync(
-      path,
+      join(o.dir, `exec-${i}.yaml`),
       stringify({
         instanceId: `soak-exec-${i}`,
         listen,
@@ -148,15 +145,16 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
         services: { soak: { waitgroup: "work", command: ["sh", o.jobScript], timeout: "20s" } },
       }),
     );
+  for (let i = 0; i < o.execservers; i++) {
     // At info an execserver logs how every job it stopped or saw killed ended (pid, signal,
     // reason): the checker's record of executions that died without writing their end.
     const logFile = join(o.dir, `execserver-${i}.log`);
     const execEnv = { ...env, SLOTBROKER_LOG_LEVEL: moreVerbose(o.logLevel, "info") };
+    const path = join(o.dir, `exec-${i}.yaml`);
     execservers.push(new ServerProcess(`execserver-${i}`, ["--import", "tsx", cli, "execserver", "--config", path], /^execserver (\S+) listening (.+)$/m, { cwd: o.root, env: execEnv, logFile }));
-    execAddresses.push(listen);
     execLogs.push(logFile);
   }
-  await Promise.all(execservers.map((e) => e.start()));
+  const execAddresses = await Promise.all(execservers.map((e, i) => firstStart(e, (listen) => writeExecConfig(i, listen))));
   // Two (or more) behind HAProxy, the last one direct; every path through a chaos proxy.
   const balanced = execAddresses.slice(0, Math.max(2, o.execservers - 1));
   const direct = execAddresses.slice(balanced.length);
@@ -165,12 +163,9 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const execProxies = execAddresses.map((_, i) => `proxy-${Math.max(0, i - balanced.length + 1)}`);
 
   const fylrs: ServerProcess[] = [];
-  const fylrUrls: string[] = [];
-  for (let i = 0; i < o.fylrs; i++) {
-    const listen = `127.0.0.1:${await freePort()}`;
-    const path = join(o.dir, `fylr-${i}.yaml`);
+  const writeFylrConfig = (i: number, listen: string): void =>
     writeFileSync(
-      path,
+      join(o.dir, `fylr-${i}.yaml`),
       stringify({
         name: `soak-fylr-${i}`,
         listen,
@@ -197,12 +192,14 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
         },
       }),
     );
+  for (let i = 0; i < o.fylrs; i++) {
+    const path = join(o.dir, `fylr-${i}.yaml`);
     fylrs.push(new ServerProcess(`fylr-${i}`, ["--import", "tsx", cli, "fylr", "--config", path], /^fylr (\S+) listening http=(\S+)$/m, { cwd: o.root, env, logFile: join(o.dir, `fylr-${i}.log`) }));
-    fylrUrls.push(`http://${listen}`);
   }
   // The first migrates the database; the others find it done.
-  await fylrs[0]!.start();
-  await Promise.all(fylrs.slice(1).map((f) => f.start()));
+  const firstFylr = await firstStart(fylrs[0]!, (listen) => writeFylrConfig(0, listen));
+  const otherFylrs = await Promise.all(fylrs.slice(1).map((f, i) => firstStart(f, (listen) => writeFylrConfig(i + 1, listen))));
+  const fylrUrls = [firstFylr, ...otherFylrs].map((listen) => `http://${listen}`);
 
   return {
     databaseUrl,
@@ -234,4 +231,23 @@ const levels = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
 /** The more verbose of two pino levels. */
 function moreVerbose(a: string, b: string): string {
   return levels.indexOf(a) !== -1 && levels.indexOf(a) < levels.indexOf(b) ? a : b;
+}
+
+/**
+ * Starts a server for the first time on a free port ("127.0.0.1:PORT", written into its
+ * config by `writeConfig`); restarts keep that port. Another process on the machine may
+ * take a port between the pick and the listen: then a fresh one, up to three times.
+ */
+async function firstStart(p: ServerProcess, writeConfig: (listen: string) => void): Promise<string> {
+  for (let attempt = 1; ; attempt++) {
+    const listen = `127.0.0.1:${await freePort()}`;
+    writeConfig(listen);
+    try {
+      await p.start();
+      return listen;
+    } catch (err) {
+      if (attempt >= 3 || !String((err as Error).message).includes("EADDRINUSE")) throw err;
+      p.crashes.pop(); // a port taken from under it, not a crash
+    }
+  }
 }
