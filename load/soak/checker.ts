@@ -15,6 +15,14 @@ export interface Execution {
   code?: number;
 }
 
+/** How the execserver said a job ended (its log's "job failed" line, by the job's pid). */
+export interface ExecOutcome {
+  readonly at: number;
+  readonly signal?: string;
+  readonly error?: string;
+  readonly message?: string;
+}
+
 /** An item's row at the end of the run. */
 export interface FinalRow {
   readonly tag: string;
@@ -32,6 +40,12 @@ export interface CheckInput {
   readonly faults: readonly FaultEvent[];
   /** Execserver pid → when it died. */
   readonly execDeaths: ReadonlyMap<number, number>;
+  /** Execserver pid → its name and the chaos proxy its broker streams go through. */
+  readonly execPaths: ReadonlyMap<number, { readonly name: string; readonly proxy: string }>;
+  /** "TAG PID" → when the exit watcher saw the job's process gone. */
+  readonly gone: ReadonlyMap<string, number>;
+  /** Job pid → the execserver's outcome lines for that pid (pids are reused: match by time). */
+  readonly outcomes: ReadonlyMap<number, readonly ExecOutcome[]>;
   /** Crashes the soak did not cause: "name pid how". */
   readonly crashes: readonly string[];
   /** Leftovers found at the end: slots, wants, job processes. */
@@ -83,8 +97,18 @@ export function check(input: CheckInput): CheckResult {
   let maxRecoveryMs = 0;
   let maxRecoveryTag = "";
   const explain = (why: string): void => void (explained[why] = (explained[why] ?? 0) + 1);
-  const faultBetween = (from: number, to: number, kinds?: ReadonlySet<string>): FaultEvent | undefined =>
-    input.faults.find((f) => f.at <= to && f.until >= from - 1000 && (!kinds || kinds.has(f.kind)));
+  const faultBetween = (from: number, to: number, hit: (f: FaultEvent) => boolean): FaultEvent | undefined =>
+    input.faults.find((f) => f.at <= to && f.until >= from - 1000 && hit(f));
+  // Which fylr held a run is not known, so any fylr (or Postgres) fault may have hit it; an
+  // execserver or broker-path fault only when it hit that run's execserver or proxy.
+  const hitRun = (e: Execution) => {
+    const path = input.execPaths.get(e.execPid);
+    return (f: FaultEvent): boolean =>
+      fylrFaults.has(f.kind) ||
+      (f.pid !== undefined && f.pid === e.execPid) ||
+      (f.kind === "crash-execserver" && f.target === path?.name) ||
+      (f.kind.endsWith("-broker") && f.target.split(" ")[0] === path?.proxy);
+  };
 
   for (const item of input.items) {
     const row = rows.get(item.tag);
@@ -109,15 +133,22 @@ export function check(input: CheckInput): CheckResult {
     if (!failing && row.state === "succeeded" && !list.some((e) => e.code === 0)) violations.push(`${item.tag}: succeeded, but no execution finished`);
     if (list.length > row.attempts) violations.push(`${item.tag}: ${list.length} executions but only ${row.attempts} claims (attempts)`);
 
-    for (const e of list) {
+    const ends = list.map((e) => ending(e, input));
+    for (const [k, e] of list.entries()) {
       const died = input.execDeaths.get(e.execPid);
-      if (died !== undefined && e.end !== undefined && e.end > died + 200) {
-        violations.push(`${item.tag}: job pid ${e.pid} outlived its execserver (pid ${e.execPid} died, the job ended ${e.end - died} ms later)`);
+      const end = e.end ?? input.gone.get(`${e.tag} ${e.pid}`);
+      const slack = e.end !== undefined ? 200 : WATCH_SLACK_MS;
+      if (died !== undefined && end !== undefined && end > died + slack) {
+        violations.push(`${item.tag}: job pid ${e.pid} outlived its execserver (pid ${e.execPid} died, the job ended ${end - died} ms later)`);
       }
+      const how = ends[k]!.how;
+      if (how === "killed, no record") violations.push(`${item.tag}: job pid ${e.pid} ended without its end line while its execserver (pid ${e.execPid}) lived, and the execserver logged no SIGKILL of it`);
+      if (how === "still running") violations.push(`${item.tag}: job pid ${e.pid} never ended (no end line, never seen gone)`);
     }
     for (let k = 1; k < list.length; k++) {
       const prev = list[k - 1]!;
       const next = list[k]!;
+      const prevEnd = ends[k - 1]!;
       const interrupted = prev.end === undefined;
       if (interrupted || prev.code === 0) {
         const since = prev.end ?? prev.start;
@@ -135,13 +166,35 @@ export function check(input: CheckInput): CheckResult {
         explain("retry after a timeout");
         continue;
       }
-      const overlap = prev.end === undefined ? (input.execDeaths.get(prev.execPid) ?? Infinity) > next.start : prev.end > next.start;
-      const fault = faultBetween(prev.start, next.start, overlap ? fylrFaults : undefined);
-      if (!fault) {
-        violations.push(`${item.tag}: execution ${k + 1} (pid ${next.pid}) started ${next.start - prev.start} ms after the previous one with no fault to explain it${overlap ? " (overlapping)" : ""}`);
+      const overlap = (prevEnd.at ?? Infinity) > next.start;
+      const ended = prevEnd.how === "own end line" ? `its end line (code ${prev.code})` : prevEnd.how;
+      if (overlap) {
+        const fylrFault = faultBetween(prev.start, next.start, (f) => fylrFaults.has(f.kind));
+        if (fylrFault) {
+          explain(`overlapping run: its fylr was declared dead (${fylrFault.kind}); the fence refused the old completion`);
+          continue;
+        }
+        const freeze = freezeExplaining(prev, prevEnd.at, next.start, input);
+        if (freeze) {
+          explain(`overlapping run: ${freeze.kind} made its fylr give up on the stream; the job ran on until the thaw`);
+          continue;
+        }
+        const runOn = prevEnd.at === undefined ? "never ended" : `ended ${prevEnd.at - next.start} ms later by ${ended}`;
+        violations.push(`${item.tag}: execution ${k + 1} (pid ${next.pid}) started ${next.start - prev.start} ms after execution ${k} (pid ${prev.pid} on execserver pid ${prev.execPid}), which was still running (it ${runOn}); no fault explains the overlap`);
         continue;
       }
-      explain(overlap ? `overlapping run: its fylr was declared dead (${fault.kind}); the fence refused the old completion` : `rescued after ${fault.kind}`);
+      const fault = faultBetween(prev.start, next.start, hitRun(prev));
+      if (!fault) {
+        violations.push(`${item.tag}: execution ${k + 1} (pid ${next.pid}) started ${next.start - prev.start} ms after execution ${k} (pid ${prev.pid} on execserver pid ${prev.execPid}) ended (${ended}) with no fault of its fylr, execserver or broker path to explain it`);
+        continue;
+      }
+      if (prevEnd.how === "killed with its execserver") {
+        const name = input.execPaths.get(prev.execPid)?.name;
+        const kill = input.faults.find((f) => (f.kind === "kill-execserver" && f.pid === prev.execPid) || (f.kind === "crash-execserver" && f.target === name));
+        if (kill) explain(`rescued after ${kill.kind}: the job died with its execserver`);
+        else violations.push(`${item.tag}: execution ${k} (pid ${prev.pid}) died with its execserver (pid ${prev.execPid}), which no fault killed`);
+      } else if (prevEnd.how === "killed by its execserver") explain(`rescued after ${fault.kind}: its execserver SIGKILLed the job (${prevEnd.outcome?.error ?? "?"})`);
+      else explain(`rescued after ${fault.kind}`);
     }
   }
 
@@ -167,4 +220,46 @@ export function check(input: CheckInput): CheckResult {
     `violations: ${violations.length}`,
   ];
   return { report, violations };
+}
+
+/** After a frozen execserver or broker path thaws, the execserver sees the stream gone and stops the job: SIGTERM, SIGKILL after cancelGrace (2 s). */
+const THAW_STOP_MS = 5_000;
+/** How late the exit watcher (polling every 100 ms) may see a job its execserver's reaper killed. */
+const WATCH_SLACK_MS = 1_000;
+
+/** When and how an execution ended, from its end line, its execserver's death, or the exit watcher. */
+export interface Ending {
+  /** undefined: still running when the soak ended. */
+  readonly at: number | undefined;
+  readonly how: "own end line" | "killed with its execserver" | "killed by its execserver" | "killed, no record" | "still running";
+  readonly outcome?: ExecOutcome;
+}
+
+export function ending(e: Execution, input: Pick<CheckInput, "execDeaths" | "gone" | "outcomes">): Ending {
+  if (e.end !== undefined) return { at: e.end, how: "own end line" };
+  const gone = input.gone.get(`${e.tag} ${e.pid}`);
+  const died = input.execDeaths.get(e.execPid);
+  if (died !== undefined && (gone === undefined || gone >= died - WATCH_SLACK_MS)) return { at: Math.min(died, gone ?? died), how: "killed with its execserver" };
+  if (gone === undefined) return { at: undefined, how: "still running" };
+  const outcome = (input.outcomes.get(e.pid) ?? []).find((o) => o.at >= e.start && o.at <= gone + WATCH_SLACK_MS);
+  return outcome?.signal === "SIGKILL" ? { at: gone, how: "killed by its execserver", outcome } : { at: gone, how: "killed, no record" };
+}
+
+/**
+ * A freeze that explains two overlapping runs: the first run's execserver (SIGSTOP) or its
+ * broker path (a frozen proxy) stopped answering, so its fylr gave up on the stream after
+ * the ping timeout and ran the item elsewhere, while the job itself kept running. The
+ * execserver stops it once it thaws and sees the stream gone, so the first run must have
+ * ended by then (THAW_STOP_MS after the thaw).
+ */
+export function freezeExplaining(prev: Execution, prevEnd: number | undefined, nextStart: number, input: Pick<CheckInput, "faults" | "execPaths">): FaultEvent | undefined {
+  const path = input.execPaths.get(prev.execPid);
+  if (!path || prevEnd === undefined) return undefined;
+  return input.faults.find(
+    (f) =>
+      ((f.kind === "stop-execserver" && f.pid === prev.execPid) || (f.kind === "freeze-broker" && f.target === path.proxy)) &&
+      f.at <= nextStart &&
+      f.until >= prev.start &&
+      prevEnd <= f.until + THAW_STOP_MS,
+  );
 }

@@ -2,7 +2,7 @@
 // fylrs, and a chaos proxy in front of every broker address the fylrs dial. Every process
 // keeps its ports across restarts and carries the run marker for the final /proc sweep.
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
+import { appendFileSync, chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { stringify } from "yaml";
 import { freePort, startEmbeddedPostgres, type LocalPostgres } from "../../src/shared/embedded-postgres.js";
@@ -21,6 +21,8 @@ export class ServerProcess {
   banner: RegExpExecArray | undefined;
   /** Times this process was started. */
   starts = 0;
+  /** The pid of every incarnation, in order. */
+  readonly pids: number[] = [];
   /** pid → when it died (ms since epoch), for every incarnation that is gone. */
   readonly deaths = new Map<number, number>();
   /** Exits nobody asked for (a crash): when, which pid, and the log's tail. */
@@ -31,7 +33,7 @@ export class ServerProcess {
     readonly name: string,
     private readonly args: string[],
     private readonly bannerPattern: RegExp,
-    private readonly options: { cwd: string; env: NodeJS.ProcessEnv },
+    private readonly options: { cwd: string; env: NodeJS.ProcessEnv; logFile?: string },
   ) {}
 
   get pid(): number | undefined {
@@ -50,8 +52,11 @@ export class ServerProcess {
     const child = spawn(process.execPath, this.args, { cwd: this.options.cwd, env: { ...process.env, ...this.options.env }, stdio: ["ignore", "pipe", "pipe"] });
     this.child = child;
     this.starts += 1;
+    if (child.pid) this.pids.push(child.pid);
+    const logFile = this.options.logFile;
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
       this.log = (this.log + chunk).slice(-50_000);
+      if (logFile) appendFileSync(logFile, chunk);
     });
     this.expectingExit = false;
     child.once("exit", (code, signal) => {
@@ -97,6 +102,10 @@ export interface Fleet {
   /** gRPC address of each execserver (index as `execservers`). */
   readonly execAddresses: string[];
   readonly fylrs: ServerProcess[];
+  /** The chaos proxy ("proxy-I", index as `proxies`) each execserver's streams go through. */
+  readonly execProxies: string[];
+  /** Each execserver's whole log (JSON lines, every incarnation), index as `execservers`. */
+  readonly execLogs: string[];
   /** "http://127.0.0.1:PORT" of each fylr. */
   readonly fylrUrls: string[];
   readonly proxies: ChaosProxy[];
@@ -122,12 +131,10 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const { url: databaseUrl } = await createDatabase(adminUrl, "soak");
 
   const execservers: ServerProcess[] = [];
-  const execAddresses: string[] = [];
-  for (let i = 0; i < o.execservers; i++) {
-    const listen = `127.0.0.1:${await freePort()}`;
-    const path = join(o.dir, `exec-${i}.yaml`);
+  const execLogs: string[] = [];
+  const writeExecConfig = (i: number, listen: string): void =>
     writeFileSync(
-      path,
+      join(o.dir, `exec-${i}.yaml`),
       stringify({
         instanceId: `soak-exec-${i}`,
         listen,
@@ -138,23 +145,27 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
         services: { soak: { waitgroup: "work", command: ["sh", o.jobScript], timeout: "20s" } },
       }),
     );
-    execservers.push(new ServerProcess(`execserver-${i}`, ["--import", "tsx", cli, "execserver", "--config", path], /^execserver (\S+) listening (.+)$/m, { cwd: o.root, env }));
-    execAddresses.push(listen);
+  for (let i = 0; i < o.execservers; i++) {
+    // At info an execserver logs how every job it stopped or saw killed ended (pid, signal,
+    // reason): the checker's record of executions that died without writing their end.
+    const logFile = join(o.dir, `execserver-${i}.log`);
+    const execEnv = { ...env, SLOTBROKER_LOG_LEVEL: moreVerbose(o.logLevel, "info") };
+    const path = join(o.dir, `exec-${i}.yaml`);
+    execservers.push(new ServerProcess(`execserver-${i}`, ["--import", "tsx", cli, "execserver", "--config", path], /^execserver (\S+) listening (.+)$/m, { cwd: o.root, env: execEnv, logFile }));
+    execLogs.push(logFile);
   }
-  await Promise.all(execservers.map((e) => e.start()));
+  const execAddresses = await Promise.all(execservers.map((e, i) => firstStart(e, (listen) => writeExecConfig(i, listen))));
   // Two (or more) behind HAProxy, the last one direct; every path through a chaos proxy.
   const balanced = execAddresses.slice(0, Math.max(2, o.execservers - 1));
   const direct = execAddresses.slice(balanced.length);
   const haproxy = await startHaproxy(balanced);
   const proxies = await Promise.all([haproxy.address, ...direct].map((a) => ChaosProxy.start(a)));
+  const execProxies = execAddresses.map((_, i) => `proxy-${Math.max(0, i - balanced.length + 1)}`);
 
   const fylrs: ServerProcess[] = [];
-  const fylrUrls: string[] = [];
-  for (let i = 0; i < o.fylrs; i++) {
-    const listen = `127.0.0.1:${await freePort()}`;
-    const path = join(o.dir, `fylr-${i}.yaml`);
+  const writeFylrConfig = (i: number, listen: string): void =>
     writeFileSync(
-      path,
+      join(o.dir, `fylr-${i}.yaml`),
       stringify({
         name: `soak-fylr-${i}`,
         listen,
@@ -181,17 +192,21 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
         },
       }),
     );
-    fylrs.push(new ServerProcess(`fylr-${i}`, ["--import", "tsx", cli, "fylr", "--config", path], /^fylr (\S+) listening http=(\S+)$/m, { cwd: o.root, env }));
-    fylrUrls.push(`http://${listen}`);
+  for (let i = 0; i < o.fylrs; i++) {
+    const path = join(o.dir, `fylr-${i}.yaml`);
+    fylrs.push(new ServerProcess(`fylr-${i}`, ["--import", "tsx", cli, "fylr", "--config", path], /^fylr (\S+) listening http=(\S+)$/m, { cwd: o.root, env, logFile: join(o.dir, `fylr-${i}.log`) }));
   }
   // The first migrates the database; the others find it done.
-  await fylrs[0]!.start();
-  await Promise.all(fylrs.slice(1).map((f) => f.start()));
+  const firstFylr = await firstStart(fylrs[0]!, (listen) => writeFylrConfig(0, listen));
+  const otherFylrs = await Promise.all(fylrs.slice(1).map((f, i) => firstStart(f, (listen) => writeFylrConfig(i + 1, listen))));
+  const fylrUrls = [firstFylr, ...otherFylrs].map((listen) => `http://${listen}`);
 
   return {
     databaseUrl,
     execservers,
     execAddresses,
+    execProxies,
+    execLogs,
     fylrs,
     fylrUrls,
     proxies,
@@ -209,4 +224,30 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       await pg?.stop();
     },
   };
+}
+
+const levels = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
+
+/** The more verbose of two pino levels. */
+function moreVerbose(a: string, b: string): string {
+  return levels.indexOf(a) !== -1 && levels.indexOf(a) < levels.indexOf(b) ? a : b;
+}
+
+/**
+ * Starts a server for the first time on a free port ("127.0.0.1:PORT", written into its
+ * config by `writeConfig`); restarts keep that port. Another process on the machine may
+ * take a port between the pick and the listen: then a fresh one, up to three times.
+ */
+async function firstStart(p: ServerProcess, writeConfig: (listen: string) => void): Promise<string> {
+  for (let attempt = 1; ; attempt++) {
+    const listen = `127.0.0.1:${await freePort()}`;
+    writeConfig(listen);
+    try {
+      await p.start();
+      return listen;
+    } catch (err) {
+      if (attempt >= 3 || !String((err as Error).message).includes("EADDRINUSE")) throw err;
+      p.crashes.pop(); // a port taken from under it, not a crash
+    }
+  }
 }

@@ -26,12 +26,13 @@ export const failingModes: ReadonlySet<JobMode> = new Set(["fail", "largefail", 
 // $1 ledger, $2 tag, $3 mode, $4 param. "start"/"end" lines carry the shell's pid and its
 // parent's (the execserver that spawned it), so the checker can tell a job that outlived
 // its execserver. A job stopped by SIGTERM (timeout, cancel) ends with code 143; one
-// killed by SIGKILL writes no end line.
+// killed by SIGKILL writes no end line (the soak's exit watcher and the execserver's log
+// tell when and how it ended).
 const script = `#!/bin/sh
 ledger=$1; tag=$2; mode=$3; param=$4
 now() { date +%s%3N; }
-echo "start $tag $$ $PPID $(now)" >> "$ledger"
 trap 'echo "end $tag $$ $PPID $(now) 143" >> "$ledger"; exit 143' TERM
+echo "start $tag $$ $PPID $(now)" >> "$ledger"
 code=0
 case "$mode" in
   short|long|timeout) sleep "$param" ;;

@@ -10,8 +10,9 @@ import { parseArgs } from "node:util";
 import pg from "pg";
 import { getStatus } from "../../test/support/execserver-process.js";
 import { RUN_MARKER, sweepLeftovers } from "../processes.js";
-import { check, type FinalRow } from "./checker.js";
+import { check, parseLedger, type ExecOutcome, type FinalRow } from "./checker.js";
 import { ChaosDriver } from "./driver.js";
+import { ExitWatcher } from "./exit-watch.js";
 import { startFleet, type Fleet } from "./fleet.js";
 import { makeItem, prng, submitBody, writeJobScript, type SoakItem } from "./jobs.js";
 
@@ -23,6 +24,7 @@ const { values: args } = parseArgs({
     seed: { type: "string" },
     "drain-seconds": { type: "string", default: "75" },
     "max-backlog": { type: "string", default: "300" },
+    "postgres-every-seconds": { type: "string", default: "30" },
     verbose: { type: "boolean", default: false },
     keep: { type: "boolean", default: false },
     // For proving the checker bites: pretend one more item was accepted than was submitted
@@ -114,6 +116,34 @@ async function leftovers(fleet: Fleet, jobScript: string): Promise<string[]> {
   return found;
 }
 
+/** The execservers' "job failed" lines (JSON, info level), by the job's pid. */
+function readOutcomes(logs: readonly string[]): Map<number, ExecOutcome[]> {
+  const out = new Map<number, ExecOutcome[]>();
+  for (const path of logs) {
+    let text = "";
+    try {
+      text = readFileSync(path, "utf8");
+    } catch {
+      continue; // no line logged at all
+    }
+    for (const line of text.split("\n")) {
+      if (!line.includes('"jobPid"')) continue;
+      try {
+        const j = JSON.parse(line) as { time: number; jobPid: number; signal?: string; error?: string; message?: string };
+        const list = out.get(j.jobPid) ?? [];
+        list.push({ at: j.time, signal: j.signal, error: j.error, message: j.message });
+        out.set(j.jobPid, list);
+      } catch {
+        /* a line cut by a SIGKILL */
+      }
+    }
+  }
+  return out;
+}
+
+/** The work dir stays with --keep, or when the check found a violation (the evidence). */
+let keepDir = args.keep;
+
 async function main(): Promise<number> {
   const minutes = Number(args.minutes);
   const rate = Number(args.rate);
@@ -130,7 +160,9 @@ async function main(): Promise<number> {
     await query(fleet.databaseUrl, SCHEMA);
     log(`fleet up: ${fleet.fylrs.length} fylrs, ${fleet.execservers.length} execservers (2 behind HAProxy ${fleet.haproxy.address}), proxies ${fleet.proxies.map((p) => p.address).join(" ")}`);
 
-    const driver = new ChaosDriver(fleet, { rand: chaosRand, meanGapMs: 1500, postgresEveryMs: 30_000, log: args.verbose ? log : () => undefined });
+    const watcher = new ExitWatcher(ledger);
+    watcher.start();
+    const driver = new ChaosDriver(fleet, { rand: chaosRand, meanGapMs: 1500, postgresEveryMs: Number(args["postgres-every-seconds"]) * 1000, log: args.verbose ? log : () => undefined });
     driver.start();
     const chaosEnd = Date.now() + minutes * 60_000;
     const items: SoakItem[] = [];
@@ -185,22 +217,38 @@ async function main(): Promise<number> {
       fleet.databaseUrl,
       `SELECT q.idempotency_key AS tag, count(*)::int AS n FROM soak_completions c JOIN queue_items q ON q.id = c.id GROUP BY 1`,
     );
+    const gone = watcher.stop();
+    // With --keep, the evidence stays in the work dir next to the ledger and the servers' logs.
+    writeFileSync(join(dir, "gone.txt"), [...gone].map(([k, at]) => `gone ${k} ${at}\n`).join(""));
+    writeFileSync(join(dir, "faults.txt"), driver.events.map((e) => `${JSON.stringify(e)}\n`).join(""));
     let ledgerText = readFileSync(ledger, "utf8");
     const accepted = [...items];
     if (args["inject-violation"]) {
       accepted.push(makeItem(runId, 999_999, rand));
-      const victim = rows.find((r) => r.state === "succeeded" && items.find((i) => i.tag === r.tag)?.mode === "short");
-      if (victim) ledgerText += `start ${victim.tag} 1 1 ${Date.now()}\nend ${victim.tag} 1 1 ${Date.now()} 0\n`;
+      // A re-run right after a clean run: more executions than claims, and when no fault
+      // came near the run (preferred, not always there in a short run), unexplained too.
+      const runs = parseLedger(ledgerText);
+      const quiet = (from: number, to: number): boolean => !driver.events.some((f) => f.at <= to + 1000 && f.until >= from - 1000);
+      const clean = rows.filter((r) => {
+        const list = runs.get(r.tag) ?? [];
+        return r.state === "succeeded" && list.length === 1 && list[0]!.code === 0 && items.find((i) => i.tag === r.tag)?.mode === "short";
+      });
+      const victim = clean.find((r) => quiet(runs.get(r.tag)![0]!.start, runs.get(r.tag)![0]!.end! + 300)) ?? clean[0];
+      const first = victim && runs.get(victim.tag)![0]!;
+      if (first) ledgerText += `start ${first.tag} 1 ${first.execPid} ${first.end! + 100}\nend ${first.tag} 1 ${first.execPid} ${first.end! + 300} 0\n`;
       log(`injected: one accepted item that is not in the database, one extra execution of ${victim?.tag ?? "(none)"}`);
     }
     const execDeaths = new Map<number, number>();
     for (const e of fleet.execservers) for (const [pid, at] of e.deaths) execDeaths.set(pid, at);
+    const execPaths = new Map<number, { name: string; proxy: string }>();
+    for (const [i, e] of fleet.execservers.entries()) for (const pid of e.pids) execPaths.set(pid, { name: e.name, proxy: fleet.execProxies[i]! });
+    const outcomes = readOutcomes(fleet.execLogs);
     const crashes = [...fleet.fylrs, ...fleet.execservers].flatMap((p) =>
       p.crashes.map((c) => `${p.name} pid ${c.pid} (${c.how}) at ${((c.at - started) / 1000).toFixed(1)} s: ${c.tail.split("\n").filter(Boolean).slice(-40).join(" | ").slice(-4000)}`),
     );
         // A crash explains the re-runs it causes (the crash itself is a violation).
     const crashFaults = [...fleet.fylrs, ...fleet.execservers].flatMap((p) => p.crashes.map((c) => ({ at: c.at, until: c.at + 5_000, kind: `crash-${p.name.replace(/-\d+$/, "")}`, target: p.name })));
-    const result = check({ items: accepted, rows, completions: new Map(done.map((d) => [d.tag, d.n])), ledger: ledgerText, faults: [...driver.events, ...crashFaults], execDeaths, crashes, leftovers: left });
+    const result = check({ items: accepted, rows, completions: new Map(done.map((d) => [d.tag, d.n])), ledger: ledgerText, faults: [...driver.events, ...crashFaults], execDeaths, execPaths, gone, outcomes, crashes, leftovers: left });
     console.log("\n==> soak result");
     console.log(`seed: ${seed}; chaos ${minutes} min; wall time ${((Date.now() - started) / 1000).toFixed(0)} s; submits never accepted (no fylr answered in time): ${neverAccepted}`);
     for (const line of result.report) console.log(line);
@@ -208,6 +256,10 @@ async function main(): Promise<number> {
       console.log(`\n==> ${result.violations.length} violations (first 40)`);
       for (const v of result.violations.slice(0, 40)) console.log(`  ${v}`);
       console.log(`rerun with: npm run soak -- --minutes ${args.minutes} --rate ${args.rate} --seed ${seed}`);
+    }
+    if (result.violations.length > 0) {
+      keepDir = true;
+      console.log(`evidence kept in ${dir}: ledger.txt, gone.txt (exit watcher), faults.txt, execserver-*.log, fylr-*.log`);
     }
     return result.violations.length > 0 ? 1 : 0;
   } finally {
@@ -221,7 +273,7 @@ async function main(): Promise<number> {
         /* gone */
       }
     }
-    if (!args.keep) rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
+    if (!keepDir) rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
   }
 }
 

@@ -72,6 +72,8 @@ export class JobRecord {
   cancelRequested = false;
   /** Opaque to the core: the running job's controller in the I/O layer. */
   handle: unknown = undefined;
+  /** The job's process id once spawned (0 before, and for built-ins): logged with its outcome. */
+  jobPid = 0;
   /** @internal links in the broker's offer-expiry list */
   expiryPrev: JobRecord | undefined = undefined;
   /** @internal */

@@ -117,6 +117,7 @@ export class BrokerIo implements CoreEffects {
       stdoutUrl: job.stdoutUrl,
       cancelGraceMs: this.options.cancelGraceMs,
       signal: controller.signal,
+      onSpawn: (pid) => (record.jobPid = pid),
     })
       .catch((err: unknown) => failedReceipt(ErrorKind.SPAWN_FAILED, `runner failed: ${(err as Error)?.message ?? String(err)}`))
       .then((receipt) => this.guard("job finish", () => this.finished(record, receipt)))

@@ -41,6 +41,7 @@ function logOutcome(logger: Logger, budget: LogBudget, record: JobRecord, receip
       jobId: record.jobId,
       service: record.service.name,
       conn: record.connection.id,
+      jobPid: record.jobPid || undefined,
       exitCode: receipt.exitCode,
       signal: receipt.signal || undefined,
       error: receipt.error === ErrorKind.UNSPECIFIED ? undefined : ErrorKind[receipt.error],

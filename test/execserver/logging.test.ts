@@ -1,5 +1,6 @@
 // An operator reading an execserver's log at the default level (info) sees every connection
-// open and close, every refused connection, rejected frame, expired offer and failed job.
+// open and close, every refused connection, rejected frame, expired offer and failed job
+// (with the job's pid and the signal that ended it).
 import { expect } from "chai";
 import { RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
 import { spawnExecserver, stopExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
@@ -77,7 +78,12 @@ describe("execserver log at the default level", function () {
     const slowOffer = await stream.next("offer");
     stream.job("j-timeout", slowOffer.offerToken, { args: ["5"] });
     await stream.next("done", 10_000);
-    expect(await logged(proc, "job failed", { jobId: "j-timeout" })).to.deep.include({ level: warn, error: "TIMEOUT" });
+    const timedOut = await logged(proc, "job failed", { jobId: "j-timeout" });
+    expect(timedOut).to.deep.include({ level: warn, error: "TIMEOUT", signal: "SIGTERM" });
+    // The job's own pid (the line's "pid" is the execserver's): a job killed without a trace
+    // of its own can be matched to its outcome.
+    expect(timedOut.jobPid).to.be.a("number").and.not.equal(timedOut.pid);
+    expect(failed.jobPid).to.be.a("number").and.not.equal(timedOut.jobPid);
 
     await stream.close();
     const closed = await logged(proc, "connection closed", { conn });

@@ -73,6 +73,7 @@ async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: st
     child.stderr.destroy();
     return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, spawnError) });
   }
+  request.onSpawn?.(child.pid!);
   return new RunningJob(child, request, log.child({ pid: child.pid, command: file })).run();
 }
 

@@ -33,6 +33,8 @@ export interface RunRequest {
    * CANCEL_REQUESTED when the reason is an AbortReason of kind "cancel-requested".
    */
   readonly signal: AbortSignal;
+  /** Told the job's process id once it is running, so its outcome can name the process. */
+  readonly onSpawn?: (pid: number) => void;
 }
 
 /** Runs one job to completion; never rejects — every failure is described in the Receipt. */
