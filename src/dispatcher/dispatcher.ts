@@ -10,6 +10,7 @@ import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import pg from "pg";
 import { AbortReason, sleep } from "../shared/abort.js";
+import { createPgPool } from "../shared/postgres.js";
 import { Events } from "../shared/events.js";
 import { IllegalTransitionError, Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
@@ -149,8 +150,9 @@ export class Dispatcher {
     this.loopDone = this.loop();
     // One connection of its own: a heartbeat queued behind a burst of submits and writes
     // in the shared pool can miss the stale threshold, and siblings take over live work.
-    this.heartbeatPool = new pg.Pool({ ...this.options.pool.options, max: 1, application_name: `slotbroker-heartbeat ${this.fylrId}` });
-    this.heartbeatPool.on("error", (err) => this.log.debug({ err: err.message }, "idle heartbeat connection failed"));
+    this.heartbeatPool = createPgPool({ ...this.options.pool.options, max: 1, application_name: `slotbroker-heartbeat ${this.fylrId}` }, (err) =>
+      this.log.debug({ err: err.message }, "idle heartbeat connection failed"),
+    );
     this.housekeepingDone = this.housekeeping(new QueueStore(this.heartbeatPool));
     this.log.info({ localSlots: this.permits.capacity, headroom: this.config.headroom }, "dispatcher started");
     const stopOnAbort = (): void => void this.stop().catch((err: unknown) => this.log.error({ err }, "stop failed"));
