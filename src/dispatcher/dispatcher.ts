@@ -37,6 +37,7 @@ import { storeConfig } from "./store-config.js";
 import { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
 import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
+import { LocalQueueHint } from "./local-queue-hint.js";
 
 export type { DispatcherState };
 export { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
@@ -72,6 +73,7 @@ export class Dispatcher {
   private readonly tasks: ItemTasks;
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
+  private readonly localQueue = new LocalQueueHint();
   private readonly loopAbort = new AbortController();
   // The housekeeping loop stops last: it heartbeats while running items finish.
   private readonly housekeepingAbort = new AbortController();
@@ -207,6 +209,7 @@ export class Dispatcher {
       stdinUrlPrefixes: this.config.stdinUrlPrefixes,
     });
     const result = await this.store.submit(normalized);
+    if (result.created && result.item.kind === "local") this.localQueue.maybeQueued();
     if (result.created) this.wakeup.notify("submit");
     return result;
   }
@@ -229,6 +232,7 @@ export class Dispatcher {
   /** A failed or cancelled item back to the queue with fresh attempts. */
   async retry(id: string): Promise<QueueItem> {
     const item = await this.control.retry(id);
+    this.localQueue.maybeQueued();
     this.wakeup.notify("submit");
     return item;
   }
@@ -264,6 +268,7 @@ export class Dispatcher {
 
   /** Asks for an extra loop pass soon (as a notification from another fylr would). */
   poke(): void {
+    this.localQueue.maybeQueued();
     this.wakeup.notify("notify");
   }
 
@@ -293,10 +298,14 @@ export class Dispatcher {
   private listen(): void {
     const newClient = this.options.listenClient ?? (() => new pg.Client(this.options.pool.options));
     const listener = new QueueListener(newClient, this.log);
-    listener.events.on("queued", () => this.wakeup.notify("notify"));
+    listener.events.on("queued", () => {
+      this.localQueue.maybeQueued();
+      this.wakeup.notify("notify");
+    });
     listener.events.on("changed", (id) => this.events.emit("queue:changed", id));
     listener.events.on("cancel", (id) => this.cancels.requested(id));
     listener.events.on("up", () => {
+      this.localQueue.maybeQueued();
       this.wakeup.notify("notify");
       this.events.emit("notify:up");
     });
@@ -314,6 +323,7 @@ export class Dispatcher {
       await this.pass(signal);
       try {
         const source = await this.wakeup.wait(this.config.pollIntervalMs, signal);
+        if (source === "poll") this.localQueue.maybeQueued();
         if (source === "notify" || source === "submit") {
           const early = passStartedAt + queuedWakeGapMs - performance.now();
           if (early > 0) await sleep(early, signal);
@@ -342,6 +352,8 @@ export class Dispatcher {
           this.tasks.abortAll(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
           // A stopping fylr's row is removed right after; it does not come back.
           if (this.currentState === "running") await beats.registerFylr(this.registration());
+          // Claims found nothing while this fylr had no row: look at the local queue again.
+          this.localQueue.maybeQueued();
         },
       },
       this.housekeepingAbort.signal,
@@ -386,8 +398,13 @@ export class Dispatcher {
     const highPriority = this.permits.highPriority;
     const total = Math.min(this.permits.available(highPriority), this.config.maxClaimBatch);
     if (total === 0) return;
+    // Without LISTEN, other fylrs' local items show up only by asking.
+    if (this.localQueue.knownEmpty && this.listening) return;
     const normal = Math.min(this.permits.available(minPriority), total);
+    const token = this.localQueue.begin();
     const items = await this.store.claimLocal(this.fylrId, { total, normal, highPriority });
+    // Empty for sure only when no priority reserve could have held normal items back.
+    if ((items.length === 0 && normal > 0) || (normal === total && items.length < total)) this.localQueue.sawEmpty(token);
     // Claim order puts high-priority items first, as the query counted them.
     for (const item of items) {
       const permit = this.permits.tryReserve(item.priority);
