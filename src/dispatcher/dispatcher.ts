@@ -210,7 +210,9 @@ export class Dispatcher {
     });
     const result = await this.store.submit(normalized);
     if (result.created && result.item.kind === "local") this.localQueue.maybeQueued();
-    if (result.created) this.wakeup.notify("submit");
+    // With LISTEN up the insert's own notification wakes this loop as it wakes every other
+    // fylr's; waking it here too cost a second, empty claim pass per submit.
+    if (result.created && !this.listening) this.wakeup.notify("submit");
     return result;
   }
 
