@@ -74,6 +74,8 @@ export class Dispatcher {
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
   private readonly localQueue = new LocalQueueHint();
+  // True when the database's trigger tells local items apart ("queued local", migration 0007).
+  private localNotifies = false;
   private readonly loopAbort = new AbortController();
   // The housekeeping loop stops last: it heartbeats while running items finish.
   private readonly housekeepingAbort = new AbortController();
@@ -145,6 +147,7 @@ export class Dispatcher {
     if (this.currentState !== "idle") throw new IllegalTransitionError("dispatcher", this.currentState, "running");
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
     await this.store.registerFylr(this.registration());
+    this.localNotifies = await this.store.hasMigration(7);
     this.setState("running");
     this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify("capacity"));
     if (this.config.listen) this.listen();
@@ -301,6 +304,11 @@ export class Dispatcher {
     const newClient = this.options.listenClient ?? (() => new pg.Client(this.options.pool.options));
     const listener = new QueueListener(newClient, this.log);
     listener.events.on("queued", () => {
+      // A database without migration 0007 never says which kind was queued.
+      if (!this.localNotifies) this.localQueue.maybeQueued();
+      this.wakeup.notify("notify");
+    });
+    listener.events.on("queued:local", () => {
       this.localQueue.maybeQueued();
       this.wakeup.notify("notify");
     });

@@ -114,6 +114,24 @@ describe("dispatcher wakeups (LISTEN/NOTIFY)", function () {
     await release(b);
   });
 
+  it("notifies \"queued local\" besides \"queued\" only when a local item became queued", async () => {
+    const listener = await pool.connect();
+    const heard: string[] = [];
+    listener.on("notification", (n) => heard.push(n.payload ?? ""));
+    try {
+      await listener.query("LISTEN slotbroker_queue");
+      const store = new QueueStore(pool);
+      const limits = { maxInputBytes: 1 << 20, defaultMaxAttempts: 3, stdinUrlPrefixes: [] };
+      await store.submit(normalizeSubmit({ calls: [cat] }, createDefaultActions(), limits));
+      await store.submit(normalizeSubmit({ local: { name: "count", params: {}, input: Buffer.from("x") } }, createDefaultActions(), limits));
+      await listener.query("SELECT 1"); // both commits' notifications are in before this answer
+      expect(heard).to.deep.equal(["queued", "queued", "queued local"]);
+    } finally {
+      await listener.query("UNLISTEN *");
+      listener.release();
+    }
+  });
+
   it("reconnects after the LISTEN connection is killed, and wakes up again", async () => {
     const { a, b } = await pair();
     const down = new EventMonitor(b.events, "notify:down");
