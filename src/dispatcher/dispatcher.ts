@@ -37,7 +37,7 @@ import { storeConfig } from "./store-config.js";
 import { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
 import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
-import { LocalQueueHint } from "./local-queue-hint.js";
+import { QueueHint } from "./queue-hint.js";
 
 export type { DispatcherState };
 export { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
@@ -73,7 +73,8 @@ export class Dispatcher {
   private readonly tasks: ItemTasks;
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
-  private readonly localQueue = new LocalQueueHint();
+  private readonly localQueue = new QueueHint();
+  private readonly execQueue = new QueueHint();
   // True when the database's trigger tells local items apart ("queued local", migration 0007).
   private localNotifies = false;
   private readonly loopAbort = new AbortController();
@@ -212,7 +213,7 @@ export class Dispatcher {
       stdinUrlPrefixes: this.config.stdinUrlPrefixes,
     });
     const result = await this.store.submit(normalized);
-    if (result.created && result.item.kind === "local") this.localQueue.maybeQueued();
+    if (result.created) (result.item.kind === "local" ? this.localQueue : this.execQueue).maybeQueued();
     // With LISTEN up the insert's own notification wakes this loop as it wakes every other
     // fylr's; waking it here too cost a second, empty claim pass per submit.
     if (result.created && !this.listening) this.wakeup.notify("submit");
@@ -237,7 +238,7 @@ export class Dispatcher {
   /** A failed or cancelled item back to the queue with fresh attempts. */
   async retry(id: string): Promise<QueueItem> {
     const item = await this.control.retry(id);
-    this.localQueue.maybeQueued();
+    this.maybeQueued();
     this.wakeup.notify("submit");
     return item;
   }
@@ -273,8 +274,14 @@ export class Dispatcher {
 
   /** Asks for an extra loop pass soon (as a notification from another fylr would). */
   poke(): void {
-    this.localQueue.maybeQueued();
+    this.maybeQueued();
     this.wakeup.notify("notify");
+  }
+
+  // Anything may have been queued: the next pass asks for both kinds.
+  private maybeQueued(): void {
+    this.execQueue.maybeQueued();
+    this.localQueue.maybeQueued();
   }
 
   /** A snapshot of admission, holdings and counters. */
@@ -305,6 +312,7 @@ export class Dispatcher {
     const listener = new QueueListener(newClient, this.log);
     listener.events.on("queued", () => {
       // A database without migration 0007 never says which kind was queued.
+      this.execQueue.maybeQueued();
       if (!this.localNotifies) this.localQueue.maybeQueued();
       this.wakeup.notify("notify");
     });
@@ -315,7 +323,7 @@ export class Dispatcher {
     listener.events.on("changed", (id) => this.events.emit("queue:changed", id));
     listener.events.on("cancel", (id) => this.cancels.requested(id));
     listener.events.on("up", () => {
-      this.localQueue.maybeQueued();
+      this.maybeQueued();
       this.wakeup.notify("notify");
       this.events.emit("notify:up");
     });
@@ -333,7 +341,7 @@ export class Dispatcher {
       await this.pass(signal);
       try {
         const source = await this.wakeup.wait(this.config.pollIntervalMs, signal);
-        if (source === "poll") this.localQueue.maybeQueued();
+        if (source === "poll") this.maybeQueued();
         if (source === "notify" || source === "submit") {
           const early = passStartedAt + queuedWakeGapMs - performance.now();
           if (early > 0) await sleep(early, signal);
@@ -363,7 +371,7 @@ export class Dispatcher {
           // A stopping fylr's row is removed right after; it does not come back.
           if (this.currentState === "running") await beats.registerFylr(this.registration());
           // Claims found nothing while this fylr had no row: look at the local queue again.
-          this.localQueue.maybeQueued();
+          this.maybeQueued();
         },
       },
       this.housekeepingAbort.signal,
@@ -399,7 +407,11 @@ export class Dispatcher {
     this.admission = execAdmission(this.options.capacity.instances(), this.tasks.execHeld, this.config.headroom);
     const want = Math.min(this.admission.free, this.config.maxClaimBatch);
     if (want === 0) return;
+    // Without LISTEN, other fylrs' items show up only by asking.
+    if (this.execQueue.knownEmpty && this.listening) return;
+    const token = this.execQueue.begin();
     const items = await this.store.claim(this.fylrId, "exec", minPriority, want);
+    if (items.length < want) this.execQueue.sawEmpty(token);
     for (const item of items) this.tasks.spawn(item, undefined);
     if (items.length === want && this.admission.free > want) this.wakeup.notify("backlog");
   }
