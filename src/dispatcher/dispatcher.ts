@@ -38,6 +38,7 @@ import { storeConfig } from "./store-config.js";
 import { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
 import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
+import { QueueHint } from "./queue-hint.js";
 
 export type { DispatcherState };
 export { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
@@ -73,6 +74,10 @@ export class Dispatcher {
   private readonly tasks: ItemTasks;
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
+  private readonly localQueue = new QueueHint();
+  private readonly execQueue = new QueueHint();
+  // True when the database's trigger tells local items apart ("queued local", migration 0007).
+  private localNotifies = false;
   private readonly loopAbort = new AbortController();
   // The housekeeping loop stops last: it heartbeats while running items finish.
   private readonly housekeepingAbort = new AbortController();
@@ -144,6 +149,7 @@ export class Dispatcher {
     if (this.currentState !== "idle") throw new IllegalTransitionError("dispatcher", this.currentState, "running");
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
     await this.store.registerFylr(this.registration());
+    this.localNotifies = await this.store.hasMigration(7);
     this.setState("running");
     this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify("capacity"));
     if (this.config.listen) this.listen();
@@ -209,7 +215,10 @@ export class Dispatcher {
       stdinUrlPrefixes: this.config.stdinUrlPrefixes,
     });
     const result = await this.store.submit(normalized);
-    if (result.created) this.wakeup.notify("submit");
+    if (result.created) (result.item.kind === "local" ? this.localQueue : this.execQueue).maybeQueued();
+    // With LISTEN up the insert's own notification wakes this loop as it wakes every other
+    // fylr's; waking it here too cost a second, empty claim pass per submit.
+    if (result.created && !this.listening) this.wakeup.notify("submit");
     return result;
   }
 
@@ -231,6 +240,7 @@ export class Dispatcher {
   /** A failed or cancelled item back to the queue with fresh attempts. */
   async retry(id: string): Promise<QueueItem> {
     const item = await this.control.retry(id);
+    this.maybeQueued();
     this.wakeup.notify("submit");
     return item;
   }
@@ -266,7 +276,14 @@ export class Dispatcher {
 
   /** Asks for an extra loop pass soon (as a notification from another fylr would). */
   poke(): void {
+    this.maybeQueued();
     this.wakeup.notify("notify");
+  }
+
+  // Anything may have been queued: the next pass asks for both kinds.
+  private maybeQueued(): void {
+    this.execQueue.maybeQueued();
+    this.localQueue.maybeQueued();
   }
 
   /** A snapshot of admission, holdings and counters. */
@@ -295,10 +312,20 @@ export class Dispatcher {
   private listen(): void {
     const newClient = this.options.listenClient ?? (() => new pg.Client(this.options.pool.options));
     const listener = new QueueListener(newClient, this.log);
-    listener.events.on("queued", () => this.wakeup.notify("notify"));
+    listener.events.on("queued", () => {
+      // A database without migration 0007 never says which kind was queued.
+      this.execQueue.maybeQueued();
+      if (!this.localNotifies) this.localQueue.maybeQueued();
+      this.wakeup.notify("notify");
+    });
+    listener.events.on("queued:local", () => {
+      this.localQueue.maybeQueued();
+      this.wakeup.notify("notify");
+    });
     listener.events.on("changed", (id) => this.events.emit("queue:changed", id));
     listener.events.on("cancel", (id) => this.cancels.requested(id));
     listener.events.on("up", () => {
+      this.maybeQueued();
       this.wakeup.notify("notify");
       this.events.emit("notify:up");
     });
@@ -316,6 +343,7 @@ export class Dispatcher {
       await this.pass(signal);
       try {
         const source = await this.wakeup.wait(this.config.pollIntervalMs, signal);
+        if (source === "poll") this.maybeQueued();
         if (source === "notify" || source === "submit") {
           const early = passStartedAt + queuedWakeGapMs - performance.now();
           if (early > 0) await sleep(early, signal);
@@ -344,6 +372,8 @@ export class Dispatcher {
           this.tasks.abortAll(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
           // A stopping fylr's row is removed right after; it does not come back.
           if (this.currentState === "running") await beats.registerFylr(this.registration());
+          // Claims found nothing while this fylr had no row: look at the local queue again.
+          this.maybeQueued();
         },
       },
       this.housekeepingAbort.signal,
@@ -379,7 +409,11 @@ export class Dispatcher {
     this.admission = execAdmission(this.options.capacity.instances(), this.tasks.execHeld, this.config.headroom);
     const want = Math.min(this.admission.free, this.config.maxClaimBatch);
     if (want === 0) return;
+    // Without LISTEN, other fylrs' items show up only by asking.
+    if (this.execQueue.knownEmpty && this.listening) return;
+    const token = this.execQueue.begin();
     const items = await this.store.claim(this.fylrId, "exec", minPriority, want);
+    if (items.length < want) this.execQueue.sawEmpty(token);
     for (const item of items) this.tasks.spawn(item, undefined);
     if (items.length === want && this.admission.free > want) this.wakeup.notify("backlog");
   }
@@ -388,8 +422,13 @@ export class Dispatcher {
     const highPriority = this.permits.highPriority;
     const total = Math.min(this.permits.available(highPriority), this.config.maxClaimBatch);
     if (total === 0) return;
+    // Without LISTEN, other fylrs' local items show up only by asking.
+    if (this.localQueue.knownEmpty && this.listening) return;
     const normal = Math.min(this.permits.available(minPriority), total);
+    const token = this.localQueue.begin();
     const items = await this.store.claimLocal(this.fylrId, { total, normal, highPriority });
+    // Empty for sure only when no priority reserve could have held normal items back.
+    if ((items.length === 0 && normal > 0) || (normal === total && items.length < total)) this.localQueue.sawEmpty(token);
     // Claim order puts high-priority items first, as the query counted them.
     for (const item of items) {
       const permit = this.permits.tryReserve(item.priority);

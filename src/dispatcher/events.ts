@@ -11,7 +11,8 @@ export type DispatcherState = "idle" | "running" | "stopping" | "stopped";
 
 /**
  * What woke the loop before its poll interval: a NOTIFY from any fylr ("notify"), a submit
- * through this dispatcher, an item of this fylr that finished, more work than one claim
+ * through this dispatcher while it has no LISTEN connection (with one, the submit's own
+ * NOTIFY wakes it) or a retry, an item of this fylr that finished, more work than one claim
  * batch, or a change of the exec capacity; "poll" when the interval passed.
  */
 export type WakeSource = "notify" | "submit" | "finished" | "backlog" | "capacity" | "poll";

@@ -18,6 +18,8 @@ export const queueChannel = "slotbroker_queue";
 export interface QueueListenerEvents {
   /** Some item became queued (submit, retry, requeue, sweep): claim loops wake up. */
   queued: [];
+  /** Besides "queued": one of those items is local (migration 0007 and later). */
+  "queued:local": [];
   /** This item's state changed. */
   changed: [itemId: string];
   /** A cancel was asked for this held item: the fylr holding it stops it. */
@@ -96,6 +98,7 @@ export class QueueListener {
 
   private onNotification(payload: string): void {
     if (payload === "queued") return this.events.emit("queued");
+    if (payload === "queued local") return this.events.emit("queued:local");
     if (payload.startsWith("cancel ")) {
       const id = payload.slice("cancel ".length);
       this.events.emit("cancel", id);

@@ -244,6 +244,9 @@ SELECT (SELECT count(*) FROM gone)::int AS items,
 export const registerFylr = `
 INSERT INTO fylrs (id, hostname, pid, api_url, version) VALUES ($1, $2, $3, $4, $5)`;
 
+/** Whether migration $1 is applied. */
+export const migrationApplied = `SELECT EXISTS (SELECT 1 FROM slotbroker_migrations WHERE version = $1) AS found`;
+
 /** Heartbeat. $1 id. No row: a sibling declared this fylr dead and removed it. */
 export const heartbeatFylr = `UPDATE fylrs SET heartbeat_at = now() WHERE id = $1`;
 

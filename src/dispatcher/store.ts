@@ -270,6 +270,12 @@ export class QueueStore {
     await this.query("register fylr", sql.registerFylr, [reg.id, reg.hostname, reg.pid, reg.apiUrl ?? null, reg.version ?? null]);
   }
 
+  /** True when migration `version` is applied; false when the ledger cannot be read. */
+  async hasMigration(version: number): Promise<boolean> {
+    const found = await this.query<{ found: boolean }>("read the migration ledger", sql.migrationApplied, [version]).catch(() => undefined);
+    return found?.rows[0]?.found === true;
+  }
+
   /** Touches this fylr's row; false when the row is gone (a sibling declared it dead). */
   async heartbeat(id: string): Promise<boolean> {
     return (await this.query("heartbeat", sql.heartbeatFylr, [id])).rowCount === 1;

@@ -3,7 +3,7 @@
 // seconds was a notification.
 import { expect } from "chai";
 import type pg from "pg";
-import { Dispatcher, ManualCapacitySource, migrate, type DispatcherConfig } from "../../src/dispatcher/index.js";
+import { createDefaultActions, Dispatcher, ManualCapacitySource, migrate, normalizeSubmit, QueueStore, type DispatcherConfig } from "../../src/dispatcher/index.js";
 import { EventMonitor } from "../support/event-monitor.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../support/resources.js";
@@ -93,6 +93,43 @@ describe("dispatcher wakeups (LISTEN/NOTIFY)", function () {
     }
     await release(a);
     await release(b);
+  });
+
+  it("claims a local item queued elsewhere by notification, after passes that skipped the empty local queue", async () => {
+    const { a, b } = await pair();
+    const passes = new EventMonitor(b.events, "pass");
+    const claimed = new EventMonitor(b.events, "item:claimed");
+    // Exec-only passes on B (an exec item queued on A, no notification of a local item):
+    // B's local claim found nothing before, so these skip it.
+    await a.submit({ calls: [cat] });
+    await claimed.awaitNext({ timeoutMs: 5_000 });
+    await passes.awaitCount(2);
+    await release(a); // A would claim local items too
+    // A local item written straight into the queue: only its NOTIFY tells B.
+    const store = new QueueStore(pool);
+    const limits = { maxInputBytes: 1 << 20, defaultMaxAttempts: 3, stdinUrlPrefixes: [] };
+    const { item } = await store.submit(normalizeSubmit({ local: { name: "count", params: {}, input: Buffer.from("a b\n") } }, createDefaultActions(), limits));
+    const [got] = await claimed.awaitNext({ timeoutMs: 5_000, filter: (i) => i.id === item.id });
+    expect(got.kind).to.equal("local");
+    await release(b);
+  });
+
+  it("notifies \"queued local\" besides \"queued\" only when a local item became queued", async () => {
+    const listener = await pool.connect();
+    const heard: string[] = [];
+    listener.on("notification", (n) => heard.push(n.payload ?? ""));
+    try {
+      await listener.query("LISTEN slotbroker_queue");
+      const store = new QueueStore(pool);
+      const limits = { maxInputBytes: 1 << 20, defaultMaxAttempts: 3, stdinUrlPrefixes: [] };
+      await store.submit(normalizeSubmit({ calls: [cat] }, createDefaultActions(), limits));
+      await store.submit(normalizeSubmit({ local: { name: "count", params: {}, input: Buffer.from("x") } }, createDefaultActions(), limits));
+      await listener.query("SELECT 1"); // both commits' notifications are in before this answer
+      expect(heard).to.deep.equal(["queued", "queued", "queued local"]);
+    } finally {
+      await listener.query("UNLISTEN *");
+      listener.release();
+    }
   });
 
   it("reconnects after the LISTEN connection is killed, and wakes up again", async () => {

@@ -1,0 +1,72 @@
+// Statements per item: how many queries the fylrs' dispatchers send to Postgres for one
+// item, and what woke their claim loops. Two fylrs (the real startFylr) and one execserver
+// in this process, an embedded Postgres; N items of the `true` service (or `sha256sum` of
+// 4 KiB stdin), one at a time, submitted to the fylrs in turn. Every query through each
+// dispatcher's pool is counted by its SQL text (the blob store and the LISTEN connection
+// are not counted). Exact, unlike a time: it changes only when the code does.
+//
+//   node --import tsx bench/e2e-statements.ts [true|sha256] [N]
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type pg from "pg";
+import { createQueueClient } from "../src/api/client.js";
+import { compileFylrConfig, startExecserver, startFylr, type FylrHandle } from "../src/app/index.js";
+import { migrate } from "../src/dispatcher/index.js";
+import { compileExecserverConfig } from "../src/execserver/index.js";
+import { startEmbeddedPostgres } from "../src/shared/embedded-postgres.js";
+
+const service = process.argv[2] === "sha256" ? "sha256" : "true";
+const n = Number(process.argv[3] ?? 100);
+const dir = mkdtempSync(join(tmpdir(), "e2e-statements-"));
+chmodSync(dir, 0o755); // as root the embedded server runs as the "postgres" user
+const server = await startEmbeddedPostgres({ dataDir: join(dir, "pg"), persistent: false });
+await migrate(server.url);
+const execConfig = compileExecserverConfig({
+  listen: "127.0.0.1:0",
+  adminListen: "127.0.0.1:0",
+  waitgroups: { w: { processes: 4 } },
+  services: { true: { waitgroup: "w", command: ["true"] }, sha256: { waitgroup: "w", command: ["sha256sum"] } },
+});
+const exec = await startExecserver(execConfig);
+const counts = new Map<string, number>();
+const count = (key: string): void => void counts.set(key, (counts.get(key) ?? 0) + 1);
+// The first words of a statement name it well enough: "INSERT INTO queue_items", "UPDATE queue_items q SET state = 'running'".
+const label = (text: string): string => text.trim().replace(/\s+/g, " ").slice(0, 70);
+const fylrs: FylrHandle[] = [];
+for (const name of ["a", "b"]) {
+  const fylr = await startFylr(compileFylrConfig({ name, listen: "127.0.0.1:0", databaseUrl: server.url, execserver: { addresses: [exec.grpcAddress] } }));
+  const pool = (fylr.dispatcher.store as unknown as { pool: pg.Pool }).pool;
+  const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+  (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+    const first = args[0] as string | { text: string };
+    count(label(typeof first === "string" ? first : first.text));
+    return query(...args);
+  };
+  fylr.dispatcher.events.on("wakeup", (source) => count(`(claim loop woken by ${source})`));
+  fylrs.push(fylr);
+}
+const clients = fylrs.map((f) => createQueueClient(f.url));
+const stdin = Buffer.alloc(4096, 7);
+const call = service === "true" ? { service } : { service, stdin: { case: "stdinData" as const, value: stdin } };
+async function one(i: number): Promise<void> {
+  const done = new Promise<void>((resolve) => {
+    const offs = fylrs.map((f) => f.dispatcher.events.on("item:succeeded", () => (offs.forEach((off) => off()), resolve())));
+  });
+  await clients[i % clients.length]!.submit({ calls: [call] });
+  await done;
+  await new Promise((r) => setTimeout(r, 20)); // the passes an item's end starts belong to it
+}
+for (let i = 0; i < 10; i++) await one(i); // warm-up
+counts.clear();
+for (let i = 0; i < n; i++) await one(i);
+let total = 0;
+for (const [key, value] of [...counts].sort()) {
+  if (!key.startsWith("(")) total += value;
+  process.stdout.write(`${(value / n).toFixed(2).padStart(6)}  ${key}\n`);
+}
+process.stdout.write(`statements per item (${service}, two fylrs, one at a time, ${n} items): ${(total / n).toFixed(2)}\n`);
+for (const fylr of fylrs) await fylr.close();
+await exec.close();
+await server.stop();
+rmSync(dir, { recursive: true, force: true });
