@@ -84,6 +84,9 @@ export const fylrChurn: Scenario = {
         HOST_ADDRS: hosts.join(","),
         CRASH_HOST: crashHost,
         EXECSERVERS: execs.length,
+        EXEC_ADDRS: execs.map((e) => e.grpc).join(","),
+        // SLOTBROKER_LOAD_DIAG=1: per-fylr grants, declines and parked wants in the log.
+        DIAG: process.env.SLOTBROKER_LOAD_DIAG ?? "0",
         MIN_FYLRS: p.hosts * p.perHost,
         RESCUE_MS: (p.staleAfterS + 5) * 1000,
         RUN_ID: randomBytes(4).toString("hex"),

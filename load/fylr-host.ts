@@ -1,8 +1,10 @@
 // One process hosting several complete fylrs (startFylr: each its own database pools,
 // broker client and connections, HTTP port, dispatcher), so a load scenario can run 50+
 // fylrs on 2 cores. A small control port lets the k6 script make fylrs come and go:
-//   GET  /fylrs           [{id, http}] of the running fylrs
-//   POST /join            starts one more fylr → {id, http, startedMs}
+//   GET  /fylrs           [{id, http, claimed, succeeded, held, admission, …}] of the running
+//                         fylrs: their dispatcher counters, all taken at one instant
+//   GET  /queued          items queued and not claimed (Postgres)
+//   POST /join            starts one more fylr → {id, http, startedMs, returnedAt (epoch ms)}
 //   POST /leave?id=ID     graceful stop of one fylr (its running items finish or go back)
 //   POST /crash           answers, then SIGKILLs this whole process: its fylrs vanish
 //                         without a goodbye, and their claims wait to be rescued
@@ -38,16 +40,38 @@ async function join(): Promise<FylrHandle> {
 
 const describe = (f: FylrHandle): { id: string; http: string } => ({ id: f.id, http: f.address });
 
+// One in-process snapshot of every fylr's claim counters: taken in the same turn of the
+// event loop, so the fylrs of one host are compared at the same instant.
+const counters = (f: FylrHandle): Record<string, string | number> => {
+  const s = f.dispatcher.stats();
+  return {
+    ...describe(f),
+    claimed: s.counters.claimed,
+    succeeded: s.counters.succeeded,
+    failed: s.counters.failed,
+    requeued: s.counters.requeued,
+    held: s.execHeld,
+    admission: s.execAdmission,
+    instances: s.shares.length,
+    parked: f.broker.parked,
+    running: f.broker.running,
+  };
+};
+
 async function handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
   const url = new URL(request.url ?? "/", "http://host");
   const send = (status: number, body: unknown): void => {
     response.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
   };
-  if (request.method === "GET" && url.pathname === "/fylrs") return send(200, [...fylrs.values()].map(describe));
+  if (request.method === "GET" && url.pathname === "/fylrs") return send(200, [...fylrs.values()].map(counters));
+  if (request.method === "GET" && url.pathname === "/queued") {
+    const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM queue_items WHERE state = 'queued'`);
+    return send(200, { queued: rows[0]!.n });
+  }
   if (request.method === "POST" && url.pathname === "/join") {
     const t0 = Date.now();
     const fylr = await join();
-    return send(200, { ...describe(fylr), startedMs: Date.now() - t0 });
+    return send(200, { ...describe(fylr), startedMs: Date.now() - t0, returnedAt: Date.now() });
   }
   if (request.method === "POST" && url.pathname === "/leave") {
     const fylr = fylrs.get(url.searchParams.get("id") ?? "");
