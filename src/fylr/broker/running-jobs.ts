@@ -37,7 +37,7 @@ export class RunningJobs {
   track(jobId: string, conn: BrokerConnection, instanceId: string): Promise<Receipt> {
     return new Promise<Receipt>((resolve, reject) => {
       let onConn = this.jobs.get(conn);
-      if (!onConn) this.jobs.set(conn, (onConn = new Map()));
+      if (!onConn) this.jobs.set(conn, (onConn = new Map<string, TrackedJob>()));
       if (!onConn.has(jobId)) this.count++;
       onConn.set(jobId, { conn, instanceId, resolve, reject });
     });
