@@ -10,7 +10,7 @@
 //                         without a goodbye, and their claims wait to be rescued
 //   GET  /held?ids=A,B    items still claimed or running under those fylr ids (Postgres)
 //   node --import tsx load/fylr-host.ts CONFIG.json
-// CONFIG.json: { name, fylrs, fylr: <FylrConfigInput without name and listen> }.
+// CONFIG.json: { name, fylrs, fylr: <FylrConfigInput without name and listen>, greedyHeadroom? }.
 // Prints `fylr-host listening control=HOST:PORT` once every initial fylr runs.
 import { readFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -23,6 +23,8 @@ interface HostConfig {
   readonly name: string;
   readonly fylrs: number;
   readonly fylr: Omit<FylrConfigInput, "name" | "listen">;
+  /** Only to see the fairness thresholds fail: the host's first fylr claims with this headroom. */
+  readonly greedyHeadroom?: number;
 }
 
 const config = JSON.parse(readFileSync(process.argv[2]!, "utf8")) as HostConfig;
@@ -33,7 +35,10 @@ let started = 0;
 const db = new pg.Pool({ connectionString: config.fylr.databaseUrl, max: 1 });
 
 async function join(): Promise<FylrHandle> {
-  const fylr = await startFylr(compileFylrConfig({ ...config.fylr, name: `${config.name}-${started++}`, listen: "127.0.0.1:0" }), { logger });
+  const index = started++;
+  const greedy = index === 0 && config.greedyHeadroom !== undefined;
+  const input = greedy ? { ...config.fylr, dispatcher: { ...config.fylr.dispatcher, headroom: config.greedyHeadroom } } : config.fylr;
+  const fylr = await startFylr(compileFylrConfig({ ...input, name: `${config.name}-${index}`, listen: "127.0.0.1:0" }), { logger });
   fylrs.set(fylr.id, fylr);
   return fylr;
 }

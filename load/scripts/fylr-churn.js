@@ -121,8 +121,17 @@ function submitItems(anchors, from, to) {
     batch.push(queueCall(anchors[n % anchors.length].http, 'Submit', { calls: [{ service: 'sleep', args: [JOB_S] }], idempotencyKey: `${RUN}-${n}` }));
   }
   let created = 0;
-  for (const r of http.batch(batch)) {
-    if (r.status === 200 && r.json('created') === true) created++;
+  let responses = http.batch(batch);
+  // A Submit that timed out on a starved host is sent once more: the idempotency key makes
+  // the repeat return the item the first one may have created.
+  const again = new Set(batch.map((_, i) => i).filter((i) => responses[i].status === 0));
+  if (again.size > 0) {
+    const retried = http.batch([...again].map((i) => ({ ...batch[i], params: { ...batch[i].params, timeout: '30s' } })));
+    let k = 0;
+    responses = responses.map((r, i) => (again.has(i) ? retried[k++] : r));
+  }
+  for (const [i, r] of responses.entries()) {
+    if (r.status === 200 && (r.json('created') === true || again.has(i))) created++;
     else {
       submitErrors.add(1);
       console.error(`submit: ${r.status} ${r.body}`);
