@@ -4,6 +4,8 @@
 //   GET  /fylrs           [{id, http, claimed, succeeded, held, admission, …}] of the running
 //                         fylrs: their dispatcher counters, all taken at one instant
 //   GET  /queued          items queued and not claimed (Postgres)
+//   GET  /claims          {cut, claims: {fylr id: n}}: items whose last claim was made before
+//                         the cut-off (a second ago, Postgres time), per claiming fylr
 //   POST /join            starts one more fylr → {id, http, startedMs, returnedAt (epoch ms)}
 //   POST /leave?id=ID     graceful stop of one fylr (its running items finish or go back)
 //   POST /crash           answers, then SIGKILLs this whole process: its fylrs vanish
@@ -43,6 +45,12 @@ async function join(): Promise<FylrHandle> {
   return fylr;
 }
 
+const CLAIMS = `
+  WITH cut AS (SELECT now() - interval '1 second' AS t)
+  SELECT cut.t AS cut, q.claimed_by AS id, count(q.id)::int AS n
+  FROM cut LEFT JOIN queue_items q ON q.claimed_by IS NOT NULL AND q.claimed_at < cut.t
+  GROUP BY cut.t, q.claimed_by`;
+
 const describe = (f: FylrHandle): { id: string; http: string } => ({ id: f.id, http: f.address });
 
 // One in-process snapshot of every fylr's claim counters: taken in the same turn of the
@@ -69,6 +77,14 @@ async function handle(request: IncomingMessage, response: ServerResponse): Promi
     response.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
   };
   if (request.method === "GET" && url.pathname === "/fylrs") return send(200, [...fylrs.values()].map(counters));
+  if (request.method === "GET" && url.pathname === "/claims") {
+    // Claims per fylr up to a cut-off a second back (later claims may not have committed),
+    // all in Postgres time: one consistent count for every fylr of every host.
+    const { rows } = await db.query<{ cut: Date; id: string | null; n: number }>(CLAIMS);
+    const claims: Record<string, number> = {};
+    for (const r of rows) if (r.id !== null) claims[r.id] = r.n;
+    return send(200, { cut: rows[0]?.cut.getTime(), claims });
+  }
   if (request.method === "GET" && url.pathname === "/queued") {
     const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM queue_items WHERE state = 'queued'`);
     return send(200, { queued: rows[0]!.n });

@@ -181,11 +181,12 @@ export function observe(data) {
     present.add(fylrs.size);
 
     if (now >= nextWindow) {
+      let claims;
       if (windowStart) {
         checkStats(fylrs);
-        closeWindow(windowStart, now, fylrs, firstSeen);
+        claims = closeWindow(windowStart, now, fylrs, firstSeen);
       }
-      windowStart = { at: now, fylrs, exec: VERBOSE ? execGrants() : undefined };
+      windowStart = { at: now, fylrs, claims: claims || claimCounts(), exec: VERBOSE ? execGrants() : undefined };
       nextWindow += WINDOW_S;
     }
 
@@ -255,7 +256,19 @@ function diagnose(start, deltas, end) {
   console.log(`window diag:\n  ${lines.join('\n  ')}`);
 }
 
+/**
+ * Claims per fylr id as Postgres recorded them (claimed_by, claimed_at) up to one cut-off:
+ * every fylr counted at the same instant, whichever host answers late. An item claimed
+ * again (rescued) counts for its last claimer only, which only ever costs departed fylrs.
+ */
+function claimCounts() {
+  const r = http.get(`http://${HOSTS[0]}/claims`, { timeout: '10s', tags: { method: 'claims' } });
+  if (r.status !== 200) throw new Error(`claims: ${r.status} ${r.body}`);
+  return r.json('claims');
+}
+
 function closeWindow(start, endAt, end, firstSeen) {
+  const endClaims = claimCounts();
   const deltas = [];
   const perHost = new Map();
   for (const [id, after] of end) {
@@ -270,11 +283,11 @@ function closeWindow(start, endAt, end, firstSeen) {
       overShare.add(1);
       continue;
     }
-    const n = after.claimed - before.claimed;
+    const n = (endClaims[id] || 0) - (start.claims[id] || 0);
     deltas.push({ id, n });
     perHost.set(hostOf.get(id), [...(perHost.get(hostOf.get(id)) || []), n]);
   }
-  if (deltas.length === 0) return;
+  if (deltas.length === 0) return endClaims;
   const mean = deltas.reduce((a, d) => a + d.n, 0) / deltas.length;
   const worst = deltas.reduce((w, d) => (Math.abs(d.n - mean) / mean > Math.abs(w.n - mean) / mean ? d : w), deltas[0]);
   const deviation = mean > 0 ? Math.abs(worst.n - mean) / mean : 1;
@@ -288,6 +301,7 @@ function closeWindow(start, endAt, end, firstSeen) {
     `window ${start.at.toFixed(0)}–${endAt.toFixed(0)} s: ${deltas.length} fylrs, claims ${Math.min(...ns)}–${Math.max(...ns)} (mean ${mean.toFixed(1)}), ` +
       `max deviation ${(deviation * 100).toFixed(1)} % (${worst.id}); per host: ${[...perHost].map(([h, ns]) => `${h} [${ns.join(' ')}]`).join(', ')}`,
   );
+  return endClaims;
 }
 
 function waitUntil(t0, at) {
