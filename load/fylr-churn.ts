@@ -87,6 +87,7 @@ export const fylrChurn: Scenario = {
         EXEC_ADDRS: execs.map((e) => e.grpc).join(","),
         // SLOTBROKER_LOAD_DIAG=1: per-fylr grants, declines and parked wants in the log.
         DIAG: process.env.SLOTBROKER_LOAD_DIAG ?? "0",
+        GREEDY: greedyHeadroom() === undefined ? "0" : "1",
         MIN_FYLRS: p.hosts * p.perHost,
         RESCUE_MS: (p.staleAfterS + 5) * 1000,
         RUN_ID: randomBytes(4).toString("hex"),
