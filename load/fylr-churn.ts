@@ -20,9 +20,9 @@ const ERRORS = `SELECT left(error, 160) AS error, count(*)::int AS n FROM queue_
 const UNFINISHED = `SELECT count(*)::int AS n FROM queue_items WHERE state IN ('queued', 'claimed', 'running')`;
 
 /** Starts one fylr-host process running `fylrs` fylrs; resolves with its control address. */
-async function startFylrHost(ctx: ServerContext, name: string, fylrs: number, fylr: Omit<FylrConfigInput, "name" | "listen">): Promise<string> {
+async function startFylrHost(ctx: ServerContext, name: string, fylrs: number, fylr: Omit<FylrConfigInput, "name" | "listen">, greedyHeadroom?: number): Promise<string> {
   const path = join(ctx.sup.tempDir(name), "host.json");
-  writeFileSync(path, JSON.stringify({ name, fylrs, fylr }));
+  writeFileSync(path, JSON.stringify({ name, fylrs, fylr, greedyHeadroom }));
   const started = await ctx.sup.start(
     name,
     process.execPath,
@@ -75,7 +75,7 @@ export const fylrChurn: Scenario = {
     // All at once: the migrations' advisory lock lets one fylr migrate while the rest wait.
     const [crashHost, ...hosts] = await Promise.all([
       startFylrHost(ctx, "host-crash", p.crashFylrs, fylr),
-      ...Array.from({ length: p.hosts }, (_, i) => startFylrHost(ctx, `host-${i}`, p.perHost, fylr)),
+      ...Array.from({ length: p.hosts }, (_, i) => startFylrHost(ctx, `host-${i}`, p.perHost, fylr, i === 0 ? greedyHeadroom() : undefined)),
     ]);
     const { processes: _p, headroom: _h, hosts: _n, perHost: _ph, crashFylrs: _c, staleAfterS: _s, drainTimeoutS, ...env } = p;
     return {
@@ -84,6 +84,10 @@ export const fylrChurn: Scenario = {
         HOST_ADDRS: hosts.join(","),
         CRASH_HOST: crashHost,
         EXECSERVERS: execs.length,
+        EXEC_ADDRS: execs.map((e) => e.grpc).join(","),
+        // SLOTBROKER_LOAD_DIAG=1: per-fylr grants, declines and parked wants in the log.
+        DIAG: process.env.SLOTBROKER_LOAD_DIAG ?? "0",
+        GREEDY: greedyHeadroom() === undefined ? "0" : "1",
         MIN_FYLRS: p.hosts * p.perHost,
         RESCUE_MS: (p.staleAfterS + 5) * 1000,
         RUN_ID: randomBytes(4).toString("hex"),
@@ -92,6 +96,15 @@ export const fylrChurn: Scenario = {
     };
   },
 };
+
+// SLOTBROKER_LOAD_BREAK=greedy: one fylr ignores the claim share (headroom 1000 instead of
+// the profile's), to see the fairness thresholds fail. Never set in CI.
+function greedyHeadroom(): number | undefined {
+  const mode = process.env.SLOTBROKER_LOAD_BREAK;
+  if (mode === undefined || mode === "") return undefined;
+  if (mode !== "greedy") throw new Error(`SLOTBROKER_LOAD_BREAK=${mode}: the only break is "greedy"`);
+  return 1000;
+}
 
 async function checkDatabase(url: string, drainTimeoutS: number): Promise<RunnerCheck[]> {
   const client = new pg.Client(url);

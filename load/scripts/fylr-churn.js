@@ -18,7 +18,7 @@
 import { sleep } from 'k6';
 import http from 'k6/http';
 import { Counter, Trend } from 'k6/metrics';
-import { envInt, envString } from './lib/broker.js';
+import { brokerClient, envInt, envString, getStatus } from './lib/broker.js';
 
 const HOSTS = envString('HOST_ADDRS').split(',');
 const CRASH_HOST = envString('CRASH_HOST');
@@ -41,6 +41,11 @@ const MIN_WINDOW_CLAIMS = envInt('MIN_WINDOW_CLAIMS', 10);
 const RESCUE_MS = envInt('RESCUE_MS', 10000);
 const NEWCOMER_MS = envInt('NEWCOMER_MS', 3000);
 const RUN = __ENV.RUN_ID || 'run';
+const EXEC_ADDRS = (__ENV.EXEC_ADDRS || '').split(',').filter(Boolean);
+const execClients = EXEC_ADDRS.map(() => brokerClient());
+// Per-fylr grants, declines and parked wants from every execserver's GetStatus in the log.
+const VERBOSE = __ENV.DIAG === '1';
+const GREEDY = __ENV.GREEDY === '1';
 
 const maxDeviation = new Trend('window_max_deviation');
 const windowFylrs = new Trend('window_fylrs');
@@ -56,6 +61,7 @@ const newcomerMs = new Trend('newcomer_share_ms');
 const newcomers = new Counter('newcomers');
 const left = new Counter('fylrs_left');
 const crashed = new Counter('fylrs_crashed');
+const overShare = new Counter('window_over_share');
 
 export const options = {
   setupTimeout: '180s',
@@ -116,8 +122,17 @@ function submitItems(anchors, from, to) {
     batch.push(queueCall(anchors[n % anchors.length].http, 'Submit', { calls: [{ service: 'sleep', args: [JOB_S] }], idempotencyKey: `${RUN}-${n}` }));
   }
   let created = 0;
-  for (const r of http.batch(batch)) {
-    if (r.status === 200 && r.json('created') === true) created++;
+  let responses = http.batch(batch);
+  // A Submit that timed out on a starved host is sent once more: the idempotency key makes
+  // the repeat return the item the first one may have created.
+  const again = new Set(batch.map((_, i) => i).filter((i) => responses[i].status === 0));
+  if (again.size > 0) {
+    const retried = http.batch([...again].map((i) => ({ ...batch[i], params: { ...batch[i].params, timeout: '30s' } })));
+    let k = 0;
+    responses = responses.map((r, i) => (again.has(i) ? retried[k++] : r));
+  }
+  for (const [i, r] of responses.entries()) {
+    if (r.status === 200 && (r.json('created') === true || again.has(i))) created++;
     else {
       submitErrors.add(1);
       console.error(`submit: ${r.status} ${r.body}`);
@@ -129,7 +144,19 @@ function submitItems(anchors, from, to) {
 
 // The first DEPTH items go in before the clock starts, so the first window is not spent
 // filling the queue.
+// Before that, every fylr must have the HELLOs that count all of them: a fylr whose HELLO
+// still counted a few clients would claim a share several times too large, and then claim
+// nothing until that surplus ran.
 export function setup() {
+  const deadline = Date.now() + 60000;
+  for (;;) {
+    // (The greedy fylr of SLOTBROKER_LOAD_BREAK=greedy has an admission of its own.)
+    const fylrs = [...membership([...HOSTS, CRASH_HOST]).values()].filter((f) => !(GREEDY && f.id.startsWith('host-0-0-')));
+    const admissions = new Set(fylrs.map((f) => (f.instances === EXECSERVERS ? f.admission : -1)));
+    if (admissions.size === 1 && !admissions.has(-1)) break;
+    if (Date.now() > deadline) throw new Error(`setup: fylrs still differ in admission after 60 s: ${[...admissions].join(', ')}`);
+    sleep(0.2);
+  }
   submitItems(anchorsOf(membership(HOSTS)), 0, DEPTH);
   return { submitted: DEPTH };
 }
@@ -138,72 +165,136 @@ export function observe(data) {
   const t0 = Date.now();
   const anchors = anchorsOf(membership(HOSTS));
   const firstSeen = new Map(); // id → seconds since t0
-  const lastStats = new Map(); // id → last Stats
-  let windowStart; // { at, claims: Map id → claimedTotal }
+  const last = new Map(); // id → its latest counters (kept after it left: its finished items count)
+  let windowStart; // { at, fylrs: Map id → counters, exec }
   let nextWindow = WARMUP_S;
   let submittedTotal = data.submitted;
+  execClients.forEach((c, i) => c.connect(EXEC_ADDRS[i], { plaintext: true, timeout: '20s' }));
   while (elapsed(t0) < CHURN_S) {
     const tick = Date.now();
+    // Every host answers with all its fylrs' counters taken at one instant.
     const fylrs = membership([...HOSTS, CRASH_HOST]);
     const now = elapsed(t0);
     for (const [id, f] of fylrs) {
       if (!firstSeen.has(id)) firstSeen.set(id, now);
       hostOf.set(id, f.host);
+      last.set(id, f);
     }
-    const list = [...fylrs.values()];
-    const responses = http.batch(list.map((f) => queueCall(f.http, 'Stats', {})));
-    const claims = new Map();
-    const connected = new Set(); // fylrs whose Stats show a share of every execserver
-    responses.forEach((r, i) => {
-      // A fylr may leave between the listing and its Stats: then it simply is not counted.
-      if (r.status !== 200) {
-        if (fylrs.has(list[i].id) && membership([list[i].host]).has(list[i].id)) statsErrors.add(1);
-        return;
-      }
-      const s = r.json();
-      lastStats.set(list[i].id, s);
-      claims.set(list[i].id, Number(s.claimedTotal || 0));
-      if ((s.shares || []).length === EXECSERVERS) connected.add(list[i].id);
-    });
-    present.add(claims.size);
+    present.add(fylrs.size);
 
     if (now >= nextWindow) {
-      if (windowStart) closeWindow(windowStart, now, claims, firstSeen);
-      windowStart = { at: now, claims, connected };
+      let claims;
+      if (windowStart) {
+        checkStats(fylrs);
+        claims = closeWindow(windowStart, now, fylrs, firstSeen);
+      }
+      windowStart = { at: now, fylrs, claims: claims || claimCounts(), exec: VERBOSE ? execGrants() : undefined };
       nextWindow += WINDOW_S;
     }
 
     // Top the queue up: items submitted and not yet finished, by the fylrs' own counts.
     let finished = 0;
-    for (const s of lastStats.values()) finished += Number(s.succeededTotal || 0) + Number(s.failedTotal || 0);
+    for (const f of last.values()) finished += f.succeeded + f.failed;
     // At most TOPUP a tick, so a slow tick cannot snowball into a slower one.
     const want = Math.min(DEPTH - (submittedTotal - finished), TOPUP);
     if (want > 0) {
       submitItems(anchors, submittedTotal, submittedTotal + want);
       submittedTotal += want;
     }
+    if (VERBOSE) {
+      const q = http.get(`http://${HOSTS[0]}/queued`, { timeout: '5s' });
+      const held = [...fylrs.values()].reduce((n, f) => n + f.held, 0);
+      console.log(`tick ${now.toFixed(1)} s: ${fylrs.size} fylrs, ${finished} finished, held ${held}, queued ${q.status === 200 ? q.json('queued') : '?'}, tick ${Date.now() - tick} ms`);
+    }
     sleep(Math.max(0, 1 - (Date.now() - tick) / 1000));
   }
   console.log(`observe: ${submittedTotal} items submitted, ${firstSeen.size} fylrs seen`);
 }
 
+/** Every listed fylr answers Stats over QueueService (once a window). */
+function checkStats(fylrs) {
+  const list = [...fylrs.values()];
+  http.batch(list.map((f) => queueCall(f.http, 'Stats', {}))).forEach((r, i) => {
+    // A fylr may leave between the listing and its Stats: then it is not an error.
+    if (r.status !== 200 && membership([list[i].host]).has(list[i].id)) statsErrors.add(1);
+  });
+}
+
+/** Per client name: [grants, declines, connections, wantsParked, offers] per execserver. */
+function execGrants() {
+  const out = new Map();
+  execClients.forEach((c, i) => {
+    for (const conn of getStatus(c).connections) {
+      const row = out.get(conn.clientName) || EXEC_ADDRS.map(() => [0, 0, 0, 0, 0]);
+      row[i][0] += Number(conn.grants);
+      row[i][1] += Number(conn.declines);
+      row[i][2] += 1;
+      row[i][3] += Number(conn.wantsParked);
+      row[i][4] += Number(conn.offers);
+      out.set(conn.clientName, row);
+    }
+  });
+  return out;
+}
+
+// --verbose: per fylr, what its window's claims were made of.
+function diagnose(start, deltas, end) {
+  const exec = execGrants();
+  const lines = [];
+  for (const d of [...deltas].sort((a, b) => a.n - b.n)) {
+    const a = start.exec.get(d.id);
+    const b = exec.get(d.id);
+    const s0 = start.fylrs.get(d.id);
+    const s1 = end.get(d.id);
+    const g = b ? b.map((r, i) => r[0] - (a ? a[i][0] : 0)) : [];
+    const dec = b ? b.map((r, i) => r[1] - (a ? a[i][1] : 0)) : [];
+    const parked = b ? b.map((r) => r[3]) : [];
+    const offers = b ? b.map((r, i) => r[4] - (a ? a[i][4] : 0)) : [];
+    lines.push(
+      `${d.id} claims ${d.n} succ ${s1.succeeded - s0.succeeded} req ${s1.requeued - s0.requeued} held ${s0.held}→${s1.held}/${s1.admission} ` +
+        `offers ${offers.join('/')} grants ${g.join('/')} declines ${dec.join('/')} parked ${parked.join('/')}`,
+    );
+  }
+  console.log(`window diag:\n  ${lines.join('\n  ')}`);
+}
+
+/**
+ * Claims per fylr id as Postgres recorded them (claimed_by, claimed_at) up to one cut-off:
+ * every fylr counted at the same instant, whichever host answers late. An item claimed
+ * again (rescued) counts for its last claimer only, which only ever costs departed fylrs.
+ */
+function claimCounts() {
+  const r = http.get(`http://${HOSTS[0]}/claims`, { timeout: '10s', tags: { method: 'claims' } });
+  if (r.status !== 200) throw new Error(`claims: ${r.status} ${r.body}`);
+  return r.json('claims');
+}
+
 function closeWindow(start, endAt, end, firstSeen) {
+  const endClaims = claimCounts();
   const deltas = [];
   const perHost = new Map();
   for (const [id, after] of end) {
-    const before = start.claims.get(id);
+    const before = start.fylrs.get(id);
     // Present at both ends and already connected to every execserver when the window
     // opened (a newcomer's first, partial window — its initial fill — would compare a part
     // with wholes).
-    if (before === undefined || firstSeen.get(id) > start.at || !start.connected.has(id)) continue;
-    deltas.push({ id, n: after - before });
-    perHost.set(hostOf.get(id), [...(perHost.get(hostOf.get(id)) || []), after - before]);
+    // A fylr holding more than its share at the start claims nothing until the surplus
+    // ran: not comparable (setup() waits for settled shares, so this should not happen).
+    if (before === undefined || firstSeen.get(id) > start.at || before.instances !== EXECSERVERS) continue;
+    if (before.held > before.admission) {
+      overShare.add(1);
+      continue;
+    }
+    const n = (endClaims[id] || 0) - (start.claims[id] || 0);
+    deltas.push({ id, n });
+    perHost.set(hostOf.get(id), [...(perHost.get(hostOf.get(id)) || []), n]);
   }
-  if (deltas.length === 0) return;
+  if (deltas.length === 0) return endClaims;
   const mean = deltas.reduce((a, d) => a + d.n, 0) / deltas.length;
   const worst = deltas.reduce((w, d) => (Math.abs(d.n - mean) / mean > Math.abs(w.n - mean) / mean ? d : w), deltas[0]);
   const deviation = mean > 0 ? Math.abs(worst.n - mean) / mean : 1;
   const ns = deltas.map((d) => d.n);
+  if (VERBOSE && start.exec) diagnose(start, deltas, end);
   maxDeviation.add(deviation);
   windowFylrs.add(deltas.length);
   windowClaimsMin.add(Math.min(...ns));
@@ -212,6 +303,7 @@ function closeWindow(start, endAt, end, firstSeen) {
     `window ${start.at.toFixed(0)}–${endAt.toFixed(0)} s: ${deltas.length} fylrs, claims ${Math.min(...ns)}–${Math.max(...ns)} (mean ${mean.toFixed(1)}), ` +
       `max deviation ${(deviation * 100).toFixed(1)} % (${worst.id}); per host: ${[...perHost].map(([h, ns]) => `${h} [${ns.join(' ')}]`).join(', ')}`,
   );
+  return endClaims;
 }
 
 function waitUntil(t0, at) {
@@ -219,31 +311,33 @@ function waitUntil(t0, at) {
   if (wait > 0) sleep(wait);
 }
 
+// `count` fylrs start at once, one per stable host; then each is followed until it holds
+// its share.
 function join(t0, count) {
-  for (let i = 0; i < count; i++) {
-    const host = HOSTS[i % HOSTS.length];
-    const r = http.post(`http://${host}/join`, null, { timeout: '60s', tags: { method: 'join' } });
-    if (r.status !== 200) throw new Error(`join on ${host}: ${r.status} ${r.body}`);
-    const fylr = r.json();
-    // From the moment startFylr returned: it is claiming, its broker connections opening.
-    const started = Date.now();
+  const hosts = Array.from({ length: count }, (_, i) => HOSTS[i % HOSTS.length]);
+  const started = http.batch(hosts.map((h) => ({ method: 'POST', url: `http://${h}/join`, params: { timeout: '60s', tags: { method: 'join' } } })));
+  // From the moment startFylr returned: it is claiming, its broker connections opening.
+  const pending = started.map((r, i) => {
+    if (r.status !== 200) throw new Error(`join on ${hosts[i]}: ${r.status} ${r.body}`);
     newcomers.add(1);
-    // Its share: every execserver's HELLO seen and the admission they give all held.
-    for (;;) {
-      const s = http.post(`http://${fylr.http}/slotbroker.v1.QueueService/Stats`, '{}', json).json();
+    return { ...r.json(), since: r.json('returnedAt') };
+  });
+  while (pending.length > 0) {
+    const responses = http.batch(pending.map((f) => queueCall(f.http, 'Stats', {})));
+    for (let i = pending.length - 1; i >= 0; i--) {
+      const f = pending[i];
+      const s = responses[i].status === 200 ? responses[i].json() : {};
       const shares = s.shares || [];
-      if (shares.length === EXECSERVERS && Number(s.execHeld || 0) >= Number(s.execAdmission || 0) && Number(s.execAdmission || 0) > 0) {
-        newcomerMs.add(Date.now() - started);
-        console.log(`newcomer ${fylr.id} at ${elapsed(t0).toFixed(1)} s: holds ${s.execHeld}/${s.execAdmission} after ${Date.now() - started} ms (start ${fylr.startedMs} ms)`);
-        break;
-      }
-      if (Date.now() - started > 30000) {
-        newcomerMs.add(Date.now() - started);
-        console.error(`newcomer ${fylr.id}: no full share after 30 s: ${JSON.stringify(s)}`);
-        break;
-      }
-      sleep(0.05);
+      // Its share: every execserver's HELLO seen and the admission they give all held.
+      const full = shares.length === EXECSERVERS && Number(s.execAdmission || 0) > 0 && Number(s.execHeld || 0) >= Number(s.execAdmission || 0);
+      const waited = Date.now() - f.since;
+      if (full) console.log(`newcomer ${f.id} at ${elapsed(t0).toFixed(1)} s: holds ${s.execHeld}/${s.execAdmission} after ${waited} ms (start ${f.startedMs} ms)`);
+      else if (waited > 30000) console.error(`newcomer ${f.id}: no full share after 30 s: ${JSON.stringify(s)}`);
+      else continue;
+      newcomerMs.add(waited);
+      pending.splice(i, 1);
     }
+    sleep(0.05);
   }
 }
 

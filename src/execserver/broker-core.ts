@@ -279,6 +279,14 @@ export class BrokerCore {
     if (record.state === "parked") this.unpark(record);
     else {
       this.endOffer(record, "withdrawn");
+      // A client racing one want on several instances withdraws it here once it won
+      // elsewhere, often while this offer was on its way: the slot goes to the same
+      // connection's next want in the class, so the race does not cost it its turn.
+      const next = this.drainingFlag ? undefined : record.group.book.popOwner(connection, record.priority);
+      if (next) {
+        next.value.want = undefined;
+        this.grant(next.value);
+      }
       this.pump(record.group);
     }
   }

@@ -94,6 +94,19 @@ export class WantBook<T> {
     return want;
   }
 
+  /**
+   * Removes and returns the oldest want `owner` has in class `priority`, when that class is
+   * still the most urgent one; the cursor does not move. For a turn that ended without a
+   * grant (the owner withdrew the want it was offered): the owner keeps the turn. O(1).
+   */
+  popOwner(owner: object, priority: number): ParkedWant<T> | undefined {
+    const queue = this.owners.get(owner)?.get(priority);
+    if (!queue || this.heap.peek()!.priority !== priority) return undefined;
+    const want = queue.head!;
+    this.unlink(want);
+    return want;
+  }
+
   /** The want pop() would return, without removing it. */
   peek(): ParkedWant<T> | undefined {
     return this.heap.peek()?.cursor?.head;

@@ -110,6 +110,36 @@ describe("broker core (execserver)", () => {
     expect(fx.cancelled).to.deep.equal([]);
   });
 
+  it("gives the slot of an offer withdrawn by UNWANT to the same connection's next want: it keeps its turn", () => {
+    const { broker, fx, conn } = setup(1);
+    const a = conn("a");
+    const b = conn("b");
+    broker.want(a, "a1", "s", 0);
+    broker.want(a, "a2", "s", 0);
+    broker.want(b, "b1", "s", 0);
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1"]);
+    // a1 won on another instance; its UNWANT crossed the offer on the wire.
+    broker.unwant(a, "a1");
+    expect(fx.ended).to.deep.equal([["a1", "withdrawn"]]);
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1", "a2"]);
+    // A DECLINE still ends the turn: the slot moves on to b.
+    broker.decline(a, "a2", fx.offers[1]!.offerToken);
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1", "a2", "b1"]);
+    const ledger = broker.waitgroups.get("g")!.ledger;
+    expect(ledger).to.include({ offered: 1, running: 0, free: 0 });
+  });
+
+  it("passes a withdrawn offer's slot on by the grant rule when a more urgent want waits", () => {
+    const { broker, fx, conn } = setup(1);
+    const a = conn("a");
+    const b = conn("b");
+    broker.want(a, "a1", "s", 0);
+    broker.want(a, "a2", "s", 0);
+    broker.want(b, "b-urgent", "s", 5);
+    broker.unwant(a, "a1");
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1", "b-urgent"]);
+  });
+
   it("keeps the slot ledger consistent through drops, declines and finishes", () => {
     const { broker, fx, conn } = setup(2);
     const a = conn("a");

@@ -118,6 +118,23 @@ describe("WantBook", () => {
     expect(drain(book).indexOf("b1")).to.equal(1);
   });
 
+  it("popOwner takes an owner's oldest want in the most urgent class without moving the turn", () => {
+    const book = new WantBook<string>();
+    book.park(a, 0, "a1");
+    book.park(a, 0, "a2");
+    book.park(b, 0, "b1");
+    expect(book.pop()!.value).to.equal("a1");
+    // b's turn is next; a takes another want out of turn (its withdrawn offer's replacement).
+    expect(book.popOwner(a, 0)!.value).to.equal("a2");
+    expect(book.popOwner(a, 0)).to.equal(undefined);
+    expect(book.popOwner(c, 0)).to.equal(undefined);
+    book.park(c, 5, "c-high");
+    book.park(b, 0, "b2");
+    // A more urgent class has wants: no out-of-turn want from a lower one.
+    expect(book.popOwner(b, 0)).to.equal(undefined);
+    expect(drain(book)).to.deep.equal(["c-high", "b1", "b2"]);
+  });
+
   it("removes single wants and whole connections without disturbing the order", () => {
     const book = new WantBook<string>();
     const handles = new Map<string, ParkedWant<string>>();

@@ -106,6 +106,37 @@ describe("fylr broker client against two execserver processes", function () {
     expect(ours(await loser.status(), "race")[0]!.declines).to.equal(1n);
   });
 
+  it("hands a surplus offer that is still good to the next want parked there instead of declining it", async () => {
+    // Both instances serve a connection's oldest want, so when both slots free at once both
+    // offer the same want. The long grace keeps the second offer good (no UNWANT yet).
+    const busy = await startReplica({ addresses: [a.grpcAddress, b.grpcAddress] }, "substitute-busy");
+    const replica = await startReplica({ addresses: [a.grpcAddress, b.grpcAddress], unwantGrace: "2s" }, "substitute");
+    try {
+      await Promise.all([ready(busy.broker, 2), ready(replica.broker, 2)]);
+      const sleeping = [runSleep(busy, "1"), runSleep(busy, "1")];
+      await waitFor("both slots busy", async () => (await a.status()).waitgroups[0]!.running + (await b.status()).waitgroups[0]!.running === 2);
+      const wants = [replica.broker.acquire({ service: "noop" }), replica.broker.acquire({ service: "noop" })];
+      await waitFor("both wants parked on both", async () => (await sum([a, b], "substitute", "wantsParked")) === 4);
+      const slots = (await Promise.all(wants)).map(brokerSlot);
+      expect(new Set(slots.map((s) => s.instanceId)).size).to.equal(2);
+      expect(replica.broker.stats).to.include({ accepted: 2, substituted: 1, declined: 0 });
+      // The second want runs under the first one's job id on the other instance; each job
+      // is tracked on its own connection and settles with its own DONE.
+      expect(slots[0]!.jobId).to.equal(slots[1]!.jobId);
+      const receipts = await Promise.all(slots.map((s) => s.start(jobSpec([]))));
+      expect(receipts.map((r) => r.exitCode)).to.deep.equal([0, 0]);
+      expect(replica.broker.running).to.equal(0);
+      await Promise.all(sleeping);
+      await waitFor("nothing left parked", async () => (await sum([a, b], "substitute", "wantsParked")) === 0);
+      // (The second want's own copy on the first instance is withdrawn after the grace like
+      // any loser's; if that slot frees meanwhile, its offer is declined as usual.)
+      expect(await sum([a, b], "substitute", "grants")).to.equal(2);
+    } finally {
+      await stopReplica(replica);
+      await stopReplica(busy);
+    }
+  });
+
   it("UNWANTs the want everywhere else once it won, and parks only one want per instance", async () => {
     const replica = await startReplica({ addresses: [a.grpcAddress, b.grpcAddress] }, "unwant");
     try {

@@ -7,6 +7,7 @@ import { Events } from "../../shared/events.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import type { BrokerConfig } from "./config.js";
 import type { BrokerConnection } from "./connection.js";
+import type { ParkedWantInfo } from "./connection-options.js";
 import { NoSlotError, UnknownServiceError, JobRejectedError } from "./errors.js";
 import { Acquisition, type AcquiredSlot } from "./acquisition.js";
 import { PolledSlot } from "./polled-slot.js";
@@ -45,7 +46,7 @@ export class BrokerClient {
   readonly config: BrokerConfig;
   /** Lifecycle events: connections up/down, wants parked, offers taken or declined, jobs done. */
   readonly events: Events<BrokerClientEvents>;
-  readonly stats: BrokerClientStats = { accepted: 0, declined: 0, noSlot: 0, polled: 0, tokenRequests: 0 };
+  readonly stats: BrokerClientStats = { accepted: 0, declined: 0, substituted: 0, noSlot: 0, polled: 0, tokenRequests: 0 };
   private state: BrokerState = "idle";
   private readonly logger: Logger;
   private readonly addressPools: AddressPool[];
@@ -263,7 +264,7 @@ export class BrokerClient {
   }
 
   private wire(conn: BrokerConnection): void {
-    conn.on("offer", (offer) => this.onOffer(conn, offer));
+    conn.on("offer", (offer, parked) => this.onOffer(conn, offer, parked));
     conn.on("done", (done) => {
       const receipt = this.jobs.done(conn, done.jobId, done.receipt, emptyReceipt);
       if (receipt) this.events.emit("job:done", done.jobId, receipt);
@@ -296,8 +297,18 @@ export class BrokerClient {
     });
   }
 
-  private onOffer(conn: BrokerConnection, offer: Offer): void {
-    const acq = this.book.get(offer.jobId);
+  private onOffer(conn: BrokerConnection, offer: Offer, parked: ParkedWantInfo | undefined): void {
+    let acq = this.book.get(offer.jobId);
+    let substitute = false;
+    if (acq?.state !== "parked" && parked) {
+      // A surplus offer still good here (no UNWANT went out): the want won elsewhere first.
+      // Every instance serves a connection's oldest want, so their turns often land on the
+      // same one; a DECLINE would cost this connection its turn and per-connection
+      // round-robin would stop meaning equal slots per fylr. The oldest other want parked
+      // here takes the slot; the JOB still names the offered job id, as the server expects.
+      acq = this.book.oldestParkedOn(conn, parked.service, parked.priority);
+      substitute = acq !== undefined;
+    }
     const verdict = acq ? acq.offer(conn) : { accept: false as const };
     if (!acq || !verdict.accept) {
       // A surplus offer: the want already won elsewhere or was withdrawn. Free the slot now.
@@ -307,7 +318,12 @@ export class BrokerClient {
       return;
     }
     this.stats.accepted++;
-    this.unwants.add(verdict.unwant, offer.jobId);
+    if (substitute) {
+      this.stats.substituted++;
+      // Its own want here goes at once: this connection must not be offered it as well.
+      conn.unwant(acq.jobId);
+    }
+    this.unwants.add(verdict.unwant, acq.jobId);
     acq.clearTimers();
     this.book.delete(acq);
     const slot = new Slot(acq.service, conn, offer, this.jobs, Date.now(), this.config.cancelWaitMs);

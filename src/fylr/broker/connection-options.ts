@@ -47,13 +47,25 @@ export interface BrokerConnectionOptions {
 }
 
 /** The events a broker connection emits. */
+/** A want as this connection parked it. */
+export interface ParkedWantInfo {
+  readonly service: string;
+  readonly priority: number;
+  /** When the want was parked on this connection (Date.now()). */
+  readonly parkedAt: number;
+}
+
 export interface BrokerConnectionEvents {
   /** The lifecycle moved. */
   state: [state: ConnectionState, previous: ConnectionState];
   /** A HELLO arrived; `first` is true for the first HELLO of a stream (before "ready"). */
   hello: [hello: Hello, first: boolean];
-  /** A slot was offered; the want is no longer parked here. Answer with accept or decline. */
-  offer: [offer: Offer];
+  /**
+   * A slot was offered; the want is no longer parked here. Answer with accept or decline.
+   * `parked`: how the want was parked here, or undefined when it no longer was (an UNWANT
+   * went out for it, so the server withdraws the offer and a JOB cannot take it).
+   */
+  offer: [offer: Offer, parked: ParkedWantInfo | undefined];
   done: [done: Done];
   position: [position: Position];
   reject: [reject: Reject];

@@ -18,6 +18,7 @@ import {
   type BrokerConnectionEvents,
   type BrokerConnectionOptions,
   type ConnectionTimings,
+  type ParkedWantInfo,
 } from "./connection-options.js";
 import { checkTransition, laterHelloProblem, type ConnectionState } from "./connection-state.js";
 import { resolveLocalAddress, type LocalAddress } from "./local-address.js";
@@ -36,12 +37,7 @@ import {
 export { defaultConnectionTimings, type BrokerConnectionEvents, type BrokerConnectionOptions, type ConnectionTimings };
 export type { BrokerTlsOptions } from "./channel-setup.js";
 
-interface WantEntry {
-  readonly service: string;
-  readonly priority: number;
-  /** When the want was parked on this connection (Date.now()). */
-  readonly parkedAt: number;
-}
+type WantEntry = ParkedWantInfo;
 
 const BrokerStub = brokerClientConstructor();
 
@@ -263,11 +259,14 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     switch (frame.case) {
       case "hello":
         return this.onHello(frame.value);
-      case "offer":
-        // The execserver took the want out of its book; it is no longer parked here.
+      case "offer": {
+        // The execserver took the want out of its book; it is no longer parked here. Not
+        // parked here any more means we UNWANTed it: the server withdraws the offer.
+        const parked = this.parked.get(frame.value.jobId);
         this.parked.delete(frame.value.jobId);
-        this.emit("offer", frame.value);
+        this.emit("offer", frame.value, parked);
         return;
+      }
       case "done":
         this.running.delete(frame.value.jobId);
         this.emit("done", frame.value);

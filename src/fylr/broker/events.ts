@@ -10,6 +10,11 @@ export interface BrokerClientStats {
   accepted: number;
   /** Surplus offers declined at once (a want already won elsewhere, or withdrawn). */
   declined: number;
+  /**
+   * Surplus offers taken by another want parked on the same connection (same service, at
+   * least the same priority) instead of being declined: the connection keeps its turn.
+   */
+  substituted: number;
   /** Wants that gave up without an offer. */
   noSlot: number;
   /** Slots won by polling an address's token protocol. */

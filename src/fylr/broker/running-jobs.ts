@@ -19,43 +19,47 @@ const rejectCodes: Partial<Record<RejectCode, Code>> = {
 };
 
 /**
- * Jobs sent with JOB and not yet DONE, by job id. DONE settles a job only when it arrives
- * on the connection that runs it; a lost connection or a Reject fails it.
+ * Jobs sent with JOB and not yet DONE, by connection and job id: the same id may run on two
+ * connections at once (a want's own offer on one instance, and a surplus offer for it that
+ * another want took on a second — see BrokerClient.onOffer). DONE settles a job only when
+ * it arrives on the connection that runs it; a lost connection or a Reject fails it.
  */
 export class RunningJobs {
-  private readonly jobs = new Map<string, TrackedJob>();
+  private readonly jobs = new Map<BrokerConnection, Map<string, TrackedJob>>();
+  private count = 0;
 
   /** Jobs waiting for DONE. */
   get size(): number {
-    return this.jobs.size;
+    return this.count;
   }
 
   /** Registers a job about to be sent on `conn`; resolves with its receipt. */
   track(jobId: string, conn: BrokerConnection, instanceId: string): Promise<Receipt> {
     return new Promise<Receipt>((resolve, reject) => {
-      this.jobs.set(jobId, { conn, instanceId, resolve, reject });
+      let onConn = this.jobs.get(conn);
+      if (!onConn) this.jobs.set(conn, (onConn = new Map<string, TrackedJob>()));
+      if (!onConn.has(jobId)) this.count++;
+      onConn.set(jobId, { conn, instanceId, resolve, reject });
     });
   }
 
-  /** Stops waiting for `jobId` (its caller gave up); a later DONE is ignored. */
-  forget(jobId: string, err: Error): void {
-    const job = this.jobs.get(jobId);
+  /** Stops waiting for `jobId` on `conn` (its caller gave up); a later DONE is ignored. */
+  forget(conn: BrokerConnection, jobId: string, err: Error): void {
+    const job = this.take(conn, jobId);
     if (!job) return;
-    this.jobs.delete(jobId);
-    job.conn.forgetJob(jobId);
+    conn.forgetJob(jobId);
     job.reject(err);
   }
 
   /** True when `jobId` runs on `conn`. */
   runsOn(jobId: string, conn: BrokerConnection): boolean {
-    return this.jobs.get(jobId)?.conn === conn;
+    return this.jobs.get(conn)?.has(jobId) ?? false;
   }
 
   /** DONE arrived on `conn`; returns the receipt it settled the job with (undefined: not ours). */
   done(conn: BrokerConnection, jobId: string, receipt: Receipt | undefined, emptyReceipt: () => Receipt): Receipt | undefined {
-    const job = this.jobs.get(jobId);
-    if (!job || job.conn !== conn) return undefined;
-    this.jobs.delete(jobId);
+    const job = this.take(conn, jobId);
+    if (!job) return undefined;
     const settled = receipt ?? emptyReceipt();
     job.resolve(settled);
     return settled;
@@ -64,20 +68,27 @@ export class RunningJobs {
   /** The stream of `conn` dropped while these jobs ran. */
   lost(conn: BrokerConnection, jobIds: readonly string[], cause: Error): void {
     for (const jobId of jobIds) {
-      const job = this.jobs.get(jobId);
-      if (!job || job.conn !== conn) continue;
-      this.jobs.delete(jobId);
-      job.reject(new ConnectionLostError(jobId, job.instanceId, conn.address, cause));
+      const job = this.take(conn, jobId);
+      job?.reject(new ConnectionLostError(jobId, job.instanceId, conn.address, cause));
     }
   }
 
   /** The execserver rejected a frame of a running job (e.g. JOB after the offer expired). */
   rejected(conn: BrokerConnection, reject: Reject): boolean {
-    const job = this.jobs.get(reject.jobId);
-    if (!job || job.conn !== conn) return false;
-    this.jobs.delete(reject.jobId);
+    const job = this.take(conn, reject.jobId);
+    if (!job) return false;
     const name = RejectCode[reject.code] ?? String(reject.code);
     job.reject(new JobRejectedError(reject.jobId, name, reject.message, rejectCodes[reject.code] ?? Code.FailedPrecondition));
     return true;
+  }
+
+  private take(conn: BrokerConnection, jobId: string): TrackedJob | undefined {
+    const onConn = this.jobs.get(conn);
+    const job = onConn?.get(jobId);
+    if (!job) return undefined;
+    onConn!.delete(jobId);
+    if (onConn!.size === 0) this.jobs.delete(conn);
+    this.count--;
+    return job;
   }
 }

@@ -87,7 +87,7 @@ export class Slot {
     const receipt = this.jobs.track(this.jobId, this.connection, this.instanceId);
     if (!this.connection.accept(this.offer, spec)) {
       const err = new ConnectionLostError(this.jobId, this.instanceId, this.address, this.connection.lastError);
-      this.jobs.forget(this.jobId, err);
+      this.jobs.forget(this.connection, this.jobId, err);
       return receipt;
     }
     if (!signal) return receipt;
@@ -96,10 +96,10 @@ export class Slot {
       const reason = signal.reason as Error;
       const sent = this.connection.cancel(this.jobId);
       if (sent && reason instanceof AbortReason && reason.kind === "cancel-requested") {
-        waitTimer = setTimeout(() => this.jobs.forget(this.jobId, reason), this.cancelWaitMs);
+        waitTimer = setTimeout(() => this.jobs.forget(this.connection, this.jobId, reason), this.cancelWaitMs);
         return;
       }
-      this.jobs.forget(this.jobId, reason);
+      this.jobs.forget(this.connection, this.jobId, reason);
     };
     signal.addEventListener("abort", onAbort, { once: true });
     const cleanup = (): void => {

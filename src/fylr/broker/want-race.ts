@@ -127,6 +127,19 @@ export class RaceBook<C, R extends WantRace<C> = WantRace<C>> {
     return this.byService.get(service) ?? [];
   }
 
+  /**
+   * The oldest race still parked on `conn` for `service` at `minPriority` or above: the
+   * want that may take a surplus offer made there in that priority class. Races of a
+   * service are kept in acquisition order and nearly all are parked on every connection,
+   * so the scan usually stops at the first.
+   */
+  oldestParkedOn(conn: C, service: string, minPriority: number): R | undefined {
+    for (const race of this.forService(service)) {
+      if (race.state === "parked" && race.priority >= minPriority && race.parkedOn.has(conn)) return race;
+    }
+    return undefined;
+  }
+
   /** Every race in the book. */
   all(): Iterable<R> {
     return this.byJob.values();
