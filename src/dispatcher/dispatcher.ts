@@ -14,7 +14,6 @@ import { createPgPool } from "../shared/postgres.js";
 import { Events } from "../shared/events.js";
 import { IllegalTransitionError, Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
-import { execAdmission, type ExecAdmission } from "./admission.js";
 import { BlobStore } from "./blob-store.js";
 
 import { CompletionBatcher, RunningBatcher } from "./completion-batcher.js";
@@ -38,7 +37,7 @@ import { storeConfig } from "./store-config.js";
 import { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
 import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
-import { QueueHint } from "./queue-hint.js";
+import { ClaimPass } from "./claim-pass.js";
 
 export type { DispatcherState };
 export { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
@@ -50,7 +49,6 @@ const transitions = new Transitions<DispatcherState>("dispatcher", {
   stopped: [],
 });
 
-const minPriority = -2_147_483_648;
 const forceTimeoutMs = 5000;
 // Claim passes woken by queued items start at most this often: a burst of submits across
 // the fleet wakes every fylr once per notification, and one pass claims for all of them.
@@ -74,10 +72,7 @@ export class Dispatcher {
   private readonly tasks: ItemTasks;
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
-  private readonly localQueue = new QueueHint();
-  private readonly execQueue = new QueueHint();
-  // True when the database's trigger tells local items apart ("queued local", migration 0007).
-  private localNotifies = false;
+  private readonly claims: ClaimPass;
   private readonly loopAbort = new AbortController();
   // The housekeeping loop stops last: it heartbeats while running items finish.
   private readonly housekeepingAbort = new AbortController();
@@ -86,8 +81,6 @@ export class Dispatcher {
   // Aborted by a stop({ graceMs: 0 }) that arrives while a graceful stop is waiting.
   private readonly graceCut = new AbortController();
   private currentState: DispatcherState = "idle";
-  private admission: ExecAdmission = { admission: 0, held: 0, free: 0, shares: [] };
-  private dbFailures = 0;
   private loopDone: Promise<void> = Promise.resolve();
   private housekeepingDone: Promise<void> = Promise.resolve();
   private heartbeatPool: pg.Pool | undefined;
@@ -130,6 +123,19 @@ export class Dispatcher {
       writes: this.writesAbort.signal,
       finished: () => this.wakeup.notify("finished"),
     });
+    this.claims = new ClaimPass({
+      store: this.store,
+      tasks: this.tasks,
+      permits: this.permits,
+      capacity: options.capacity,
+      config: this.config,
+      counters: this.counters,
+      events: this.events,
+      wakeup: this.wakeup,
+      log: this.log,
+      fylrId: this.fylrId,
+      listening: () => this.listening,
+    });
     this.cancels = new CancelWatch({ control: this.control, tasks: this.tasks, events: this.events, log: this.log, cancelBoundMs: this.config.cancelBoundMs });
   }
 
@@ -149,7 +155,7 @@ export class Dispatcher {
     if (this.currentState !== "idle") throw new IllegalTransitionError("dispatcher", this.currentState, "running");
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
     await this.store.registerFylr(this.registration());
-    this.localNotifies = await this.store.hasMigration(7);
+    this.claims.localNotifies = await this.store.hasMigration(7);
     this.setState("running");
     this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify("capacity"));
     if (this.config.listen) this.listen();
@@ -215,7 +221,7 @@ export class Dispatcher {
       stdinUrlPrefixes: this.config.stdinUrlPrefixes,
     });
     const result = await this.store.submit(normalized);
-    if (result.created) (result.item.kind === "local" ? this.localQueue : this.execQueue).maybeQueued();
+    if (result.created) this.claims.queuedHere(result.item.kind);
     // With LISTEN up the insert's own notification wakes this loop as it wakes every other
     // fylr's; waking it here too cost a second, empty claim pass per submit.
     if (result.created && !this.listening) this.wakeup.notify("submit");
@@ -282,8 +288,7 @@ export class Dispatcher {
 
   // Anything may have been queued: the next pass asks for both kinds.
   private maybeQueued(): void {
-    this.execQueue.maybeQueued();
-    this.localQueue.maybeQueued();
+    this.claims.maybeQueued();
   }
 
   /** A snapshot of admission, holdings and counters. */
@@ -293,8 +298,8 @@ export class Dispatcher {
       fylrId: this.fylrId,
       state: this.currentState,
       execHeld: this.tasks.execHeld,
-      execAdmission: this.admission.admission,
-      shares: this.admission.shares,
+      execAdmission: this.claims.admission.admission,
+      shares: this.claims.admission.shares,
       localRunning: permits.held,
       localCapacity: permits.capacity,
       localReservedForHigh: permits.reservedForHigh,
@@ -313,13 +318,11 @@ export class Dispatcher {
     const newClient = this.options.listenClient ?? (() => new pg.Client(this.options.pool.options));
     const listener = new QueueListener(newClient, this.log);
     listener.events.on("queued", () => {
-      // A database without migration 0007 never says which kind was queued.
-      this.execQueue.maybeQueued();
-      if (!this.localNotifies) this.localQueue.maybeQueued();
+      this.claims.notifiedQueued();
       this.wakeup.notify("notify");
     });
     listener.events.on("queued:local", () => {
-      this.localQueue.maybeQueued();
+      this.claims.notifiedQueuedLocal();
       this.wakeup.notify("notify");
     });
     listener.events.on("changed", (id) => this.events.emit("queue:changed", id));
@@ -340,7 +343,7 @@ export class Dispatcher {
       // What woke this pass is covered by it: the claims below read the queue afresh.
       this.wakeup.clear();
       const passStartedAt = performance.now();
-      await this.pass(signal);
+      await this.claims.run(signal);
       try {
         const source = await this.wakeup.wait(this.config.pollIntervalMs, signal);
         if (source === "poll") this.maybeQueued();
@@ -382,63 +385,5 @@ export class Dispatcher {
 
   private registration(): FylrRegistration {
     return { id: this.fylrId, hostname: hostname(), pid: process.pid, apiUrl: this.options.apiUrl };
-  }
-
-  private async pass(signal: AbortSignal): Promise<void> {
-    const claimedBefore = this.counters.claimed;
-    try {
-      // A fylr declared dead meanwhile claims nothing (the claim requires its row); its
-      // next heartbeat finds out and re-registers.
-      await this.claimExec();
-      if (!signal.aborted) await this.claimLocal();
-      if (this.dbFailures > 0) this.log.info({ failures: this.dbFailures }, "database reachable again");
-      this.dbFailures = 0;
-    } catch (err) {
-      if (signal.aborted) return;
-      this.dbFailures += 1;
-      // Staged: the first failure and every 30th are warnings, the rest debug noise.
-      const level = this.dbFailures === 1 || this.dbFailures % 30 === 0 ? "warn" : "debug";
-      this.log[level]({ err, failures: this.dbFailures }, "dispatcher pass failed; retrying next poll");
-    } finally {
-      this.counters.passes += 1;
-      this.events.emit("pass", this.counters.claimed - claimedBefore);
-    }
-  }
-
-  private async claimExec(): Promise<void> {
-    this.admission = execAdmission(this.options.capacity.instances(), this.tasks.execHeld, this.config.headroom);
-    const want = Math.min(this.admission.free, this.config.maxClaimBatch);
-    if (want === 0) return;
-    // Without LISTEN, other fylrs' items show up only by asking.
-    if (this.execQueue.knownEmpty && this.listening) return;
-    const token = this.execQueue.begin();
-    const items = await this.store.claim(this.fylrId, "exec", minPriority, want);
-    if (items.length < want) this.execQueue.sawEmpty(token);
-    for (const item of items) this.tasks.spawn(item, undefined);
-    if (items.length === want && this.admission.free > want) this.wakeup.notify("backlog");
-  }
-
-  private async claimLocal(): Promise<void> {
-    const highPriority = this.permits.highPriority;
-    const total = Math.min(this.permits.available(highPriority), this.config.maxClaimBatch);
-    if (total === 0) return;
-    // Without LISTEN, other fylrs' local items show up only by asking.
-    if (this.localQueue.knownEmpty && this.listening) return;
-    const normal = Math.min(this.permits.available(minPriority), total);
-    const token = this.localQueue.begin();
-    const items = await this.store.claimLocal(this.fylrId, { total, normal, highPriority });
-    // Empty for sure only when no priority reserve could have held normal items back.
-    if ((items.length === 0 && normal > 0) || (normal === total && items.length < total)) this.localQueue.sawEmpty(token);
-    // Claim order puts high-priority items first, as the query counted them.
-    for (const item of items) {
-      const permit = this.permits.tryReserve(item.priority);
-      if (permit) {
-        this.tasks.spawn(item, permit);
-        continue;
-      }
-      // Cannot happen while the query and LocalPermits agree; never run without a permit.
-      this.log.error({ itemId: item.id, priority: item.priority }, "claimed a local item without a free permit; giving it back");
-      void this.store.release(item, 0).catch((err: unknown) => this.log.error({ err, itemId: item.id }, "could not give the item back"));
-    }
   }
 }

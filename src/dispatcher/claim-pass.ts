@@ -1,0 +1,130 @@
+/**
+ * One claim pass of a fylr's dispatcher: exec items up to its share of the exec capacity it
+ * sees, then local items up to its free permits. A kind of work known to be drained (a
+ * claim came back short and no notification, poll, submit or retry came since) is not
+ * asked for while LISTEN is up, so an idle queue costs no statements.
+ */
+import type { Events } from "../shared/events.js";
+import type { Logger } from "../shared/log.js";
+import { execAdmission, type ExecAdmission } from "./admission.js";
+import type { CapacitySource } from "./capacity.js";
+import type { DispatcherConfig } from "./config.js";
+import type { DispatcherEvents } from "./events.js";
+import type { ItemTasks } from "./item-tasks.js";
+import type { LocalPermits } from "./local-permits.js";
+import { QueueHint } from "./queue-hint.js";
+import type { DispatcherCounters } from "./settle.js";
+import type { QueueStore } from "./store.js";
+import type { ItemKind } from "./types.js";
+import type { Wakeup } from "./wakeup.js";
+
+const minPriority = -2_147_483_648;
+
+export interface ClaimPassDeps {
+  readonly store: QueueStore;
+  readonly tasks: ItemTasks;
+  readonly permits: LocalPermits;
+  readonly capacity: CapacitySource;
+  readonly config: DispatcherConfig;
+  readonly counters: DispatcherCounters;
+  readonly events: Events<DispatcherEvents>;
+  readonly wakeup: Wakeup;
+  readonly log: Logger;
+  readonly fylrId: string;
+  /** True while LISTEN is up: without it other fylrs' items show up only by asking. */
+  readonly listening: () => boolean;
+}
+
+export class ClaimPass {
+  /** The exec admission the last pass computed. */
+  admission: ExecAdmission = { admission: 0, held: 0, free: 0, shares: [] };
+  /** True when the database's trigger tells local items apart ("queued local", migration 0007). */
+  localNotifies = false;
+  private readonly execQueue = new QueueHint();
+  private readonly localQueue = new QueueHint();
+  private dbFailures = 0;
+
+  constructor(private readonly deps: ClaimPassDeps) {}
+
+  /** Anything may have been queued: the next pass asks for both kinds. */
+  maybeQueued(): void {
+    this.execQueue.maybeQueued();
+    this.localQueue.maybeQueued();
+  }
+
+  /** This fylr queued an item of that kind itself. */
+  queuedHere(kind: ItemKind): void {
+    (kind === "local" ? this.localQueue : this.execQueue).maybeQueued();
+  }
+
+  /** A "queued" notification; a database without migration 0007 never says which kind. */
+  notifiedQueued(): void {
+    this.execQueue.maybeQueued();
+    if (!this.localNotifies) this.localQueue.maybeQueued();
+  }
+
+  /** A "queued local" notification. */
+  notifiedQueuedLocal(): void {
+    this.localQueue.maybeQueued();
+  }
+
+  /** Claims what admission allows; a database failure is logged and retried next pass. */
+  async run(signal: AbortSignal): Promise<void> {
+    const { counters, events, log } = this.deps;
+    const claimedBefore = counters.claimed;
+    try {
+      // A fylr declared dead meanwhile claims nothing (the claim requires its row); its
+      // next heartbeat finds out and re-registers.
+      await this.claimExec();
+      if (!signal.aborted) await this.claimLocal();
+      if (this.dbFailures > 0) log.info({ failures: this.dbFailures }, "database reachable again");
+      this.dbFailures = 0;
+    } catch (err) {
+      if (signal.aborted) return;
+      this.dbFailures += 1;
+      // Staged: the first failure and every 30th are warnings, the rest debug noise.
+      const level = this.dbFailures === 1 || this.dbFailures % 30 === 0 ? "warn" : "debug";
+      log[level]({ err, failures: this.dbFailures }, "dispatcher pass failed; retrying next poll");
+    } finally {
+      counters.passes += 1;
+      events.emit("pass", counters.claimed - claimedBefore);
+    }
+  }
+
+  private async claimExec(): Promise<void> {
+    const { capacity, tasks, config, store, fylrId, wakeup } = this.deps;
+    this.admission = execAdmission(capacity.instances(), tasks.execHeld, config.headroom);
+    const want = Math.min(this.admission.free, config.maxClaimBatch);
+    if (want === 0) return;
+    if (this.execQueue.knownEmpty && this.deps.listening()) return;
+    const token = this.execQueue.begin();
+    const items = await store.claim(fylrId, "exec", minPriority, want);
+    if (items.length < want) this.execQueue.sawEmpty(token);
+    for (const item of items) tasks.spawn(item, undefined);
+    if (items.length === want && this.admission.free > want) wakeup.notify("backlog");
+  }
+
+  private async claimLocal(): Promise<void> {
+    const { permits, config, store, fylrId, tasks, log } = this.deps;
+    const highPriority = permits.highPriority;
+    const total = Math.min(permits.available(highPriority), config.maxClaimBatch);
+    if (total === 0) return;
+    if (this.localQueue.knownEmpty && this.deps.listening()) return;
+    const normal = Math.min(permits.available(minPriority), total);
+    const token = this.localQueue.begin();
+    const items = await store.claimLocal(fylrId, { total, normal, highPriority });
+    // Empty for sure only when no priority reserve could have held normal items back.
+    if ((items.length === 0 && normal > 0) || (normal === total && items.length < total)) this.localQueue.sawEmpty(token);
+    // Claim order puts high-priority items first, as the query counted them.
+    for (const item of items) {
+      const permit = permits.tryReserve(item.priority);
+      if (permit) {
+        tasks.spawn(item, permit);
+        continue;
+      }
+      // Cannot happen while the query and LocalPermits agree; never run without a permit.
+      log.error({ itemId: item.id, priority: item.priority }, "claimed a local item without a free permit; giving it back");
+      void store.release(item, 0).catch((err: unknown) => log.error({ err, itemId: item.id }, "could not give the item back"));
+    }
+  }
+}
