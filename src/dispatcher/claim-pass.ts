@@ -38,6 +38,8 @@ export interface ClaimPassDeps {
 export class ClaimPass {
   /** The exec admission the last pass computed. */
   admission: ExecAdmission = { admission: 0, held: 0, free: 0, shares: [] };
+  /** When (performance.now()) the last claim statement of either kind was sent. */
+  lastClaimAt = -Infinity;
   /** True when the database's trigger tells local items apart ("queued local", migration 0007). */
   localNotifies = false;
   private readonly execQueue = new QueueHint();
@@ -98,6 +100,7 @@ export class ClaimPass {
     if (want === 0) return;
     if (this.execQueue.knownEmpty && this.deps.listening()) return;
     const token = this.execQueue.begin();
+    this.lastClaimAt = performance.now();
     const items = await store.claim(fylrId, "exec", minPriority, want);
     if (items.length < want) this.execQueue.sawEmpty(token);
     for (const item of items) tasks.spawn(item, undefined);
@@ -112,6 +115,7 @@ export class ClaimPass {
     if (this.localQueue.knownEmpty && this.deps.listening()) return;
     const normal = Math.min(permits.available(minPriority), total);
     const token = this.localQueue.begin();
+    this.lastClaimAt = performance.now();
     const items = await store.claimLocal(fylrId, { total, normal, highPriority });
     // Empty for sure only when no priority reserve could have held normal items back.
     if ((items.length === 0 && normal > 0) || (normal === total && items.length < total)) this.localQueue.sawEmpty(token);

@@ -50,8 +50,10 @@ const transitions = new Transitions<DispatcherState>("dispatcher", {
 });
 
 const forceTimeoutMs = 5000;
-// Claim passes woken by queued items start at most this often: a burst of submits across
-// the fleet wakes every fylr once per notification, and one pass claims for all of them.
+// Claim statements started by queued-item wakeups go out at most this often: a burst of
+// submits across the fleet wakes every fylr once per notification, and one claim takes
+// them all. Measured from the last claim statement, not the last pass: a pass that asked
+// nothing (the queue known drained) must not delay a lone submit's claim.
 const queuedWakeGapMs = 10;
 
 /** The Postgres dispatcher of one fylr. */
@@ -342,13 +344,12 @@ export class Dispatcher {
     while (!signal.aborted) {
       // What woke this pass is covered by it: the claims below read the queue afresh.
       this.wakeup.clear();
-      const passStartedAt = performance.now();
       await this.claims.run(signal);
       try {
         const source = await this.wakeup.wait(this.config.pollIntervalMs, signal);
         if (source === "poll") this.maybeQueued();
         if (source === "notify" || source === "submit") {
-          const early = passStartedAt + queuedWakeGapMs - performance.now();
+          const early = this.claims.lastClaimAt + queuedWakeGapMs - performance.now();
           if (early > 0) await sleep(early, signal);
         }
         this.events.emit("wakeup", source);
