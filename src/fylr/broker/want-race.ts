@@ -86,6 +86,18 @@ export class WantRace<C> {
   }
 }
 
+/** Who takes an OFFER: a race, and whether it takes a surplus offer made for another want. */
+export interface OfferTaker<R> {
+  readonly race: R;
+  readonly substitute: boolean;
+}
+
+/** How the offered want was parked on the offering connection (undefined: it was UNWANTed there). */
+export interface ParkedAs {
+  readonly service: string;
+  readonly priority: number;
+}
+
 /**
  * The parked races of one fylr, by job id and by service, so that a newly reached instance
  * finds the wants it can serve without a scan over every parked want.
@@ -138,6 +150,22 @@ export class RaceBook<C, R extends WantRace<C> = WantRace<C>> {
       if (race.state === "parked" && race.priority >= minPriority && race.parkedOn.has(conn)) return race;
     }
     return undefined;
+  }
+
+  /**
+   * Who takes an OFFER for `jobId` made on `conn`; undefined means DECLINE. Its own race,
+   * unless that is over and the offer is surplus but still good here (`parkedAs` set: no
+   * UNWANT went out). Every instance serves a connection's oldest want, so their turns often
+   * land on the same one; a DECLINE would cost this connection its turn and per-connection
+   * round-robin would stop meaning equal slots per fylr. So the oldest other race parked on
+   * `conn` in that service and priority class takes the slot (the JOB still names the
+   * offered job id, as the server expects).
+   */
+  takerOf(jobId: string, conn: C, parkedAs: ParkedAs | undefined): OfferTaker<R> | undefined {
+    const own = this.byJob.get(jobId);
+    if (own?.state === "parked" || !parkedAs) return own && { race: own, substitute: false };
+    const other = this.oldestParkedOn(conn, parkedAs.service, parkedAs.priority);
+    return other && { race: other, substitute: true };
   }
 
   /** Every race in the book. */
