@@ -182,6 +182,8 @@ describe("metrics", function () {
     // Five calls got a slot (noop, two `sleep x` attempts, the rescued noop, `sleep 60`); one timed out.
     expect(sample(m, "slotbroker_fylr_offers_total", { outcome: "accepted" })).to.equal(5);
     expect(sample(m, "slotbroker_fylr_offers_total", { outcome: "declined" })).to.equal(0);
+    // One execserver: no offer is ever surplus here (broker.test.ts makes one and scrapes it).
+    expect(sample(m, "slotbroker_fylr_offers_substituted_total", id)).to.equal(0);
     expect(sample(m, "slotbroker_fylr_no_slot_total", id)).to.equal(1);
     // Capacity 4 slots, one client, headroom 2.
     expect(sample(m, "slotbroker_fylr_exec_items", { kind: "admission" })).to.equal(6);
