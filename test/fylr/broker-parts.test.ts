@@ -60,6 +60,27 @@ describe("fylr broker parts (pure)", () => {
     });
   });
 
+  describe("who takes an offer (what went wrong before)", () => {
+    it("declines an offer on a connection the want was UNWANTed from, though it still waits elsewhere (the server withdrew that offer)", () => {
+      const book = new RaceBook<string>();
+      const race = new WantRace<string>("x", "cat", 0, 0);
+      book.add(race);
+      race.park("b");
+      expect(book.takerOf("x", "a", undefined)).to.equal(undefined);
+      expect(book.takerOf("x", "b", { service: "cat", priority: 0 })).to.deep.equal({ race, substitute: false });
+    });
+
+    it("hands a surplus offer to the most urgent want parked there, the oldest within its class", () => {
+      const book = new RaceBook<string>();
+      const races = [new WantRace<string>("old-low", "cat", 0, 0), new WantRace<string>("urgent", "cat", 5, 0), new WantRace<string>("urgent-2", "cat", 5, 0)];
+      for (const race of races) {
+        book.add(race);
+        race.park("a");
+      }
+      expect(book.takerOf("won-elsewhere", "a", { service: "cat", priority: 0 })).to.deep.equal({ race: races[1], substitute: true });
+    });
+  });
+
   describe("service listing", () => {
     const ready = (services: Record<string, string>, draining = false): ListingConnection => ({ state: "ready", hello: hello(services, draining) });
 
