@@ -173,6 +173,7 @@ describe("metrics", function () {
     const id = { fylr_id: fylr.id };
     expect(sample(m, "slotbroker_fylr_claims_total", id)).to.equal(fylr.dispatcher.stats().counters.claimed);
     expect(sample(m, "slotbroker_fylr_claims_total", id)).to.be.at.least(6);
+    expect(sample(m, "slotbroker_fylr_direct_claims_total", id)).to.equal(fylr.dispatcher.stats().counters.claimedDirectly);
     expect(sample(m, "slotbroker_fylr_requeues_total", id)).to.equal(2);
     expect(sample(m, "slotbroker_fylr_orphan_rescues_total", id)).to.equal(1);
     expect(sample(m, "slotbroker_fylr_succeeded_total", id)).to.equal(2);

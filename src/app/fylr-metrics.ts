@@ -25,6 +25,7 @@ export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker
     });
   };
   counter("slotbroker_fylr_claims_total", "Queue items claimed.", "claimed");
+  counter("slotbroker_fylr_direct_claims_total", "Of the claims, submits through this fylr claimed in their own insert.", "claimedDirectly");
   counter("slotbroker_fylr_succeeded_total", "Items finished successfully.", "succeeded");
   counter("slotbroker_fylr_failed_total", "Items failed after their last attempt.", "failed");
   counter("slotbroker_fylr_requeues_total", "Items sent back to the queue (retry, no slot in time, given back on stop).", "requeued");
