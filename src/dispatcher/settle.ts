@@ -59,7 +59,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
     switch (outcome.kind) {
       case "succeeded": {
         const ok = await retrying(deps, log, "complete", () => deps.completer.complete(fence, outcome.results, outcome.output));
-        if (!ok) return refused(item, deps, log, "completion");
+        if (!ok) return await refused(item, deps, log, "completion");
         counters.succeeded += 1;
         events.emit("item:succeeded", item);
         // debug: a busy fylr finishes thousands a second; failures and requeues are the news.
@@ -71,7 +71,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
         const state = await retrying(deps, log, "fail attempt", () =>
           store.failAttempt(fence, outcome.results, outcome.error, delayMs, outcome.permanent),
         );
-        if (state === undefined) return refused(item, deps, log, "failure");
+        if (state === undefined) return await refused(item, deps, log, "failure");
         if (state === "cancelled") {
           // A cancel was asked for while the attempt ran: it ends here, never retried.
           counters.cancelled += 1;
@@ -92,7 +92,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
       }
       case "no-slot": {
         const ok = await retrying(deps, log, "release", () => store.release(fence, config.noSlotDelayMs));
-        if (!ok) return refused(item, deps, log, "no-slot requeue");
+        if (!ok) return await refused(item, deps, log, "no-slot requeue");
         counters.requeued += 1;
         events.emit("item:requeued", item, "no-slot");
         // Expected under load and not a fault: info, not a warning.
@@ -121,7 +121,7 @@ async function cancelled(item: ClaimedItem, fence: Fence, results: readonly Call
   const ok = await retrying(deps, log, "finish cancelled", () => deps.store.finishCancelled(fence, results, error));
   if (ok) deps.counters.cancelled += 1;
   deps.events.emit("item:cancelled", item);
-  log.info({ written: ok, calls: results.length }, ok ? "item cancelled on request" : "item was cancelled before it ran");
+  log.info({ written: ok, calls: results.length }, ok ? "item cancelled on request" : "item was cancelled before it was written running");
 }
 
 async function givenUp(item: ClaimedItem, fence: Fence, reason: unknown, deps: SettleDeps, log: Logger): Promise<void> {
@@ -140,7 +140,15 @@ async function givenUp(item: ClaimedItem, fence: Fence, reason: unknown, deps: S
   log.warn({ reason: String(reason) }, "item run abandoned without a write");
 }
 
-function refused(item: ClaimedItem, deps: SettleDeps, log: Logger, what: string): void {
+async function refused(item: ClaimedItem, deps: SettleDeps, log: Logger, what: string): Promise<void> {
+  // A Cancel call ends a claimed item at once, also one whose job already ran but was not
+  // yet written 'running' (dispatcher.runningMarkDelay): the cancel won, no incident.
+  const now = await deps.store.get(item.id).catch(() => undefined);
+  if (now?.state === "cancelled" && now.claimedBy === item.claimedBy && now.lease === item.lease) {
+    deps.events.emit("item:cancelled", item);
+    log.info(`${what} dropped: the item was cancelled while its job ran, before it was written running`);
+    return;
+  }
   deps.counters.fenced += 1;
   deps.events.emit("item:fenced", item);
   log.error({ incident: "lease-fenced" }, `${what} refused by the lease fence: the item was requeued after this fylr's heartbeat went stale, and may have run twice`);
