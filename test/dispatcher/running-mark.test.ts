@@ -16,6 +16,7 @@ import {
   type ExecInstance,
   type ExecRunOptions,
 } from "../../src/dispatcher/index.js";
+import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release } from "../support/resources.js";
 import { EventMonitor } from "../support/event-monitor.js";
@@ -64,12 +65,18 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
     };
   };
 
-  // A job that waits for `gate` and then succeeds with stdout "ok"; `ignoreAbort` lets it finish although its run was stopped.
+  // A job that waits for `gate` and then succeeds with stdout "ok"; stopped, it ends as an
+  // execserver's job does (a receipt saying CANCEL_REQUESTED). `ignoreAbort` lets it finish
+  // well although its run was stopped (its DONE was already on its way).
   const gated = (gate: Gate, aborts: unknown[], ignoreAbort = false) =>
     new TestBackend(async (_request, options: ExecRunOptions) => {
       options.onStart?.("exec-1");
       options.signal.addEventListener("abort", () => aborts.push(options.signal.reason), { once: true });
-      await gate.wait(ignoreAbort ? new AbortController().signal : options.signal);
+      try {
+        await gate.wait(ignoreAbort ? new AbortController().signal : options.signal);
+      } catch {
+        return { receipt: receiptFor({ error: ErrorKind.CANCEL_REQUESTED, signal: "SIGTERM" }), stdout: Buffer.alloc(0) };
+      }
       return { receipt: receiptFor({ exitCode: 0, stdout: Buffer.from("ok") }), stdout: Buffer.from("ok") };
     });
 
@@ -170,9 +177,12 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
     await stopping;
     await view.letGo(item.id);
     expect(aborts.map((r) => (r as { kind?: string }).kind)).to.deep.equal(["cancel-requested"]);
-    expect(d.stats().counters).to.include({ fenced: 0, succeeded: 0 });
-    expect((await store.get(item.id))?.state).to.equal("cancelled");
-    expect(await history(item.id)).to.deep.equal(["queued", "claimed", "cancelled"]);
+    expect(d.stats().counters).to.include({ fenced: 0, succeeded: 0, cancelled: 1 });
+    // The stopped job's receipt joins the item the Cancel ended; its end time stays the Cancel's.
+    const final = (await store.get(item.id))!;
+    expect(final).to.deep.include({ state: "cancelled", error: "cancelled by request; cat was cancelled on request", finishedAt: cancel.item.finishedAt });
+    expect(final.results.map((r) => r.receipt.error)).to.deep.equal([ErrorKind.CANCEL_REQUESTED]);
+    expect(await history(item.id)).to.deep.equal(["queued", "claimed", "cancelled", "cancelled"]);
     await release(d);
   });
 
@@ -192,7 +202,10 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
     await view.letGo(item.id);
     expect(aborts).to.have.length(1);
     expect(d.stats().counters).to.include({ fenced: 0, succeeded: 0 });
-    expect(await store.get(item.id)).to.deep.include({ state: "cancelled", output: undefined });
+    // Cancelled whatever the receipt says; the receipt is kept.
+    const final = (await store.get(item.id))!;
+    expect(final).to.deep.include({ state: "cancelled", output: undefined, error: "cancelled by request; cat exited with code 0" });
+    expect(final.results).to.have.length(1);
     await release(d);
   });
 
