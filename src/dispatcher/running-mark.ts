@@ -19,11 +19,6 @@ export class RunningMark {
     private readonly write: () => Promise<void>,
   ) {}
 
-  /** Whether the write was started (it may still be on its way). */
-  get begun(): boolean {
-    return this.writing !== undefined;
-  }
-
   /** The job started (each call of a chain says so; only the first counts). */
   started(): void {
     if (this.ended || this.timer || this.writing) return;
