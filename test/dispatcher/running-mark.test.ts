@@ -95,6 +95,21 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
     await release(d);
   });
 
+  it("a chain whose calls are all done within the grace: each call's start counts once, no running write", async () => {
+    const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([one]), backend: new TestBackend(), config: { ...fast, runningMarkDelayMs: 5_000 } });
+    const { item } = await d.submit({
+      calls: [
+        { service: "cat", args: [], env: {}, stdin: { kind: "data", data: Buffer.from("chain") } },
+        { service: "wc", args: ["-c"], env: {}, stdin: { kind: "previous" } },
+      ],
+    });
+    const done = await itemReaches(d, item.id, ["succeeded", "failed"]);
+    expect(done.state).to.equal("succeeded");
+    expect(done.output!.toString().trim()).to.equal("5");
+    expect(await history(item.id)).to.deep.equal(["queued", "claimed", "succeeded"]);
+    await release(d);
+  });
+
   it("a job longer than the grace is written running once the grace has passed, then succeeds", async () => {
     const gate = new Gate();
     const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([one]), backend: gated(gate, []), config: { ...fast, runningMarkDelayMs: 150 } });
