@@ -28,7 +28,7 @@ export interface DispatcherEvents {
   wakeup: [source: WakeSource];
   /** A loop pass ended; it claimed `claimed` items. */
   pass: [claimed: number];
-  /** This fylr claimed an item. */
+  /** This fylr claimed an item (by a claim statement, or in the insert of its own submit). */
   "item:claimed": [item: ClaimedItem];
   /**
    * The item was written 'running': an exec item whose job still ran dispatcher.runningMarkDelay

@@ -68,6 +68,8 @@ export class JobRecord {
   startedAt = 0;
   /** When the current offer expires (clock ms), while offered. */
   expiresAt = 0;
+  /** When the connection's turn that led to the current offer began (clock ms), while offered. */
+  turnStartedAt = 0;
   /** True once a Cancel frame asked to stop the running job (a repeat is ignored). */
   cancelRequested = false;
   /** Opaque to the core: the running job's controller in the I/O layer. */
@@ -281,11 +283,14 @@ export class BrokerCore {
       this.endOffer(record, "withdrawn");
       // A client racing one want on several instances withdraws it here once it won
       // elsewhere, often while this offer was on its way: the slot goes to the same
-      // connection's next want in the class, so the race does not cost it its turn.
-      const next = this.drainingFlag ? undefined : record.group.book.popOwner(connection, record.priority);
+      // connection's next want in the class, so the race does not cost it its turn. For one
+      // offer timeout at most, or withdrawing again and again would hold the slot for ever.
+      const turnStartedAt = record.turnStartedAt;
+      const keepTurn = !this.drainingFlag && this.options.now() - turnStartedAt < this.options.offerTimeoutMs;
+      const next = keepTurn ? record.group.book.popOwner(connection, record.priority) : undefined;
       if (next) {
         next.value.want = undefined;
-        this.grant(next.value);
+        this.grant(next.value, turnStartedAt);
       }
       this.pump(record.group);
     }
@@ -405,9 +410,10 @@ export class BrokerCore {
   }
 
   // Reserves a slot for a want that is no longer (or never was) in the book.
-  private grant(record: JobRecord): void {
+  private grant(record: JobRecord, turnStartedAt = this.options.now()): void {
     record.state = "offered";
     record.offerToken = this.tokens.next();
+    record.turnStartedAt = turnStartedAt;
     record.expiresAt = this.options.now() + this.options.offerTimeoutMs;
     this.linkExpiry(record);
     record.connection.wantsParked--;
