@@ -1,11 +1,12 @@
 // Statements per item: how many queries the fylrs' dispatchers send to Postgres for one
 // item, and what woke their claim loops. Two fylrs (the real startFylr) and one execserver
 // in this process, an embedded Postgres; N items of the `true` service (or `sha256sum` of
-// 4 KiB stdin), one at a time, submitted to the fylrs in turn. Every query through each
+// 4 KiB stdin), one at a time (or CONCURRENCY submitters, each waiting for its item, as
+// under the end-to-end bench's throughput load), submitted to the fylrs in turn. Every query through each
 // dispatcher's pool is counted by its SQL text (the blob store and the LISTEN connection
 // are not counted). Exact, unlike a time: it changes only when the code does.
 //
-//   node --import tsx bench/e2e-statements.ts [true|sha256] [N]
+//   [RUNNING_MARK_DELAY=100ms] node --import tsx bench/e2e-statements.ts [true|sha256] [N] [CONCURRENCY]
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,6 +19,9 @@ import { startEmbeddedPostgres } from "../src/shared/embedded-postgres.js";
 
 const service = process.argv[2] === "sha256" ? "sha256" : "true";
 const n = Number(process.argv[3] ?? 100);
+const concurrency = Number(process.argv[4] ?? 1);
+// RUNNING_MARK_DELAY=250ms sets dispatcher.runningMarkDelay (a fylr of this version only).
+const markDelay = process.env.RUNNING_MARK_DELAY ? { dispatcher: { runningMarkDelay: process.env.RUNNING_MARK_DELAY } } : {};
 const dir = mkdtempSync(join(tmpdir(), "e2e-statements-"));
 chmodSync(dir, 0o755); // as root the embedded server runs as the "postgres" user
 const server = await startEmbeddedPostgres({ dataDir: join(dir, "pg"), persistent: false });
@@ -35,7 +39,7 @@ const count = (key: string): void => void counts.set(key, (counts.get(key) ?? 0)
 const label = (text: string): string => text.trim().replace(/\s+/g, " ").slice(0, 70);
 const fylrs: FylrHandle[] = [];
 for (const name of ["a", "b"]) {
-  const fylr = await startFylr(compileFylrConfig({ name, listen: "127.0.0.1:0", databaseUrl: server.url, execserver: { addresses: [exec.grpcAddress] } }));
+  const fylr = await startFylr(compileFylrConfig({ name, listen: "127.0.0.1:0", databaseUrl: server.url, execserver: { addresses: [exec.grpcAddress] }, ...markDelay }));
   const pool = (fylr.dispatcher.store as unknown as { pool: pg.Pool }).pool;
   const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
   (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
@@ -44,28 +48,44 @@ for (const name of ["a", "b"]) {
     return query(...args);
   };
   fylr.dispatcher.events.on("wakeup", (source) => count(`(claim loop woken by ${source})`));
+  fylr.dispatcher.events.on("item:started", () => count("(items written running)"));
   fylrs.push(fylr);
 }
 const clients = fylrs.map((f) => createQueueClient(f.url));
 const stdin = Buffer.alloc(4096, 7);
 const call = service === "true" ? { service } : { service, stdin: { case: "stdinData" as const, value: stdin } };
-async function one(i: number): Promise<void> {
-  const done = new Promise<void>((resolve) => {
-    const offs = fylrs.map((f) => f.dispatcher.events.on("item:succeeded", () => (offs.forEach((off) => off()), resolve())));
+const waiting = new Map<string, () => void>();
+const early = new Set<string>(); // succeeded before its submit answered
+for (const f of fylrs) {
+  f.dispatcher.events.on("item:succeeded", (item) => {
+    const resolve = waiting.get(item.id);
+    if (resolve) resolve();
+    else early.add(item.id);
   });
-  await clients[i % clients.length]!.submit({ calls: [call] });
-  await done;
-  await new Promise((r) => setTimeout(r, 20)); // the passes an item's end starts belong to it
 }
-for (let i = 0; i < 10; i++) await one(i); // warm-up
+async function one(i: number): Promise<void> {
+  const { item } = await clients[i % clients.length]!.submit({ calls: [call] });
+  const id = item!.id;
+  if (!early.delete(id)) await new Promise<void>((resolve) => waiting.set(id, resolve));
+  waiting.delete(id);
+  if (concurrency === 1) await new Promise((r) => setTimeout(r, 20)); // the passes an item's end starts belong to it
+}
+async function run(items: number): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < items) await one(next++);
+  }));
+}
+await run(10); // warm-up
 counts.clear();
-for (let i = 0; i < n; i++) await one(i);
+await run(n);
 let total = 0;
 for (const [key, value] of [...counts].sort()) {
   if (!key.startsWith("(")) total += value;
   process.stdout.write(`${(value / n).toFixed(2).padStart(6)}  ${key}\n`);
 }
-process.stdout.write(`statements per item (${service}, two fylrs, one at a time, ${n} items): ${(total / n).toFixed(2)}\n`);
+const how = concurrency === 1 ? "one at a time" : `${concurrency} submitters`;
+process.stdout.write(`statements per item (${service}, two fylrs, ${how}, ${n} items): ${(total / n).toFixed(2)}\n`);
 for (const fylr of fylrs) await fylr.close();
 await exec.close();
 await server.stop();

@@ -30,7 +30,12 @@ export interface DispatcherEvents {
   pass: [claimed: number];
   /** This fylr claimed an item (by a claim statement, or in the insert of its own submit). */
   "item:claimed": [item: ClaimedItem];
-  /** The item runs: its first exec call got a slot and that was written, or its local action began. */
+  /**
+   * The item was written 'running': an exec item whose job still ran dispatcher.runningMarkDelay
+   * after its first slot came (a job done sooner goes from claimed to its outcome without this
+   * event; the live view's phase 'running', see item:changed, marks every job's start), or a
+   * local item whose action began.
+   */
   "item:started": [item: ClaimedItem];
   /** A held item changed in this fylr's live view (phase, position); `removed` once it let go. */
   "item:changed": [live: LiveItem, removed: boolean];

@@ -13,6 +13,7 @@ import type { DispatcherConfig } from "./config.js";
 import type { DispatcherEvents } from "./events.js";
 import type { ExecBackend } from "./exec-backend.js";
 import { runItem } from "./item-runner.js";
+import { RunningMark } from "./running-mark.js";
 import type { LiveItems } from "./live.js";
 import type { LocalActionRegistry } from "./local-actions.js";
 import type { Permit } from "./local-permits.js";
@@ -107,25 +108,25 @@ export class ItemTasks {
     this.byItem.set(item.id, { lease: item.lease, controller });
     live.add({ id: item.id, kind: item.kind, priority: item.priority, lease: item.lease, callCount: item.calls.length });
     if (item.kind === "exec") this.execCount += 1;
-    let marking: Promise<void> | undefined;
-    // Local items are claimed straight into 'running'; exec items wait for a slot first and
-    // count as started once that is written.
+    // Local items are claimed straight into 'running'. An exec item is written 'running' a
+    // grace after its slot came (dispatcher.runningMarkDelay), unless its job is done by then
+    // or its run was stopped meanwhile; item:started follows that write.
+    let localStarted = false;
+    const mark = new RunningMark(this.deps.config.runningMarkDelayMs, async () => {
+      if (controller.signal.aborted) return;
+      if (await this.markRunning(item, controller, log)) events.emit("item:started", item);
+    });
     const onStart = (): void => {
-      if (item.state !== "claimed") {
-        if (!marking) events.emit("item:started", item);
-        marking ??= Promise.resolve();
-        return;
-      }
-      marking ??= this.markRunning(item, controller, log).then((running) => {
-        if (running) events.emit("item:started", item);
-      });
+      if (item.state === "claimed") return mark.started();
+      if (!localStarted) events.emit("item:started", item);
+      localStarted = true;
     };
     const { backend, actions, blobs, config, counters, completer } = this.deps;
     const runner = { backend, actions, live, blobs, inlineBytes: blobs.config.inlineBytes, maxOutputBytes: config.maxOutputBytes, onStart };
     try {
       permit?.markUsed();
       const outcome = await runItem(item, runner, controller.signal);
-      await marking;
+      await mark.finished();
       live.setPhase(item.id, item.lease, "finishing");
       await settle(item, outcome, { store, completer, config, counters, events, signal: this.deps.writes }, log);
     } catch (err) {
@@ -133,6 +134,7 @@ export class ItemTasks {
       log.error({ err }, "item task failed unexpectedly; giving the item back");
       await store.release(item, 0).catch(() => undefined);
     } finally {
+      void mark.finished();
       if (item.kind === "exec") this.execCount -= 1;
       permit?.release();
       live.remove(item.id, item.lease);

@@ -61,7 +61,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
     switch (outcome.kind) {
       case "succeeded": {
         const ok = await retrying(deps, log, "complete", () => deps.completer.complete(fence, outcome.results, outcome.output));
-        if (!ok) return refused(item, deps, log, "completion");
+        if (!ok) return await refused(item, deps, log, "completion", outcome.results);
         counters.succeeded += 1;
         events.emit("item:succeeded", item);
         // debug: a busy fylr finishes thousands a second; failures and requeues are the news.
@@ -73,7 +73,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
         const state = await retrying(deps, log, "fail attempt", () =>
           store.failAttempt(fence, outcome.results, outcome.error, delayMs, outcome.permanent),
         );
-        if (state === undefined) return refused(item, deps, log, "failure");
+        if (state === undefined) return await refused(item, deps, log, "failure", outcome.results);
         if (state === "cancelled") {
           // A cancel was asked for while the attempt ran: it ends here, never retried.
           counters.cancelled += 1;
@@ -94,7 +94,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
       }
       case "no-slot": {
         const ok = await retrying(deps, log, "release", () => store.release(fence, config.noSlotDelayMs));
-        if (!ok) return refused(item, deps, log, "no-slot requeue");
+        if (!ok) return await refused(item, deps, log, "no-slot requeue");
         counters.requeued += 1;
         events.emit("item:requeued", item, "no-slot");
         // Expected under load and not a fault: info, not a warning.
@@ -118,12 +118,15 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
 // says CANCEL_REQUESTED). A queued or claimed item was cancelled by the Cancel call itself,
 // so the fence refusing this write is expected, not an incident.
 async function cancelled(item: ClaimedItem, fence: Fence, results: readonly CallResult[], deps: SettleDeps, log: Logger): Promise<void> {
-  const last = results[results.length - 1];
-  const error = last ? `cancelled by request; ${last.service} ${describeFailure(last.receipt)}` : "cancelled by request";
-  const ok = await retrying(deps, log, "finish cancelled", () => deps.store.finishCancelled(fence, results, error));
+  const ok = await retrying(deps, log, "finish cancelled", () => deps.store.finishCancelled(fence, results, cancelError(results)));
   if (ok) deps.counters.cancelled += 1;
   deps.events.emit("item:cancelled", item);
-  log.info({ written: ok, calls: results.length }, ok ? "item cancelled on request" : "item was cancelled before it ran");
+  log.info({ written: ok, calls: results.length }, ok ? "item cancelled on request" : "item was already cancelled (a Cancel ends a claimed item at once)");
+}
+
+function cancelError(results: readonly CallResult[]): string {
+  const last = results[results.length - 1];
+  return last ? `cancelled by request; ${last.service} ${describeFailure(last.receipt)}` : "cancelled by request";
 }
 
 async function givenUp(item: ClaimedItem, fence: Fence, reason: unknown, deps: SettleDeps, log: Logger): Promise<void> {
@@ -142,7 +145,18 @@ async function givenUp(item: ClaimedItem, fence: Fence, reason: unknown, deps: S
   log.warn({ reason: String(reason) }, "item run abandoned without a write");
 }
 
-function refused(item: ClaimedItem, deps: SettleDeps, log: Logger, what: string): void {
+async function refused(item: ClaimedItem, deps: SettleDeps, log: Logger, what: string, results: readonly CallResult[] = []): Promise<void> {
+  // A Cancel call ends a claimed item at once, also one whose job already ran but was not
+  // yet written 'running' (dispatcher.runningMarkDelay): the cancel won, no incident. The
+  // job's receipts are kept with it, as for a running item's cancel.
+  const now = await deps.store.get(item.id).catch(() => undefined);
+  if (now?.state === "cancelled" && now.claimedBy === item.claimedBy && now.lease === item.lease) {
+    const fence: Fence = { id: item.id, claimedBy: item.claimedBy, lease: item.lease };
+    const kept = results.length > 0 && (await deps.store.finishCancelled(fence, results, cancelError(results)).catch(() => false));
+    deps.events.emit("item:cancelled", item);
+    log.info({ receiptsKept: kept }, `${what} dropped: the item was cancelled while its job ran, before it was written running`);
+    return;
+  }
   deps.counters.fenced += 1;
   deps.events.emit("item:fenced", item);
   log.error({ incident: "lease-fenced" }, `${what} refused by the lease fence: the item was requeued after this fylr's heartbeat went stale, and may have run twice`);

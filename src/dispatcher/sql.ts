@@ -185,13 +185,17 @@ RETURNING state`;
 
 /**
  * A held item ends cancelled (its job stopped on request). Fenced ($1–$3); $4 result (the
- * receipts, the stopped job's included), $5 error.
+ * receipts, the stopped job's included), $5 error. An item of this claim that a Cancel
+ * already ended while it was 'claimed' (its job had started but was not yet written
+ * running, dispatcher.runningMarkDelay) gets the receipts it has none of; its end time stays.
  */
 export const finishCancelled = `
 UPDATE queue_items
 SET state = 'cancelled', result = $4, error = $5, cancel_requested_at = coalesce(cancel_requested_at, now()),
-    finished_at = now(), updated_at = now()
-WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
+    finished_at = CASE WHEN state = 'cancelled' THEN finished_at ELSE now() END, updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3
+  AND (state IN ('claimed', 'running')
+       OR (state = 'cancelled' AND result IS NULL AND jsonb_array_length($4::jsonb -> 'calls') > 0))
 RETURNING state`;
 
 /**

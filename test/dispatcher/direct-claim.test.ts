@@ -125,8 +125,9 @@ describe("a submit claimed in its own insert", function () {
       expect(siblingClaims.count, "claim statements of the sibling").to.equal(0);
       expect(siblingWoken.all.map(([source]) => source), "the sibling's wakeups").to.not.include("notify");
       expect(heard, "notifications").to.not.include("queued");
-      // claimed → running and → succeeded still tell every fylr's Watch streams.
-      expect(heard.filter((p) => p.startsWith("changed ") && p.includes(item.id)).length).to.be.at.least(2);
+      // → succeeded still tells every fylr's Watch streams (and claimed → running too, when
+      // this job outlasted dispatcher.runningMarkDelay on a busy machine).
+      expect(heard.filter((p) => p.startsWith("changed ") && p.includes(item.id)).length).to.be.at.least(1);
       expect(d.stats().counters).to.include({ claimed: 1, claimedDirectly: 1, succeeded: 1 });
     } finally {
       await listener.query("UNLISTEN *");
