@@ -173,6 +173,7 @@ describe("metrics", function () {
     const id = { fylr_id: fylr.id };
     expect(sample(m, "slotbroker_fylr_claims_total", id)).to.equal(fylr.dispatcher.stats().counters.claimed);
     expect(sample(m, "slotbroker_fylr_claims_total", id)).to.be.at.least(6);
+    expect(sample(m, "slotbroker_fylr_direct_claims_total", id)).to.equal(fylr.dispatcher.stats().counters.claimedDirectly);
     expect(sample(m, "slotbroker_fylr_requeues_total", id)).to.equal(2);
     expect(sample(m, "slotbroker_fylr_orphan_rescues_total", id)).to.equal(1);
     expect(sample(m, "slotbroker_fylr_succeeded_total", id)).to.equal(2);
@@ -182,6 +183,8 @@ describe("metrics", function () {
     // Five calls got a slot (noop, two `sleep x` attempts, the rescued noop, `sleep 60`); one timed out.
     expect(sample(m, "slotbroker_fylr_offers_total", { outcome: "accepted" })).to.equal(5);
     expect(sample(m, "slotbroker_fylr_offers_total", { outcome: "declined" })).to.equal(0);
+    // One execserver: no offer is ever surplus here (broker.test.ts makes one and scrapes it).
+    expect(sample(m, "slotbroker_fylr_offers_substituted_total", id)).to.equal(0);
     expect(sample(m, "slotbroker_fylr_no_slot_total", id)).to.equal(1);
     // Capacity 4 slots, one client, headroom 2.
     expect(sample(m, "slotbroker_fylr_exec_items", { kind: "admission" })).to.equal(6);

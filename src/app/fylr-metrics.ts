@@ -6,6 +6,7 @@
 import { Counter, Gauge, Registry } from "prom-client";
 import type { Dispatcher, DispatcherCounters } from "../dispatcher/index.js";
 import type { BrokerClient } from "../fylr/index.js";
+import { registerFylrBrokerMetrics } from "./fylr-broker-metrics.js";
 
 /** The fylr's /metrics registry. */
 export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker: BrokerClient): Registry {
@@ -24,32 +25,12 @@ export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker
     });
   };
   counter("slotbroker_fylr_claims_total", "Queue items claimed.", "claimed");
+  counter("slotbroker_fylr_direct_claims_total", "Of the claims, submits through this fylr claimed in their own insert.", "claimedDirectly");
   counter("slotbroker_fylr_succeeded_total", "Items finished successfully.", "succeeded");
   counter("slotbroker_fylr_failed_total", "Items failed after their last attempt.", "failed");
   counter("slotbroker_fylr_requeues_total", "Items sent back to the queue (retry, no slot in time, given back on stop).", "requeued");
   counter("slotbroker_fylr_orphan_rescues_total", "Stale claims of dead fylrs requeued by this fylr.", "orphansRescued");
   counter("slotbroker_fylr_fenced_total", "Writes refused by the lease fence.", "fenced");
-  // The fylr's side of offer outcomes: a declined offer lost a race to another connection's.
-  new Counter({
-    name: "slotbroker_fylr_offers_total",
-    help: "Offers this fylr answered: accepted (JOB) or declined (its want was already served elsewhere).",
-    labelNames: ["outcome"],
-    registers,
-    collect() {
-      this.reset();
-      this.inc({ outcome: "accepted" }, broker.stats.accepted);
-      this.inc({ outcome: "declined" }, broker.stats.declined);
-    },
-  });
-  new Counter({
-    name: "slotbroker_fylr_no_slot_total",
-    help: "Wants that got no offer within connectTimeout (their items go back to the queue).",
-    registers,
-    collect() {
-      this.reset();
-      this.inc(broker.stats.noSlot);
-    },
-  });
   new Gauge({
     name: "slotbroker_fylr_exec_items",
     help: "Exec items: held now, and the admission (sum of instance shares).",
@@ -72,20 +53,6 @@ export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker
       this.set({ kind: "capacity" }, s.localCapacity);
     },
   });
-  new Gauge({
-    name: "slotbroker_fylr_pool_connections",
-    help: "Broker connections per configured execserver address, by state.",
-    labelNames: ["address", "state"],
-    registers,
-    collect() {
-      this.reset();
-      for (const pool of broker.pools()) {
-        const counts = new Map<string, number>();
-        for (const conn of pool.connections()) counts.set(conn.state, (counts.get(conn.state) ?? 0) + 1);
-        for (const [state, n] of counts) this.set({ address: pool.address, state }, n);
-      }
-    },
-  });
   const wakeups = new Counter({
     name: "slotbroker_fylr_wakeups_total",
     help: "Dispatcher loop wakeups by source: notify (LISTEN/NOTIFY from any fylr), submit, finished, backlog, capacity, or poll (the interval passed).",
@@ -102,49 +69,6 @@ export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker
       this.set(dispatcher.listening ? 1 : 0);
     },
   });
-  const drops = new Counter({ name: "slotbroker_fylr_connection_drops_total", help: "Ready broker connections whose stream ended.", labelNames: ["address"], registers });
-  broker.events.on("connection:down", (conn) => drops.inc({ address: conn.address }));
-  new Gauge({
-    name: "slotbroker_fylr_pool_transport",
-    help: "How each configured execserver address is reached: 1 for its transport (broker streams, or polling the old token protocol).",
-    labelNames: ["address", "transport"],
-    registers,
-    collect() {
-      this.reset();
-      for (const pool of broker.pools()) {
-        this.set({ address: pool.address, transport: "broker" }, pool.transport === "broker" ? 1 : 0);
-        this.set({ address: pool.address, transport: "polling" }, pool.transport === "polling" ? 1 : 0);
-      }
-    },
-  });
-  new Counter({
-    name: "slotbroker_fylr_polling_total",
-    help: "The polling fallback: GET /token requests sent and slots won by a token.",
-    labelNames: ["kind"],
-    registers,
-    collect() {
-      this.reset();
-      this.inc({ kind: "token_requests" }, broker.stats.tokenRequests);
-      this.inc({ kind: "slots" }, broker.stats.polled);
-    },
-  });
-  new Gauge({
-    name: "slotbroker_fylr_instances",
-    help: "Distinct execserver instances connected.",
-    registers,
-    collect() {
-      this.set(broker.instances().length);
-    },
-  });
-  new Gauge({
-    name: "slotbroker_fylr_wants",
-    help: "Wants parked at execservers, and jobs sent and not yet done.",
-    labelNames: ["state"],
-    registers,
-    collect() {
-      this.set({ state: "parked" }, broker.parked);
-      this.set({ state: "running" }, broker.running);
-    },
-  });
+  registerFylrBrokerMetrics(registers, broker);
   return registry;
 }

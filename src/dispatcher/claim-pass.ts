@@ -3,6 +3,11 @@
  * sees, then local items up to its free permits. A kind of work known to be drained (a
  * claim came back short and no notification, poll, submit or retry came since) is not
  * asked for while LISTEN is up, so an idle queue costs no statements.
+ *
+ * It also decides whether a submit through this fylr may be claimed in its own insert
+ * (`reserveDirect`): only while the exec queue is known drained, so the item cannot go
+ * ahead of queued work this fylr knows about, and only into a free place of the exec
+ * admission, reserved until the item's task holds it.
  */
 import type { Events } from "../shared/events.js";
 import type { Logger } from "../shared/log.js";
@@ -15,7 +20,8 @@ import type { LocalPermits } from "./local-permits.js";
 import { QueueHint } from "./queue-hint.js";
 import type { DispatcherCounters } from "./settle.js";
 import type { QueueStore } from "./store.js";
-import type { ItemKind } from "./types.js";
+import type { NormalizedSubmit } from "./payload.js";
+import type { ClaimedItem, ItemKind, QueueItem } from "./types.js";
 import type { Wakeup } from "./wakeup.js";
 
 const minPriority = -2_147_483_648;
@@ -45,6 +51,10 @@ export class ClaimPass {
   private readonly execQueue = new QueueHint();
   private readonly localQueue = new QueueHint();
   private dbFailures = 0;
+  // Exec places promised but not yet held by a task: submits being inserted already
+  // claimed, and the items an exec claim statement in flight may bring back. Admission
+  // counts them as held, so neither can take a place the other took.
+  private reserved = 0;
 
   constructor(private readonly deps: ClaimPassDeps) {}
 
@@ -68,6 +78,34 @@ export class ClaimPass {
   /** A "queued local" notification. */
   notifiedQueuedLocal(): void {
     this.localQueue.maybeQueued();
+  }
+
+  /**
+   * A place of the exec admission for a submit this fylr may claim in its insert, or
+   * undefined when it must be queued as usual: LISTEN is down (other fylrs' queued items
+   * would go unseen), the exec queue is not known drained, the item is local or not
+   * eligible yet, or admission is full. Call the returned function once the item's task
+   * holds the place (`claimedDirectly`) or the insert came back queued or failed.
+   */
+  reserveDirect(n: NormalizedSubmit): (() => void) | undefined {
+    if (n.kind !== "exec" || (n.startAfter && n.startAfter.getTime() > Date.now())) return undefined;
+    if (!this.deps.listening() || !this.execQueue.knownEmpty) return undefined;
+    if (this.execAdmissionNow().free === 0) return undefined;
+    return this.reserve(1);
+  }
+
+  /**
+   * An item this fylr's submit inserted already claimed: its task starts as a claimed
+   * item's would. A stop that began while the insert was on its way starts nothing new
+   * (`running` false): the item goes back to the queue.
+   */
+  claimedDirectly(item: QueueItem, running: boolean): void {
+    const { counters, tasks, store, log } = this.deps;
+    if (running) {
+      counters.claimedDirectly += 1;
+      return tasks.spawn(item as ClaimedItem, undefined);
+    }
+    void store.release(item as ClaimedItem, 0).catch((err: unknown) => log.warn({ err, itemId: item.id }, "could not give back an item claimed as this fylr stopped; a sibling's sweep requeues it"));
   }
 
   /** Claims what admission allows; a database failure is logged and retried next pass. */
@@ -94,17 +132,39 @@ export class ClaimPass {
   }
 
   private async claimExec(): Promise<void> {
-    const { capacity, tasks, config, store, fylrId, wakeup } = this.deps;
-    this.admission = execAdmission(capacity.instances(), tasks.execHeld, config.headroom);
+    const { tasks, config, store, fylrId, wakeup } = this.deps;
+    this.admission = this.execAdmissionNow();
     const want = Math.min(this.admission.free, config.maxClaimBatch);
     if (want === 0) return;
     if (this.execQueue.knownEmpty && this.deps.listening()) return;
     const token = this.execQueue.begin();
     this.lastClaimAt = performance.now();
-    const items = await store.claim(fylrId, "exec", minPriority, want);
+    const unreserve = this.reserve(want);
+    let items;
+    try {
+      items = await store.claim(fylrId, "exec", minPriority, want);
+    } finally {
+      unreserve();
+    }
     if (items.length < want) this.execQueue.sawEmpty(token);
     for (const item of items) tasks.spawn(item, undefined);
     if (items.length === want && this.admission.free > want) wakeup.notify("backlog");
+  }
+
+  // Places reserved count as held.
+  private execAdmissionNow(): ExecAdmission {
+    const { capacity, tasks, config } = this.deps;
+    return execAdmission(capacity.instances(), tasks.execHeld + this.reserved, config.headroom);
+  }
+
+  private reserve(places: number): () => void {
+    this.reserved += places;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.reserved -= places;
+    };
   }
 
   private async claimLocal(): Promise<void> {

@@ -215,19 +215,28 @@ export class Dispatcher {
     if (left > 0) throw new DispatcherStopTimeoutError(left, forceTimeoutMs);
   }
 
-  /** Validates and enqueues an item (or returns the one holding its idempotency key). */
+  /**
+   * Validates and enqueues an item (or returns the one holding its idempotency key). When
+   * this fylr knows the exec queue drained and has a free exec place, the insert claims the
+   * item for it and its task starts at once: no notification, no claim statement.
+   */
   async submit(input: SubmitInput): Promise<{ item: QueueItem; created: boolean }> {
     const normalized = normalizeSubmit(input, this.actions, {
       maxInputBytes: this.config.maxInputBytes,
       defaultMaxAttempts: this.config.maxAttempts,
       stdinUrlPrefixes: this.config.stdinUrlPrefixes,
     });
-    const result = await this.store.submit(normalized);
-    if (result.created) this.claims.queuedHere(result.item.kind);
-    // With LISTEN up the insert's own notification wakes this loop as it wakes every other
-    // fylr's; waking it here too cost a second, empty claim pass per submit.
-    if (result.created && !this.listening) this.wakeup.notify("submit");
-    return result;
+    const place = this.currentState === "running" ? this.claims.reserveDirect(normalized) : undefined;
+    try {
+      const result = await this.store.submit(normalized, place && this.fylrId);
+      if (result.created && result.item.state === "claimed") this.claims.claimedDirectly(result.item, this.currentState === "running");
+      else if (result.created) this.claims.queuedHere(result.item.kind);
+      // With LISTEN up the insert's own notification wakes this loop (a second wake cost an empty pass).
+      if (result.created && !this.listening) this.wakeup.notify("submit");
+      return result;
+    } finally {
+      place?.();
+    }
   }
 
   /**

@@ -28,7 +28,7 @@ export interface DispatcherEvents {
   wakeup: [source: WakeSource];
   /** A loop pass ended; it claimed `claimed` items. */
   pass: [claimed: number];
-  /** This fylr claimed an item. */
+  /** This fylr claimed an item (by a claim statement, or in the insert of its own submit). */
   "item:claimed": [item: ClaimedItem];
   /** The item runs: its first exec call got a slot and that was written, or its local action began. */
   "item:started": [item: ClaimedItem];

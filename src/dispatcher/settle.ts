@@ -20,6 +20,8 @@ import type { CallResult, ClaimedItem, Fence } from "./types.js";
 /** Running totals since start, for Stats and metrics. */
 export interface DispatcherCounters {
   claimed: number;
+  /** Of those, submits through this fylr claimed in their own insert (no claim statement). */
+  claimedDirectly: number;
   succeeded: number;
   failed: number;
   /** Back to the queue: retry after a failed attempt, no slot in time, given back on stop. */
@@ -36,7 +38,7 @@ export interface DispatcherCounters {
 
 /** A fresh set of zeroed counters. */
 export function newCounters(): DispatcherCounters {
-  return { claimed: 0, succeeded: 0, failed: 0, requeued: 0, orphansRescued: 0, fenced: 0, cancelled: 0, passes: 0 };
+  return { claimed: 0, claimedDirectly: 0, succeeded: 0, failed: 0, requeued: 0, orphansRescued: 0, fenced: 0, cancelled: 0, passes: 0 };
 }
 
 /** What settling needs. */

@@ -8,10 +8,36 @@
  * no row, and the caller logs the refusal.
  */
 
-/** Submit. $1 kind, $2 priority, $3 payload, $4 start_after (null = now), $5 max_attempts, $6 idempotency_key. Empty result = key taken. */
+/**
+ * Submit. $1 kind, $2 priority, $3 payload, $4 start_after (null = now), $5 max_attempts,
+ * $6 idempotency_key, $7 the submitting fylr when it may claim the item directly (else null).
+ * Empty result = key taken.
+ *
+ * With $7 the item is inserted already claimed by that fylr (lease 1, attempts 1,
+ * claimed_at: what a claim writes) when the claim's own rules hold at this statement: the
+ * item is exec-bound and eligible now, the fylr has a row (one declared dead claims
+ * nothing), and no eligible exec item of its priority or higher is queued (it never goes
+ * ahead of older work). Otherwise it is queued, exactly as without $7.
+ */
 export const insertItem = `
-INSERT INTO queue_items (kind, priority, payload, start_after, max_attempts, idempotency_key)
-VALUES ($1, $2, $3, coalesce($4::timestamptz, now()), $5, $6)
+INSERT INTO queue_items (kind, priority, payload, start_after, max_attempts, idempotency_key,
+                         state, claimed_by, lease, attempts, claimed_at)
+SELECT $1::text, $2::integer, $3::jsonb, d.start_after, $5::integer, $6::text,
+       CASE WHEN d.direct THEN 'claimed' ELSE 'queued' END,
+       CASE WHEN d.direct THEN $7::text END,
+       CASE WHEN d.direct THEN 1 ELSE 0 END,
+       CASE WHEN d.direct THEN 1 ELSE 0 END,
+       CASE WHEN d.direct THEN now() END
+FROM (
+  SELECT s.start_after,
+         $7::text IS NOT NULL AND $1::text = 'exec' AND s.start_after <= now()
+           AND EXISTS (SELECT 1 FROM fylrs WHERE id = $7::text)
+           AND NOT EXISTS (
+             SELECT 1 FROM queue_items q
+             WHERE q.state = 'queued' AND q.kind = 'exec' AND q.priority >= $2::integer AND q.start_after <= now()
+           ) AS direct
+  FROM (SELECT coalesce($4::timestamptz, now()) AS start_after) s
+) d
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *`;
 

@@ -104,10 +104,14 @@ export class QueueStore {
     }
   }
 
-  /** Inserts an item, or returns the one already holding its idempotency key. */
-  async submit(n: NormalizedSubmit): Promise<{ item: QueueItem; created: boolean }> {
-    if (n.uploads && n.uploads.length > 0) return this.submitWithUploads(n, n.uploads);
-    const params = [n.kind, n.priority, JSON.stringify(n.payload), n.startAfter ?? null, n.maxAttempts, n.idempotencyKey ?? null];
+  /**
+   * Inserts an item, or returns the one already holding its idempotency key. With
+   * `claimFor`, that fylr claims it in the insert when the claim's rules allow (see
+   * sql.insertItem): the item comes back 'claimed', else 'queued'.
+   */
+  async submit(n: NormalizedSubmit, claimFor?: string): Promise<{ item: QueueItem; created: boolean }> {
+    const params = [n.kind, n.priority, JSON.stringify(n.payload), n.startAfter ?? null, n.maxAttempts, n.idempotencyKey ?? null, claimFor ?? null];
+    if (n.uploads && n.uploads.length > 0) return this.submitWithUploads(n, n.uploads, params);
     // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit; the
     // follow-up SELECT runs with a fresh snapshot and therefore sees the winner's row.
     for (let tries = 0; tries < 3; tries++) {
@@ -121,8 +125,7 @@ export class QueueStore {
 
   // The insert and the adoption of its uploads in one transaction: an item never refers to
   // an upload it does not own, and a refused adoption leaves no item.
-  private async submitWithUploads(n: NormalizedSubmit, uploads: readonly string[]): Promise<{ item: QueueItem; created: boolean }> {
-    const params = [n.kind, n.priority, JSON.stringify(n.payload), n.startAfter ?? null, n.maxAttempts, n.idempotencyKey ?? null];
+  private async submitWithUploads(n: NormalizedSubmit, uploads: readonly string[], params: unknown[]): Promise<{ item: QueueItem; created: boolean }> {
     const client = await this.pool.connect().catch((err: unknown) => {
       throw fromPgError(err, "submit");
     });

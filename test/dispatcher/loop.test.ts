@@ -222,10 +222,17 @@ describe("dispatcher loop", () => {
     const { item } = await d.submit({ calls: [{ service: "cat", args: [], env: {} }] });
     const started = new EventMonitor(d.events, "item:started");
     await until(d, item.id, ["running"]);
-    // What a sibling does after this fylr's heartbeat stalled past the threshold.
-    await pool.query("UPDATE fylrs SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", [d.fylrId]);
+    // What a sibling does after this fylr's heartbeat stalled past the threshold. The stall
+    // and the sweep share one transaction (a one-connection pool): a heartbeat of this fylr
+    // that lands in between waits on the row lock and then finds its row gone, as after a
+    // real stall, instead of freshening the row before the sweep (under load it did).
     await store.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
-    const reaped = await store.reapStale(1000, "sibling");
+    const siblingPool = openPool(url, 1);
+    await siblingPool.query("BEGIN");
+    await siblingPool.query("UPDATE fylrs SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", [d.fylrId]);
+    const reaped = await new QueueStore(siblingPool).reapStale(1000, "sibling");
+    await siblingPool.query("COMMIT");
+    await closeAll(siblingPool);
     expect(reaped.requeued.map((r) => r.id)).to.deep.equal([item.id]);
     await firstRunAborted;
     expect(aborted).to.equal(1);

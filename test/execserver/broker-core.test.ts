@@ -140,6 +140,25 @@ describe("broker core (execserver)", () => {
     expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1", "b-urgent"]);
   });
 
+  it("keeps a withdrawn offer's turn with its connection for one offer timeout at most: withdrawing again and again cannot hold the slot", () => {
+    const { broker, fx, clock, conn } = setup(1);
+    const [a, b, c] = [conn("a"), conn("b"), conn("c")];
+    broker.want(c, "c1", "s", 0);
+    for (let i = 1; i <= 5; i++) broker.want(a, `a${i}`, "s", 0);
+    broker.want(b, "b1", "s", 0);
+    // a's turn: a1. A burst of crossing UNWANTs within the turn: each replacement stays with a.
+    broker.decline(c, "c1", fx.offers[0]!.offerToken);
+    clock.now = 10;
+    broker.unwant(a, "a1");
+    broker.unwant(a, "a2");
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["c1", "a1", "a2", "a3"]);
+    // An offer timeout after the turn began, a withdrawal ends it: b is next.
+    clock.now = 1000;
+    broker.unwant(a, "a3");
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["c1", "a1", "a2", "a3", "b1"]);
+    expect(broker.waitgroups.get("g")!.ledger).to.include({ offered: 1, free: 0 });
+  });
+
   it("keeps the slot ledger consistent through drops, declines and finishes", () => {
     const { broker, fx, conn } = setup(2);
     const a = conn("a");

@@ -20,6 +20,8 @@ import {
   type BrokerClient,
   type Slot,
 } from "../../src/fylr/broker/index.js";
+import { Registry } from "prom-client";
+import { registerFylrBrokerMetrics } from "../../src/app/fylr-broker-metrics.js";
 import { Code } from "../../src/shared/errors.js";
 import { release } from "../support/resources.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
@@ -120,6 +122,11 @@ describe("fylr broker client against two execserver processes", function () {
       const slots = (await Promise.all(wants)).map(brokerSlot);
       expect(new Set(slots.map((s) => s.instanceId)).size).to.equal(2);
       expect(replica.broker.stats).to.include({ accepted: 2, substituted: 1, declined: 0 });
+      const metrics = new Registry();
+      registerFylrBrokerMetrics([metrics], replica.broker);
+      const exposition = await metrics.metrics();
+      expect(exposition).to.match(/^slotbroker_fylr_offers_substituted_total 1$/m);
+      expect(exposition).to.match(/^slotbroker_fylr_offers_total\{outcome="accepted"\} 2$/m);
       // The second want runs under the first one's job id on the other instance; each job
       // is tracked on its own connection and settles with its own DONE.
       expect(slots[0]!.jobId).to.equal(slots[1]!.jobId);

@@ -1,4 +1,3 @@
-import { randomBytes } from "node:crypto";
 import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { readFileSync } from "node:fs";
@@ -8,14 +7,17 @@ import { silentLogger, type Logger } from "../../shared/log.js";
 import type { BrokerConfig } from "./config.js";
 import type { BrokerConnection } from "./connection.js";
 import type { ParkedWantInfo } from "./connection-options.js";
-import { NoSlotError, UnknownServiceError, JobRejectedError } from "./errors.js";
+import { NoSlotError, JobRejectedError } from "./errors.js";
 import { Acquisition, type AcquiredSlot } from "./acquisition.js";
+import { JobIds } from "./job-ids.js";
 import { PolledSlot } from "./polled-slot.js";
 import { TokenPolls } from "./token-polls.js";
 import { AddressPool, type BrokerInstance, type PoolPolling } from "./pool.js";
 import { RunningJobs } from "./running-jobs.js";
+import { listedAnywhere, unknownServiceError } from "./service-listing.js";
 import { Slot, emptyReceipt } from "./slot.js";
 import type { BrokerClientEvents, BrokerClientStats } from "./events.js";
+import { StartupGrace } from "./startup-grace.js";
 import { UnwantQueue } from "./unwant-queue.js";
 import { RaceBook } from "./want-race.js";
 
@@ -56,20 +58,17 @@ export class BrokerClient {
   // The connection each distinct instance is parked on; other connections to the same
   // instance (through another configured address) stay idle.
   private readonly primaries = new Map<string, BrokerConnection>();
-  private readonly settleWaiters = new Set<() => void>();
+  private readonly grace: StartupGrace;
   private readonly unwants: UnwantQueue;
   private snapshot: readonly BrokerInstance[] | undefined;
-  private startedAt = 0;
-  // Job ids: a random per-client prefix plus a counter. Unique among this client's jobs
-  // without a crypto call per acquire (randomFillSync showed up in the cycle profile).
-  private readonly jobPrefix = randomBytes(9).toString("base64url");
-  private jobSerial = 0;
+  private readonly jobIds = new JobIds();
 
   constructor(config: BrokerConfig, options: { logger?: Logger } = {}) {
     this.config = config;
     this.logger = (options.logger ?? silentLogger).child({ component: "broker" });
     this.events = new Events((err, event) => this.logger.error({ err, event }, "a broker client event listener threw"));
     this.unwants = new UnwantQueue(config.unwantGraceMs);
+    this.grace = new StartupGrace(config.startupGraceMs, () => this.addressPools.every((pool) => pool.settled));
     const connection = { token: config.token, clientName: config.clientName, tls: config.tls, timings: config.timings };
     const polling = (address: string): PoolPolling | undefined => {
       const p = config.polling;
@@ -110,7 +109,7 @@ export class BrokerClient {
     }
     signal?.addEventListener("abort", () => void this.close(), { once: true });
     this.state = "running";
-    this.startedAt = Date.now();
+    this.grace.begin();
     for (const pool of this.addressPools) pool.start();
   }
 
@@ -153,8 +152,8 @@ export class BrokerClient {
   acquire(options: AcquireOptions): Promise<AcquiredSlot> {
     if (this.state !== "running") return Promise.reject(new SlotbrokerError(Code.FailedPrecondition, `broker is ${this.state}`));
     // The common case skips the start-up wait without an extra turn of the event loop.
-    if (this.isSettled()) return this.enqueue(options);
-    return this.settled(options.signal).then(() => this.enqueue(options));
+    if (this.grace.isSettled()) return this.enqueue(options);
+    return this.grace.wait(options.signal).then(() => this.enqueue(options));
   }
 
   private enqueue(options: AcquireOptions): Promise<AcquiredSlot> {
@@ -163,14 +162,12 @@ export class BrokerClient {
     const service = options.service;
     // Fail fast only when no connected instance lists the service at all; one that lists
     // it but is draining (a rolling restart) means a replacement is likely: wait for it.
-    if (!this.listedAnywhere(service)) {
-      const ready = [...this.primaries.values()].filter((c) => c.state === "ready");
-      const offered = [...new Set(ready.flatMap((c) => Object.keys(c.hello?.services ?? {})))];
-      return Promise.reject(new UnknownServiceError(service, offered.sort(), ready.length));
+    if (!listedAnywhere(this.addressPools, this.primaries.values(), service)) {
+      return Promise.reject(unknownServiceError(service, this.primaries.values()));
     }
     const timeoutMs = options.connectTimeoutMs ?? this.config.connectTimeoutMs;
     return new Promise<AcquiredSlot>((resolve, reject) => {
-      const jobId = `${this.jobPrefix}.${(++this.jobSerial).toString(36)}`;
+      const jobId = this.jobIds.next();
       const acq = new Acquisition(jobId, service, options.priority ?? 0, resolve, reject, options.onPosition);
       this.book.add(acq);
       for (const conn of this.primaries.values()) if (conn.serves(service)) this.park(acq, conn);
@@ -207,25 +204,8 @@ export class BrokerClient {
     for (const acq of [...this.book.all()]) if (this.giveUp(acq)) acq.reject(err);
     this.unwants.flushAll();
     for (const pool of this.addressPools) pool.close();
-    for (const wake of this.settleWaiters) wake();
+    this.grace.end();
     return Promise.resolve();
-  }
-
-  // True unless instances are connected and none lists `service`, and no polled address
-  // may serve it (no allocation: this runs on every acquire).
-  private listedAnywhere(service: string): boolean {
-    let connected = false;
-    for (const pool of this.addressPools) {
-      if (pool.transport !== "polling") continue;
-      if (pool.mayServe(service)) return true;
-      connected = true;
-    }
-    for (const conn of this.primaries.values()) {
-      if (conn.state !== "ready") continue;
-      connected = true;
-      if (conn.hello && service in conn.hello.services) return true;
-    }
-    return !connected;
   }
 
   // A polling round won a token while the acquisition was still parked.
@@ -241,11 +221,9 @@ export class BrokerClient {
 
   // Every polled address answered 404 for the service and no broker instance lists it.
   private unknownEverywhere(acq: Acquisition): void {
-    if (this.listedAnywhere(acq.service) || !this.giveUp(acq)) return;
-    const ready = [...this.primaries.values()].filter((c) => c.state === "ready");
-    const offered = [...new Set(ready.flatMap((c) => Object.keys(c.hello?.services ?? {})))];
+    if (listedAnywhere(this.addressPools, this.primaries.values(), acq.service) || !this.giveUp(acq)) return;
     const polled = this.addressPools.filter((p) => p.transport === "polling").length;
-    acq.reject(new UnknownServiceError(acq.service, offered.sort(), ready.length + polled));
+    acq.reject(unknownServiceError(acq.service, this.primaries.values(), polled));
   }
 
   private park(acq: Acquisition, conn: BrokerConnection): void {
@@ -293,32 +271,24 @@ export class BrokerClient {
         this.demote(conn);
         this.events.emit("connection:down", conn, conn.lastError);
       }
-      if (state !== "connecting") for (const wake of this.settleWaiters) wake();
+      if (state !== "connecting") this.grace.wake();
     });
   }
 
   private onOffer(conn: BrokerConnection, offer: Offer, parked: ParkedWantInfo | undefined): void {
-    let acq = this.book.get(offer.jobId);
-    let substitute = false;
-    if (acq?.state !== "parked" && parked) {
-      // A surplus offer still good here (no UNWANT went out): the want won elsewhere first.
-      // Every instance serves a connection's oldest want, so their turns often land on the
-      // same one; a DECLINE would cost this connection its turn and per-connection
-      // round-robin would stop meaning equal slots per fylr. The oldest other want parked
-      // here takes the slot; the JOB still names the offered job id, as the server expects.
-      acq = this.book.oldestParkedOn(conn, parked.service, parked.priority);
-      substitute = acq !== undefined;
-    }
-    const verdict = acq ? acq.offer(conn) : { accept: false as const };
-    if (!acq || !verdict.accept) {
+    // A surplus offer still good here may go to another want parked here (RaceBook.takerOf).
+    const taker = this.book.takerOf(offer.jobId, conn, parked);
+    const verdict = taker ? taker.race.offer(conn) : { accept: false as const };
+    if (!taker || !verdict.accept) {
       // A surplus offer: the want already won elsewhere or was withdrawn. Free the slot now.
       this.stats.declined++;
       conn.decline(offer);
       this.events.emit("offer:declined", offer.jobId, conn);
       return;
     }
+    const acq = taker.race;
     this.stats.accepted++;
-    if (substitute) {
+    if (taker.substitute) {
       this.stats.substituted++;
       // Its own want here goes at once: this connection must not be offered it as well.
       conn.unwant(acq.jobId);
@@ -390,29 +360,5 @@ export class BrokerClient {
   private instancesChanged(): void {
     this.snapshot = undefined;
     this.events.emit("instances");
-  }
-
-  // Start-up grace: until every pool reached an instance or failed once (or the grace
-  // passed), "no connected execserver offers X" cannot be told from "not connected yet".
-  private isSettled(): boolean {
-    if (this.state !== "running" || Date.now() - this.startedAt >= this.config.startupGraceMs) return true;
-    return this.addressPools.every((pool) => pool.settled);
-  }
-
-  private async settled(signal: AbortSignal | undefined): Promise<void> {
-    while (!this.isSettled()) {
-      signal?.throwIfAborted();
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          clearTimeout(timer);
-          this.settleWaiters.delete(done);
-          signal?.removeEventListener("abort", done);
-          resolve();
-        };
-        const timer = setTimeout(done, Math.max(1, this.startedAt + this.config.startupGraceMs - Date.now()));
-        this.settleWaiters.add(done);
-        signal?.addEventListener("abort", done, { once: true });
-      });
-    }
   }
 }

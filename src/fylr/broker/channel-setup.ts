@@ -1,6 +1,8 @@
 import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
+import type { ConnectResponse } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { brokerClientConstructor, type OutgoingFrame } from "./frames.js";
 
 /** TLS towards the execserver: a CA bundle to trust and an optional name to verify. */
 export interface BrokerTlsOptions {
@@ -55,4 +57,28 @@ export function translateStreamError(err: grpc.ServiceError, name: string): Slot
     return new SlotbrokerError(code, `execserver ${name} refused the token (UNAUTHENTICATED): ${details}`, { cause: err });
   }
   return new SlotbrokerError(code, `broker stream to ${name} failed: ${details}`, { cause: err });
+}
+
+/** One Connect stream: pre-encoded or protobuf-es frames out, responses in. */
+export type ConnectCall = grpc.ClientDuplexStream<OutgoingFrame, ConnectResponse>;
+
+/** What opening one broker stream needs. */
+export interface StreamTarget {
+  readonly address: string;
+  readonly token: string | undefined;
+  readonly clientName: string;
+  readonly tls: BrokerTlsOptions | undefined;
+  readonly keepaliveTimeMs: number;
+  readonly keepaliveTimeoutMs: number;
+}
+
+const BrokerStub = brokerClientConstructor();
+
+/** Opens a Connect stream on a channel of its own (so its own TCP connection); close both when done. */
+export function openConnectStream(target: StreamTarget): { client: grpc.Client; call: ConnectCall } {
+  const { address, tls } = target;
+  const client = new BrokerStub(address, channelCredentials(tls), channelOptions(target.keepaliveTimeMs, target.keepaliveTimeoutMs, tls));
+  const metadata = callMetadata(target.token, target.clientName);
+  const call = (client as unknown as { connect(md: grpc.Metadata): ConnectCall }).connect(metadata);
+  return { client, call };
 }

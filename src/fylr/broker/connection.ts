@@ -11,41 +11,22 @@ import {
 } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
-import { retryDelayMs } from "../../shared/retry.js";
-import { callMetadata, channelCredentials, channelOptions, translateStreamError } from "./channel-setup.js";
+import { openConnectStream, translateStreamError, type ConnectCall } from "./channel-setup.js";
 import {
   defaultConnectionTimings,
   type BrokerConnectionEvents,
   type BrokerConnectionOptions,
   type ConnectionTimings,
-  type ParkedWantInfo,
 } from "./connection-options.js";
 import { checkTransition, laterHelloProblem, type ConnectionState } from "./connection-state.js";
 import { resolveLocalAddress, type LocalAddress } from "./local-address.js";
+import { ParkedWants } from "./parked-wants.js";
 import { Pings } from "./pings.js";
-import {
-  brokerClientConstructor,
-  encodeCancel,
-  encodeDecline,
-  encodeJob,
-  encodeQuery,
-  encodeUnwant,
-  encodeWant,
-  type OutgoingFrame,
-} from "./frames.js";
+import { ReconnectBackoff } from "./reconnect-backoff.js";
+import { encodeCancel, encodeDecline, encodeJob, encodeQuery, encodeUnwant, encodeWant } from "./frames.js";
 
 export { defaultConnectionTimings, type BrokerConnectionEvents, type BrokerConnectionOptions, type ConnectionTimings };
 export type { BrokerTlsOptions } from "./channel-setup.js";
-
-type WantEntry = ParkedWantInfo;
-
-const BrokerStub = brokerClientConstructor();
-
-type ConnectCall = grpc.ClientDuplexStream<OutgoingFrame, ConnectResponse>;
-
-// A stream that stayed ready at least this long resets the backoff: a server that accepts
-// and drops at once must not be hammered at the initial delay.
-const STABLE_MS = 1_000;
 
 /**
  * One broker stream to one address, kept alive: connect, HELLO, reconnect with backoff,
@@ -60,14 +41,13 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
   private readonly options: BrokerConnectionOptions;
   private readonly timings: ConnectionTimings;
   private readonly logger: Logger;
-  private readonly parked = new Map<string, WantEntry>();
+  private readonly parked = new ParkedWants();
   private readonly running = new Set<string>();
   private readonly pings = new Pings();
   private client: grpc.Client | undefined;
   private call: ConnectCall | undefined;
+  private readonly backoff: ReconnectBackoff;
   private attempt = 0;
-  private failures = 0;
-  private readySince = 0;
   private latestHello: Hello | undefined;
   private localAddressPromise: Promise<LocalAddress | undefined> | undefined;
   private helloTimer: NodeJS.Timeout | undefined;
@@ -85,6 +65,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     this.address = options.address;
     this.name = options.name ?? options.address;
     this.timings = { ...defaultConnectionTimings, ...options.timings };
+    this.backoff = new ReconnectBackoff(this.timings.backoff);
     this.logger = (options.logger ?? silentLogger).child({ component: "broker-connection", conn: this.name });
   }
 
@@ -120,9 +101,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
 
   /** When the oldest want still parked here was parked; undefined when none is. */
   oldestParkedAt(): number | undefined {
-    // Map iteration follows insertion order, so the first entry is the oldest.
-    for (const want of this.parked.values()) return want.parkedAt;
-    return undefined;
+    return this.parked.oldestParkedAt();
   }
 
   /** True when the current HELLO lists `service` and the instance is not draining. */
@@ -144,7 +123,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
   /** Parks a want; sent now when ready, otherwise on the next stream's HELLO. */
   want(jobId: string, service: string, priority: number, now = Date.now()): void {
     if (this.current === "closed") return;
-    this.parked.set(jobId, { service, priority, parkedAt: now });
+    this.parked.add(jobId, { service, priority, parkedAt: now });
     if (this.current === "ready") this.call?.write(encodeWant(jobId, service, priority));
   }
 
@@ -219,8 +198,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     this.teardown(error);
     clearTimeout(this.retryTimer);
     this.setState("closed");
-    const dropped = [...this.parked.keys()];
-    this.parked.clear();
+    const dropped = this.parked.clear();
     if (dropped.length > 0) this.emit("unparked", dropped);
   }
 
@@ -229,12 +207,10 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     const attempt = ++this.attempt;
     this.streams++;
     this.localAddressPromise = undefined;
+    const { token, clientName, tls } = this.options;
     const { keepaliveTimeMs, keepaliveTimeoutMs } = this.timings;
-    const tls = this.options.tls;
-    const client = new BrokerStub(this.address, channelCredentials(tls), channelOptions(keepaliveTimeMs, keepaliveTimeoutMs, tls));
+    const { client, call } = openConnectStream({ address: this.address, token, clientName, tls, keepaliveTimeMs, keepaliveTimeoutMs });
     this.client = client;
-    const metadata = callMetadata(this.options.token, this.options.clientName);
-    const call = (client as unknown as { connect(md: grpc.Metadata): ConnectCall }).connect(metadata);
     this.call = call;
     call.on("data", (response: ConnectResponse) => {
       if (attempt === this.attempt) this.receive(response);
@@ -262,9 +238,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
       case "offer": {
         // The execserver took the want out of its book; it is no longer parked here. Not
         // parked here any more means we UNWANTed it: the server withdraws the offer.
-        const parked = this.parked.get(frame.value.jobId);
-        this.parked.delete(frame.value.jobId);
-        this.emit("offer", frame.value, parked);
+        this.emit("offer", frame.value, this.parked.take(frame.value.jobId));
         return;
       }
       case "done":
@@ -308,24 +282,20 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     if (this.current === "closed") return;
     this.dropUnservedWants(hello);
     if (!first) return;
-    for (const [jobId, want] of this.parked) {
+    for (const [jobId, want] of this.parked.entries()) {
       this.call?.write(encodeWant(jobId, want.service, want.priority));
     }
-    this.readySince = Date.now();
+    this.backoff.ready();
     this.setState("ready");
     this.startPingLoop();
   }
 
   private dropUnservedWants(hello: Hello): void {
-    const dropped: string[] = [];
-    for (const [jobId, want] of this.parked) {
-      if (want.service in hello.services && !hello.draining) continue;
-      this.parked.delete(jobId);
-      dropped.push(jobId);
-      // On a live stream the execserver may still hold it; after a reconnect it never did.
-      if (this.current === "ready") this.call?.write(encodeUnwant(jobId));
-    }
-    if (dropped.length > 0) this.emit("unparked", dropped);
+    const dropped = this.parked.dropUnserved(hello);
+    if (dropped.length === 0) return;
+    // On a live stream the execserver may still hold them; after a reconnect it never did.
+    if (this.current === "ready") for (const jobId of dropped) this.call?.write(encodeUnwant(jobId));
+    this.emit("unparked", dropped);
   }
 
   private onReject(reject: Reject): void {
@@ -359,11 +329,9 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
 
   private restart(error: Error): void {
     if (this.current === "closed" || this.current === "backoff") return;
-    const stable = this.current === "ready" && Date.now() - this.readySince >= STABLE_MS;
-    this.failures = stable ? 0 : this.failures + 1;
-    const delay = retryDelayMs(this.timings.backoff, this.failures - 1);
-    const level = this.failures > 3 ? "warn" : "info";
-    this.logger[level]({ err: error.message, delayMs: delay, failures: this.failures }, "broker stream down; reconnecting");
+    const { delayMs: delay, failures } = this.backoff.down(this.current === "ready");
+    const level = failures > 3 ? "warn" : "info";
+    this.logger[level]({ err: error.message, delayMs: delay, failures }, "broker stream down; reconnecting");
     this.teardown(error);
     this.setState("backoff");
     this.retryTimer = setTimeout(() => {

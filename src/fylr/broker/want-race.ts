@@ -86,13 +86,27 @@ export class WantRace<C> {
   }
 }
 
+/** Who takes an OFFER: a race, and whether it takes a surplus offer made for another want. */
+export interface OfferTaker<R> {
+  readonly race: R;
+  readonly substitute: boolean;
+}
+
+/** How the offered want was parked on the offering connection (undefined: it was UNWANTed there). */
+export interface ParkedAs {
+  readonly service: string;
+  readonly priority: number;
+}
+
 /**
  * The parked races of one fylr, by job id and by service, so that a newly reached instance
- * finds the wants it can serve without a scan over every parked want.
+ * finds the wants it can serve without a scan over every parked want; and by service and
+ * priority class, so that a surplus offer finds the most urgent one.
  */
 export class RaceBook<C, R extends WantRace<C> = WantRace<C>> {
   private readonly byJob = new Map<string, R>();
   private readonly byService = new Map<string, Set<R>>();
+  private readonly byClass = new Map<string, Map<number, Set<R>>>();
 
   /** Parked races. */
   get size(): number {
@@ -106,6 +120,11 @@ export class RaceBook<C, R extends WantRace<C> = WantRace<C>> {
     let set = this.byService.get(race.service);
     if (!set) this.byService.set(race.service, (set = new Set()));
     set.add(race);
+    let classes = this.byClass.get(race.service);
+    if (!classes) this.byClass.set(race.service, (classes = new Map<number, Set<R>>()));
+    let cls = classes.get(race.priority);
+    if (!cls) classes.set(race.priority, (cls = new Set()));
+    cls.add(race);
   }
 
   /** The race for `jobId`, if it is still in the book. */
@@ -120,6 +139,11 @@ export class RaceBook<C, R extends WantRace<C> = WantRace<C>> {
     const set = this.byService.get(race.service);
     set?.delete(race);
     if (set?.size === 0) this.byService.delete(race.service);
+    const classes = this.byClass.get(race.service);
+    const cls = classes?.get(race.priority);
+    cls?.delete(race);
+    if (cls?.size === 0) classes!.delete(race.priority);
+    if (classes?.size === 0) this.byClass.delete(race.service);
   }
 
   /** The races waiting for `service`. */
@@ -128,16 +152,41 @@ export class RaceBook<C, R extends WantRace<C> = WantRace<C>> {
   }
 
   /**
-   * The oldest race still parked on `conn` for `service` at `minPriority` or above: the
-   * want that may take a surplus offer made there in that priority class. Races of a
-   * service are kept in acquisition order and nearly all are parked on every connection,
-   * so the scan usually stops at the first.
+   * The race still parked on `conn` for `service` that the execserver would serve first
+   * among those at `minPriority` or above: the most urgent class, the oldest in it. Races
+   * of a class are kept in acquisition order and nearly all are parked on every connection,
+   * so each class's scan usually stops at its first.
    */
-  oldestParkedOn(conn: C, service: string, minPriority: number): R | undefined {
-    for (const race of this.forService(service)) {
-      if (race.state === "parked" && race.priority >= minPriority && race.parkedOn.has(conn)) return race;
+  firstParkedOn(conn: C, service: string, minPriority: number): R | undefined {
+    let best: R | undefined;
+    for (const [priority, races] of this.byClass.get(service) ?? []) {
+      if (priority < minPriority || (best && priority <= best.priority)) continue;
+      for (const race of races) {
+        if (race.state !== "parked" || !race.parkedOn.has(conn)) continue;
+        best = race;
+        break;
+      }
     }
-    return undefined;
+    return best;
+  }
+
+  /**
+   * Who takes an OFFER for `jobId` made on `conn`; undefined means DECLINE. None when the
+   * want was UNWANTed there (`parkedAs` unset): the execserver withdraws that offer, so a
+   * JOB would only be refused as stale, even while the race still waits elsewhere. Else its
+   * own race while parked. Once that race is over, the offer is surplus but still good here.
+   * Every instance serves a connection's oldest want, so their turns often land on the same
+   * one; a DECLINE would cost this connection its turn and per-connection round-robin would
+   * stop meaning equal slots per fylr. So the race parked on `conn` that the execserver
+   * would serve next in that class or above takes the slot (the JOB still names the offered
+   * job id, as the server expects).
+   */
+  takerOf(jobId: string, conn: C, parkedAs: ParkedAs | undefined): OfferTaker<R> | undefined {
+    if (!parkedAs) return undefined;
+    const own = this.byJob.get(jobId);
+    if (own?.state === "parked") return { race: own, substitute: false };
+    const other = this.firstParkedOn(conn, parkedAs.service, parkedAs.priority);
+    return other && { race: other, substitute: true };
   }
 
   /** Every race in the book. */
