@@ -110,8 +110,10 @@ export class ExecClient {
   /** Runs one command to completion (see the class comment for the outcome rules). */
   async run(options: RunOptions): Promise<RunResult> {
     checkSpecLimits(options);
-    const controller = linkedAbortController(options.signal);
-    const signal = controller.signal;
+    // The broker takes its listeners off the caller's signal once a want or a job is over,
+    // so the caller's signal is handed on as it is: no linked controller to build and abort
+    // per job. The token protocol's requests are the exception; they get a linked one.
+    const signal = options.signal;
     const acquired = await this.options.broker.acquire({
       service: options.service,
       priority: options.priority,
@@ -120,8 +122,9 @@ export class ExecClient {
       onPosition: options.onPosition,
     });
     if (acquired.transport === "polling") {
+      const controller = linkedAbortController(signal);
       try {
-        return await this.runPolled(acquired, options, signal);
+        return await this.runPolled(acquired, options, controller.signal);
       } finally {
         controller.abort(workOver);
       }
@@ -157,8 +160,6 @@ export class ExecClient {
       inPipe?.cancel(err);
       outPipe?.cancel(err);
       throw err;
-    } finally {
-      controller.abort(workOver);
     }
   }
 
@@ -261,16 +262,31 @@ async function settleWithin(pipe: PipeHandle, timeoutMs: number): Promise<number
 // Room in the JOB frame for the pipe URLs and the frame's own fields.
 const FRAME_MARGIN_BYTES = 32 * 1024;
 
-// What the execserver would refuse is refused here, before a slot is taken: a JOB frame
+// The most args and env can add to an encoded JobSpec once checkArgs and checkEnvSize
+// passed, field and length prefixes included: far below the frame limit, so only labels
+// can pass it, and the spec is encoded to be measured only when they might.
+const CHECKED_FIELDS_MAX_BYTES = jobSpecLimits.argsBytes + 6 * jobSpecLimits.args + jobSpecLimits.envBytes + 18 * jobSpecLimits.env;
+
+// What an execserver would refuse is refused here, before a slot is taken: a JOB frame
 // over its size limit would end the whole broker stream, and every sibling job with it.
 function checkSpecLimits(options: RunOptions): void {
   const bad = checkArgs(options.args ?? [], "args") ?? checkEnvSize(options.env ?? {}, "env");
   if (bad) throw new SlotbrokerError(Code.InvalidArgument, `${bad} (the execserver's limit)`);
+  const room = jobSpecLimits.maxFrameBytes - FRAME_MARGIN_BYTES;
+  if (CHECKED_FIELDS_MAX_BYTES + labelsMaxBytes(options.labels) <= room) return;
   const spec = create(JobSpecSchema, { args: [...(options.args ?? [])], env: { ...options.env }, labels: { ...options.labels } });
   const bytes = toBinary(JobSpecSchema, spec).byteLength;
-  if (bytes > jobSpecLimits.maxFrameBytes - FRAME_MARGIN_BYTES) {
+  if (bytes > room) {
     throw new SlotbrokerError(Code.InvalidArgument, `the job spec is ${bytes} bytes; a JOB frame must stay under ${jobSpecLimits.maxFrameBytes} bytes`);
   }
+}
+
+// An upper bound of the labels' encoded size: a UTF-16 unit is at most 3 UTF-8 bytes, and
+// a map entry's tags and lengths take at most 18 more.
+function labelsMaxBytes(labels: Readonly<Record<string, string>> | undefined): number {
+  let bytes = 0;
+  for (const [name, value] of Object.entries(labels ?? {})) bytes += 18 + 3 * (name.length + value.length);
+  return bytes;
 }
 
 function writeAndEnd(target: Writable, bytes: Uint8Array): Promise<void> {

@@ -1,5 +1,6 @@
 import { expect } from "chai";
 import { createHash, randomBytes } from "node:crypto";
+import { getEventListeners } from "node:events";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Readable, Writable } from "node:stream";
@@ -166,6 +167,25 @@ describe("fylr exec client against an execserver process", function () {
     // caller never sees a clean end of a short stream.
     if (sink.bytes > 0) expect(sinkErrors.map((e) => e.message).join()).to.match(/cancelled|stop/);
     expect(sink.writableFinished).to.equal(false);
+  });
+
+  it("takes its listeners off the caller's signal once a job is over, run or refused", async () => {
+    const controller = new AbortController();
+    const ok = await replica.exec.run({ service: "printf", args: ["ok"], stdin: Buffer.from("x"), signal: controller.signal });
+    expect(ok.stdout!.toString()).to.equal("ok");
+    expect(getEventListeners(controller.signal, "abort")).to.have.length(0);
+    const unknown = await replica.exec.run({ service: "nope", signal: controller.signal }).catch((e: Error) => e);
+    expect(unknown).to.be.instanceOf(Error);
+    expect(getEventListeners(controller.signal, "abort")).to.have.length(0);
+  });
+
+  it("refuses labels that would make the JOB frame too big, before a slot is taken", async () => {
+    const labels = { big: "x".repeat(1024 * 1024) };
+    const err = await replica.exec.run({ service: "printf", args: ["a"], labels }).catch((e: Error) => e);
+    expect((err as Error).message).to.match(/^the job spec is \d+ bytes; a JOB frame must stay under 1048576 bytes$/);
+    expect((await server.status()).waitgroups[0]!.waiting).to.equal(0n);
+    const small = await replica.exec.run({ service: "printf", args: ["a"], labels: { who: "test" } });
+    expect(small.stdout!.toString()).to.equal("a");
   });
 
   it("uses the configured pipeHost instead of the local address", async () => {

@@ -90,6 +90,11 @@ describe("fylr HTTP server", () => {
     expect(matchPath("/pipe/in/:id", "/pipe/out/a")).to.equal(undefined);
     expect(matchPath("/pipe/in/:id", "/pipe/in/%E0%A4%A")).to.equal(undefined);
     expect(matchPath("/healthz", "/healthz")).to.deep.equal({});
+    expect(matchPath("/healthz", "/healthz?x=1")).to.deep.equal({});
+    expect(matchPath("/healthz", "/healthzz")).to.equal(undefined);
+    expect(matchPath("/queue/items/:id/output", "/queue/items/a%2Fb/output")).to.deep.equal({ id: "a/b" });
+    expect(matchPath("/queue/items/:id/output", "/queue/items/a/outpu")).to.equal(undefined);
+    expect(matchPath("/queue/items/:id/output", "/slotbroker.v1.QueueService/Submit")).to.equal(undefined);
   });
 
   describe("on a running server", () => {

@@ -7,6 +7,7 @@ import { Code, createConnectRouter, type ConnectRouter, type ConnectRouterOption
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { createAsyncIterable, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 import type { Logger } from "../../shared/log.js";
+import { DirectUnary } from "./connect-unary.js";
 import type { HttpRequest, HttpResponse } from "./http-types.js";
 import { grpcMessage } from "./introspection.js";
 
@@ -19,22 +20,38 @@ export interface ConnectAdapterOptions {
   readonly logger: Logger;
 }
 
-/** A request listener serving the routes' Connect, gRPC and gRPC-Web procedures. */
+/**
+ * A request listener serving the routes' Connect, gRPC and gRPC-Web procedures. Plain
+ * unary Connect calls over HTTP/1.1 take a direct path (connect-unary.ts).
+ */
 export function connectAdapter(options: ConnectAdapterOptions): (req: HttpRequest, res: HttpResponse) => void {
-  const router = createConnectRouter({ acceptCompression: [compressionGzip, compressionBrotli], ...options.router });
-  options.routes(router);
+  const routerOptions: ConnectRouterOptions = { acceptCompression: [compressionGzip, compressionBrotli], ...options.router };
+  const router = createConnectRouter(routerOptions);
+  const direct = new DirectUnary(routerOptions);
+  options.routes(direct.recording(router));
   const paths = new Map<string, UniversalHandler>();
   for (const handler of router.handlers) paths.set(handler.requestPath, withBadBodyAsInvalidArgument(handler));
   return (req, res) => {
-    const handler = paths.get((req.url ?? "").split("?", 1)[0]!);
+    const path = (req.url ?? "").split("?", 1)[0]!;
+    const handler = paths.get(path);
     if (!handler) return options.fallback(req, res);
-    const uReq = universalRequestFromNodeRequest(req, res, undefined, options.contextValues(req));
-    handler(uReq)
-      .then((uRes) => universalResponseToNodeResponse(uRes, res))
-      .catch((err: unknown) => {
-        if ((err as { code?: unknown }).code === Code.Aborted) return;
-        options.logger.error({ err: (err as Error).message, procedure: handler.requestPath }, "connect handler failed");
-      });
+    const failed = (err: unknown): void => {
+      if ((err as { code?: unknown }).code === Code.Aborted) return;
+      options.logger.error({ err: (err as Error).message, procedure: handler.requestPath }, "connect handler failed");
+    };
+    const respond = (answer: Promise<UniversalServerResponse>): void => {
+      answer.then((uRes) => universalResponseToNodeResponse(uRes, res)).catch(failed);
+    };
+    // `body`: what the direct path already read.
+    const generic = (body?: Uint8Array | AsyncIterable<Uint8Array>): void => {
+      const uReq = universalRequestFromNodeRequest(req, res, undefined, options.contextValues(req));
+      if (!body) return respond(handler(uReq));
+      respond(handler({ ...uReq, body: body instanceof Uint8Array ? createAsyncIterable([body]) : body }));
+    };
+    const inputType = handler.method.input.typeName;
+    const answerError = (uRes: UniversalServerResponse): void => respond(Promise.resolve(correctBadBody(uRes, inputType)));
+    if (direct.serve(path, req, res, () => options.contextValues(req), generic, answerError, failed)) return;
+    generic();
   };
 }
 
@@ -51,15 +68,17 @@ function isBadBody(code: unknown, message: unknown): message is string {
 
 export function withBadBodyAsInvalidArgument(handler: UniversalHandler): UniversalHandler {
   const inputType = handler.method.input.typeName;
-  const wrapped = async (req: Parameters<UniversalHandler>[0]): Promise<UniversalServerResponse> => {
-    const res = await handler(req);
-    const contentType = res.header?.get("content-type") ?? "";
-    if (res.status === 500 && contentType.startsWith("application/json") && !res.header?.get("content-encoding")) return fixUnary(res, inputType);
-    if (contentType.startsWith("application/connect+proto")) return { ...res, body: fixStreamEnd(res.body, inputType) };
-    if (contentType.startsWith("application/grpc") && !contentType.startsWith("application/grpc-web")) return { ...res, body: fixGrpcTrailer(res, inputType) };
-    return res;
-  };
+  const wrapped = async (req: Parameters<UniversalHandler>[0]): Promise<UniversalServerResponse> => correctBadBody(await handler(req), inputType);
   return Object.assign(wrapped, handler);
+}
+
+/** A response as the caller should see it: "parse binary: …" becomes INVALID_ARGUMENT. */
+export function correctBadBody(res: UniversalServerResponse, inputType: string): UniversalServerResponse | Promise<UniversalServerResponse> {
+  const contentType = res.header?.get("content-type") ?? "";
+  if (res.status === 500 && contentType.startsWith("application/json") && !res.header?.get("content-encoding")) return fixUnary(res, inputType);
+  if (contentType.startsWith("application/connect+proto")) return { ...res, body: fixStreamEnd(res.body, inputType) };
+  if (contentType.startsWith("application/grpc") && !contentType.startsWith("application/grpc-web")) return { ...res, body: fixGrpcTrailer(res, inputType) };
+  return res;
 }
 
 async function fixUnary(res: UniversalServerResponse, inputType: string): Promise<UniversalServerResponse> {
