@@ -11,7 +11,7 @@ const cpuMs = (pid: number) => { const f = readFileSync(`/proc/${pid}/stat`, "ut
 const rssMb = (pid: number) => (Number(readFileSync(`/proc/${pid}/statm`, "utf8").split(" ")[1]) * 4096) / 1e6;
 const dir = mkdtempSync(join(tmpdir(), "probe-"));
 const config = join(dir, "exec.yaml");
-writeFileSync(config, "listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nwaitgroups: {w: {processes: 2}}\nservices: {noop: {waitgroup: w, builtin: noop}, t: {waitgroup: w, command: [\"true\"]}}\n");
+writeFileSync(config, `jobLauncher: ${process.env.PROBE_LAUNCHER ?? "true"}\n` + "listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nwaitgroups: {w: {processes: 2}}\nservices: {noop: {waitgroup: w, builtin: noop}, t: {waitgroup: w, command: [\"true\"]}}\n");
 const cli = process.env.PROBE_DIST ? join(process.cwd(), "dist/src/cli.js") : join(process.cwd(), "src/cli.ts");
 const exec = await startChild([cli, "execserver", "--config", config]);
 const broker = new BrokerClient(compileBrokerConfig({ addresses: [exec.address], clientName: "p", maxConnectionsPerAddress: 1 }));

@@ -22,10 +22,13 @@ export class LaunchedProcess extends EventEmitter {
     for (const stream of [stdout, stderr]) {
       // Errors surface to the runner as an early end of the stream; never as a crash.
       stream.on("error", () => {});
-      stream.once("close", () => {
-        this.#openStreams--;
-        this.#maybeClose();
-      });
+      // An empty output may have ended (and closed) before its sibling handle arrived.
+      if (stream.closed) this.#openStreams--;
+      else
+        stream.once("close", () => {
+          this.#openStreams--;
+          this.#maybeClose();
+        });
     }
   }
 
