@@ -58,7 +58,7 @@ export class JobLauncher {
   readonly #options: JobLauncherOptions;
   readonly #log: Logger;
   #child: ChildProcess | undefined;
-  #startedAt = 0;
+  #answered = false;
   #unavailableUntil = 0;
   #nextId = 1;
   readonly #pending = new Map<number, PendingLaunch>();
@@ -119,12 +119,13 @@ export class JobLauncher {
     child.once("disconnect", () => this.#died(child));
     child.unref();
     this.#child = child;
-    this.#startedAt = Date.now();
+    this.#answered = false;
     this.#refresh();
     return child;
   }
 
   #receive(m: FromLauncher, handle: Socket | undefined): void {
+    this.#answered = true;
     const id = typeof m.id === "number" ? m.id : -1;
     if (m.t === "exit") {
       const job = this.#running.get(id);
@@ -168,8 +169,8 @@ export class JobLauncher {
     this.#child = undefined;
     const why = `the job launcher (pid ${child.pid}) died`;
     this.#log.warn({ pid: child.pid, pending: this.#pending.size, running: this.#running.size }, "the job launcher died; a new one starts with the next job");
-    // One that dies at once would die again: spawn directly for a while instead.
-    if (Date.now() - this.#startedAt < 1000) this.#unavailable(new Error(why));
+    // One that died before it ever answered would likely die again: spawn directly for a while.
+    if (!this.#answered) this.#unavailable(new Error(`${why} before it answered`));
     for (const [id, pending] of this.#pending) {
       if (pending.pid !== undefined) signalGroup(pending.pid, "SIGKILL");
       for (const handle of pending.handles) handle?.destroy();
