@@ -101,7 +101,8 @@ export class JobLauncher {
       const flags = this.#options.nodeFlags ?? DEFAULT_NODE_FLAGS;
       // No execArgv, no NODE_OPTIONS (env is empty): plain node, nothing of tsx or loaders.
       child = spawn(process.execPath, [...flags, "-e", this.#options.script ?? LAUNCHER_SCRIPT], {
-        stdio: ["ignore", "ignore", "inherit", "ipc"],
+        // stdin: a pipe nobody writes; its EOF tells the launcher the execserver is gone.
+        stdio: ["pipe", "ignore", "inherit", "ipc"],
         env: {},
         serialization: "json",
       });
@@ -117,6 +118,8 @@ export class JobLauncher {
     child.on("error", (err) => this.#log.warn({ err }, "job launcher error"));
     child.on("message", (message: FromLauncher, handle?: Socket) => this.#receive(message, handle));
     child.once("disconnect", () => this.#died(child));
+    child.stdin?.on("error", () => undefined);
+    (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
     child.unref();
     this.#child = child;
     this.#answered = false;

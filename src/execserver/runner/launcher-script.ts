@@ -11,8 +11,8 @@
  *        passed handle, so the execserver reads and writes the job's pipes itself (no byte
  *        passes through this process); then {t:"exit", id, code, signal}
  * - out: {t:"failed", id, code, message} when the job could not be started.
- * When the channel closes (the execserver exited or died), every job not yet reaped here is
- * SIGKILLed by process group and the launcher exits.
+ * When its stdin or the channel closes (the execserver exited or died), every job not yet
+ * reaped here is SIGKILLed by process group and the launcher exits.
  */
 export const LAUNCHER_SCRIPT = String.raw`// slotbroker job launcher
 "use strict";
@@ -50,10 +50,17 @@ process.on("message", (m) => {
     send({ t: "exit", id: m.id, code, signal });
   });
 });
-process.on("disconnect", () => {
+// The execserver is gone: stdin (a pipe only it writes) reads EOF, even after its SIGKILL.
+// The IPC channel's "disconnect" is not enough: it waits for handles still being passed.
+function orphaned() {
   for (const pid of running.values()) {
     try { process.kill(-pid, "SIGKILL"); } catch {}
   }
   process.exit(0);
-});
+}
+process.stdin.on("error", orphaned);
+process.stdin.on("end", orphaned);
+process.stdin.on("close", orphaned);
+process.stdin.resume();
+process.on("disconnect", orphaned);
 `;
