@@ -38,7 +38,7 @@ import { migrate } from "../src/dispatcher/index.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { createDatabase } from "../test/support/databases.js";
 import { emit, percentile } from "./lib/figure.js";
-import { CpuMeter, postgresBackends } from "./lib/proc-cpu.js";
+import { CpuMeter, postgresBackends, withLiveChildren } from "./lib/proc-cpu.js";
 import { startChild } from "./lib/raw-grpc.js";
 
 const items = Number(process.env.E2E_ITEMS ?? 300);
@@ -232,7 +232,7 @@ async function main(): Promise<void> {
     };
     const pids = (list: { child: ChildProcess }[]) => () => list.map((c) => c.child.pid!);
     const meters: Record<System, CpuMeter> = {
-      slotbroker: new CpuMeter({ fylrs: pids(fylrs), execservers: pids(execs), postgres: () => postgresBackends(sbDb.name) }),
+      slotbroker: new CpuMeter({ fylrs: pids(fylrs), execservers: () => withLiveChildren(pids(execs)()), postgres: () => postgresBackends(sbDb.name) }),
       "graphile-worker": new CpuMeter({ workers: pids(workers), postgres: () => postgresBackends(gwDb.name) }),
     };
     note(`warm-up (2 execservers × ${slots} slots, 2 fylrs; 2 workers × concurrency ${slots})`);

@@ -24,6 +24,23 @@ export function cpuParts(pid: number | undefined): { own: number; children: numb
   }
 }
 
+/**
+ * `pids` and their live child processes (the execserver's job launcher and reaper): a
+ * helper process's CPU, and that of the jobs it waited for, belong to its parent's share.
+ */
+export function withLiveChildren(pids: readonly number[]): number[] {
+  const out = [...pids];
+  for (const pid of pids) {
+    try {
+      const children = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim();
+      if (children) out.push(...children.split(" ").map(Number));
+    } catch {
+      // gone, or a kernel without the children file: the parent alone
+    }
+  }
+  return out;
+}
+
 /** Pids of the Postgres backends serving database `name` (their title names it). */
 export function postgresBackends(name: string): number[] {
   const pids: number[] = [];

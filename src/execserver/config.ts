@@ -42,6 +42,8 @@ export const execserverConfigSchema = z.strictObject({
   offerTimeout: durationMs.prefault("5s"),
   drainTimeout: durationMs.prefault("30s"),
   cancelGrace: durationMs.prefault("2s"),
+  /** Fork jobs from a small launcher process (Linux) instead of the execserver itself. */
+  jobLauncher: z.boolean().default(true),
   maxWantsPerConnection: z.number().int().min(1).default(100_000),
   maxWantsTotal: z.number().int().min(1).default(250_000),
   /** Header/idle deadlines and the connection cap of the admin (and legacy) HTTP listeners. */
@@ -88,6 +90,8 @@ export interface ExecserverConfig {
   readonly drainTimeoutMs: number;
   /** After a Cancel frame: SIGTERM to the job's process group, SIGKILL this much later. */
   readonly cancelGraceMs: number;
+  /** Jobs are forked by the small job launcher process (Linux); false: by the execserver. */
+  readonly jobLauncher: boolean;
   readonly maxWantsPerConnection: number;
   /** Wants parked over all connections at most; more are rejected with BOOK_FULL. */
   readonly maxWantsTotal: number;
@@ -157,6 +161,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     offerTimeoutMs: input.offerTimeout,
     drainTimeoutMs: input.drainTimeout,
     cancelGraceMs: input.cancelGrace,
+    jobLauncher: input.jobLauncher,
     maxWantsPerConnection: input.maxWantsPerConnection,
     maxWantsTotal: input.maxWantsTotal,
     adminHttp: input.adminHttp,

@@ -28,7 +28,7 @@ import type { ExecserverEvents, ExecserverState } from "./events.js";
 import { limits } from "./limits.js";
 import { LegacyTokens, LegacyTransport } from "./legacy/index.js";
 import { ExecserverMetrics } from "./metrics.js";
-import type { RunJob } from "./runner/index.js";
+import { createRunJob, type RunJob } from "./runner/index.js";
 import { Session, type SessionHost } from "./session.js";
 import { buildStatus, helloWaitgroups } from "./status.js";
 import { serverServiceDefinition } from "./wire.js";
@@ -115,13 +115,15 @@ export class Execserver implements SessionHost {
       this.serviceEnv[name] = { names: [...s.env] };
     }
     this.events = new Events((err, event) => this.logger.error({ err, event }, "an execserver event listener threw"));
+    // The runner's default forks through the job launcher; `jobLauncher: false` forks here.
+    const runJob = options.runJob ?? (config.jobLauncher ? undefined : createRunJob({ launcher: false }));
     this.io = new BrokerIo({
       events: this.events,
       instanceId: config.instanceId,
       offerTimeoutMs: config.offerTimeoutMs,
       cancelGraceMs: config.cancelGraceMs,
       logger: this.logger,
-      runJob: options.runJob,
+      runJob,
       now: () => this.now(),
       jobFinished: () => this.jobFinished(),
     });
@@ -160,7 +162,7 @@ export class Execserver implements SessionHost {
         auth: this.auth,
         events: this.events,
         logger: this.logger.child({ component: "legacy" }),
-        runJob: options.runJob,
+        runJob,
         jobFinished: () => this.jobFinished(),
       });
       const target = config.legacy.listen === "admin" ? this.admin : (this.legacyServer = new AdminServer(this.logger, { auth: this.auth, limits: config.adminHttp }));

@@ -9,8 +9,13 @@
 // - the upload ends cleanly only after exit code 0 and no runner failure; anything else
 //   destroys it, so the receiver sees an aborted body.
 // - when the job is over, whatever is left in its process group is SIGKILLed.
+// - on Linux the fork happens in the job launcher (job-launcher.ts), a small node process:
+//   forking copies the forking process's page tables and blocks it until the child has
+//   exec'd, which from the execserver cost milliseconds per job. The launcher passes the
+//   job's pipes back over its IPC channel, so the runner streams them itself as before.
 export { createRunJob, runJob, type RunnerOptions } from "./run-job.js";
-export type { RunJob, RunRequest, StdoutSink } from "./types.js";
+export { JobLauncher, sharedJobLauncher, type JobLauncherOptions } from "./job-launcher.js";
+export type { JobProcess, RunJob, RunRequest, StdoutSink } from "./types.js";
 export { childEnv, FALLBACK_PATH } from "./child-env.js";
 export { StdoutBuffer, STDOUT_BUFFER_LIMIT, type StdoutStep } from "./stdout-buffer.js";
 export { LastLineTracker, STDERR_LINE_LIMIT, capUtf8 } from "./stderr-line.js";

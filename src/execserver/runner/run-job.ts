@@ -7,10 +7,11 @@ import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js
 import { AbortReason } from "../../shared/abort.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { childEnv } from "./child-env.js";
+import { sharedJobLauncher, type JobLauncher } from "./job-launcher.js";
 import { receiptNotRun } from "./receipt.js";
 import { checkRequest } from "./request-check.js";
 import { RunningJob } from "./running-job.js";
-import type { RunJob, RunRequest } from "./types.js";
+import type { JobProcess, RunJob, RunRequest } from "./types.js";
 
 /** Options for createRunJob. */
 export interface RunnerOptions {
@@ -18,14 +19,20 @@ export interface RunnerOptions {
   readonly logger?: Logger;
   /** PATH given to jobs whose env has none (default: the execserver's own PATH). */
   readonly hostPath?: string;
+  /**
+   * Who forks the jobs: a JobLauncher (default on Linux: the shared one), or false to
+   * spawn from this process (default elsewhere).
+   */
+  readonly launcher?: JobLauncher | false;
 }
 
 /** Makes a RunJob bound to a logger; the execserver wires this one in. */
 export function createRunJob(options: RunnerOptions = {}): RunJob {
   const log = (options.logger ?? silentLogger).child({ component: "runner" });
+  const launcher = options.launcher ?? (process.platform === "linux" ? sharedJobLauncher() : false);
   return async (request) => {
     try {
-      return await runInTempDir(request, log, options.hostPath ?? process.env.PATH);
+      return await runInTempDir(request, log, options.hostPath ?? process.env.PATH, launcher);
     } catch (err) {
       // Unreachable by design; RunJob must never reject, so a bug still yields a receipt.
       log.error({ err }, "runner failed unexpectedly");
@@ -37,7 +44,7 @@ export function createRunJob(options: RunnerOptions = {}): RunJob {
 /** Runs one job with a silent logger and the execserver's PATH; never rejects. */
 export const runJob: RunJob = createRunJob();
 
-async function runInTempDir(request: RunRequest, log: Logger, hostPath: string | undefined): Promise<Receipt> {
+async function runInTempDir(request: RunRequest, log: Logger, hostPath: string | undefined, launcher: JobLauncher | false): Promise<Receipt> {
   const invalid = checkRequest(request);
   if (invalid) return receiptNotRun(invalid);
   if (request.signal.aborted) {
@@ -54,7 +61,7 @@ async function runInTempDir(request: RunRequest, log: Logger, hostPath: string |
     return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: `cannot create a working directory under ${root}: ${String(err)}` });
   }
   try {
-    return await runIn(cwd, request, log, hostPath);
+    return await runIn(cwd, request, log, hostPath, launcher);
   } finally {
     await removeJobDir(cwd, log);
   }
@@ -71,24 +78,34 @@ async function removeJobDir(cwd: string, log: Logger): Promise<void> {
   await rm(cwd, { recursive: true, force: true, maxRetries: 2 }).catch((err: unknown) => log.warn({ err, cwd }, "cannot remove job directory"));
 }
 
-async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: string | undefined): Promise<Receipt> {
+async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: string | undefined, launcher: JobLauncher | false): Promise<Receipt> {
   const [file = "", ...fixedArgs] = request.command;
+  const spec = { file, args: [...fixedArgs, ...request.args], cwd, env: childEnv(request.env, hostPath) };
+  const launched = launcher && launcher.launch(spec);
+  const started = launched ? await launched : await spawnHere(spec);
+  if ("error" in started) return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, started.error) });
+  const child = started.process;
+  request.onSpawn?.(child.pid);
+  return new RunningJob(child, request, log.child({ pid: child.pid, command: file })).run();
+}
+
+/** Spawns the job from this process: the fallback when no launcher is used. */
+async function spawnHere(spec: { file: string; args: string[]; cwd: string; env: Record<string, string> }): Promise<{ process: JobProcess } | { error: Error }> {
   let child: ChildProcessWithoutNullStreams;
   try {
     // No shell, ever; detached gives the job its own process group to signal as a whole.
-    child = spawn(file, [...fixedArgs, ...request.args], { cwd, env: childEnv(request.env, hostPath), detached: true, stdio: "pipe" });
+    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: "pipe" });
   } catch (err) {
-    return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, err) });
+    return { error: err as Error };
   }
   const spawnError = await spawned(child);
   if (spawnError) {
     child.stdin.destroy();
     child.stdout.destroy();
     child.stderr.destroy();
-    return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, spawnError) });
+    return { error: spawnError };
   }
-  request.onSpawn?.(child.pid!);
-  return new RunningJob(child, request, log.child({ pid: child.pid, command: file })).run();
+  return { process: child as JobProcess };
 }
 
 /** Resolves with the spawn error, or undefined once the process is running. */

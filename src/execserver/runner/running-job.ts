@@ -1,4 +1,3 @@
-import type { ChildProcessWithoutNullStreams } from "node:child_process";
 import { performance } from "node:perf_hooks";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../../shared/abort.js";
@@ -12,7 +11,7 @@ import { pipeStdin, type StdinPipe } from "./stdin-pipe.js";
 import { StdoutBuffer } from "./stdout-buffer.js";
 import { StdoutUpload } from "./stdout-upload.js";
 import { pipeStdinStream, StreamSink } from "./stream-stdio.js";
-import type { RunRequest, StdoutSink } from "./types.js";
+import type { JobProcess, RunRequest, StdoutSink } from "./types.js";
 
 /** Default delay between SIGTERM and SIGKILL. */
 export const DEFAULT_KILL_GRACE_MS = 2000;
@@ -23,7 +22,7 @@ export const DEFAULT_KILL_GRACE_MS = 2000;
  * stops the process group and both pipes.
  */
 export class RunningJob {
-  readonly #child: ChildProcessWithoutNullStreams;
+  readonly #child: JobProcess;
   readonly #request: RunRequest;
   readonly #log: Logger;
   readonly #group: ProcessGroup;
@@ -34,12 +33,12 @@ export class RunningJob {
   #stdin: StdinPipe | undefined;
   #failure: JobFailure | undefined;
 
-  constructor(child: ChildProcessWithoutNullStreams, request: RunRequest, log: Logger) {
+  constructor(child: JobProcess, request: RunRequest, log: Logger) {
     this.#child = child;
     this.#request = request;
     this.#log = log;
-    this.#group = new ProcessGroup(child.pid!, request.killGraceMs ?? DEFAULT_KILL_GRACE_MS, () => this.#abandonPipes());
-    this.#watchdog = new GroupWatchdog(child.pid!, (err) => log.warn({ err }, "cannot watch the job's process group"));
+    this.#group = new ProcessGroup(child.pid, request.killGraceMs ?? DEFAULT_KILL_GRACE_MS, () => this.#abandonPipes());
+    this.#watchdog = new GroupWatchdog(child.pid, (err) => log.warn({ err }, "cannot watch the job's process group"));
     const stdoutUrl = request.stdoutUrl ? parsePipeUrl(request.stdoutUrl) : undefined;
     const onFail = (message: string): void => this.fail(ErrorKind.PIPE_FAILED, message);
     this.#upload = stdoutUrl ? new StdoutUpload(stdoutUrl, onFail) : request.stdout && new StreamSink(request.stdout, onFail);
@@ -61,6 +60,7 @@ export class RunningJob {
     const startedAt = performance.now();
     let exitedAt: number | undefined;
     this.#child.once("exit", () => (exitedAt = performance.now()));
+    this.#child.once("lost", (message: string) => this.fail(ErrorKind.KILLED, message));
     const timer = setTimeout(() => this.fail(ErrorKind.TIMEOUT, `timed out after ${timeoutMs} ms`), Math.min(timeoutMs, MAX_TIMEOUT_MS));
     const onAbort = (): void => {
       const requested = signal.reason instanceof AbortReason && signal.reason.kind === "cancel-requested";

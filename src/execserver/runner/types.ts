@@ -1,3 +1,4 @@
+import type { EventEmitter } from "node:events";
 import type { Readable, Writable } from "node:stream";
 import type { Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 
@@ -52,4 +53,16 @@ export interface StdoutSink {
   finish(): Promise<void>;
   /** Breaks a started sink off so the receiver sees an aborted body; idempotent. */
   abort(reason: string): void;
+}
+
+/**
+ * A running job's process as the runner sees it: a ChildProcess, or a LaunchedProcess
+ * started by the job launcher. Events: "exit" and "close" (code, signal), "error", and
+ * "lost" (message) when nobody can tell how the job ended any more.
+ */
+export interface JobProcess extends EventEmitter {
+  readonly pid: number;
+  readonly stdin: Writable;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
 }

@@ -5,13 +5,17 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { runJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { createRunJob, runJob, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
 import { startPipeServer } from "./pipe-server.js";
 
 const sha256 = (data: Buffer): string => createHash("sha256").update(data).digest("hex");
 
+// Every case runs twice: jobs forked by the job launcher (the default on Linux) and by
+// this process (the fallback, and `jobLauncher: false`).
+let runner: RunJob = runJob;
+
 function run(request: Partial<RunRequest> & Pick<RunRequest, "command">): Promise<Receipt> {
-  return runJob({ args: [], env: {}, timeoutMs: 30_000, signal: new AbortController().signal, ...request });
+  return runner({ args: [], env: {}, timeoutMs: 30_000, signal: new AbortController().signal, ...request });
 }
 
 /** True while `pid` is a live process (a zombie waiting to be reaped counts as gone). */
@@ -42,7 +46,12 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
-describe("runner: runJob", () => {
+for (const [mode, modeRunner] of [
+  ["through the job launcher", runJob],
+  ["spawned directly", createRunJob({ launcher: false })],
+] as const)
+describe(`runner: runJob, ${mode}`, () => {
+  before(() => (runner = modeRunner));
   describe("streams", () => {
     it("round-trips a 16 MiB body from the stdin URL through cat to the stdout URL", async () => {
       const body = randomBytes(16 * 1024 * 1024);

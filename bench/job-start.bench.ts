@@ -1,0 +1,106 @@
+// job-start: what starting a job's process costs the execserver. Two execservers (the real
+// CLI, each its own process, 2 slots of the command service `true`): one forks jobs through
+// the job launcher (`jobLauncher: true`, the default), the baseline forks them itself
+// (`jobLauncher: false`). One broker client per execserver runs jobs one at a time
+// (acquire → JOB → DONE), alternating blocks between the two. Figures:
+//   job_done_p50_us / job_done_p90_us   JOB sent → DONE received, as the fylr sees it
+//   exec_cpu_ms_per_job                 user+system CPU per job of the execserver plus its
+//                                       live helpers (launcher, reaper) and the jobs they
+//                                       waited for (/proc stat), i.e. the whole cost
+//   exec_own_cpu_ms_per_job             the execserver process alone (its event loop)
+// Both execservers idle their builtin noop first, so their heaps are alike.
+//   npm run bench -- job-start        JOB_START_BLOCKS=6 JOB_START_PER_BLOCK=100
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { create } from "@bufbuild/protobuf";
+import { JobSpecSchema } from "../gen/slotbroker/v1/broker_pb.js";
+import { BrokerClient, brokerSlot, compileBrokerConfig } from "../src/fylr/broker/index.js";
+import { emit, nowUs, percentile } from "./lib/figure.js";
+import { cpuParts, withLiveChildren } from "./lib/proc-cpu.js";
+import { startChild } from "./lib/raw-grpc.js";
+
+const blocks = Number(process.env.JOB_START_BLOCKS ?? 6);
+const perBlock = Number(process.env.JOB_START_PER_BLOCK ?? 100);
+const warmup = 50;
+
+interface Side {
+  readonly name: string;
+  readonly pid: number;
+  readonly broker: BrokerClient;
+  readonly jobDone: number[];
+  cpuMs: number;
+  ownCpuMs: number;
+}
+
+/** CPU ms of the execserver and its live helpers (with the jobs they waited for). */
+function cpuOf(pid: number): { all: number; own: number } {
+  let all = 0;
+  for (const p of withLiveChildren([pid])) {
+    const { own, children } = cpuParts(p);
+    all += own + children;
+  }
+  const self = cpuParts(pid);
+  return { all, own: self.own };
+}
+
+async function runJobs(side: Side, service: string, n: number, record: boolean): Promise<void> {
+  const spec = create(JobSpecSchema, {});
+  const before = cpuOf(side.pid);
+  for (let i = 0; i < n; i++) {
+    const slot = brokerSlot(await side.broker.acquire({ service }));
+    const start = nowUs();
+    await slot.start(spec);
+    if (record) side.jobDone.push(nowUs() - start);
+  }
+  const after = cpuOf(side.pid);
+  if (!record) return;
+  side.cpuMs += after.all - before.all;
+  side.ownCpuMs += after.own - before.own;
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "bench-job-start-"));
+  const cli = join(fileURLToPath(import.meta.url), "..", "..", "src", "cli.ts");
+  const services = 'waitgroups: {w: {processes: 2}}\nservices: {noop: {waitgroup: w, builtin: noop}, t: {waitgroup: w, command: ["true"]}}\n';
+  const sides: Side[] = [];
+  const children: { kill: () => void }[] = [];
+  try {
+    for (const [name, launcher] of [
+      ["launcher", true],
+      ["direct", false],
+    ] as const) {
+      const config = join(dir, `${name}.yaml`);
+      writeFileSync(config, `jobLauncher: ${launcher}\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\n${services}`);
+      const exec = await startChild([cli, "execserver", "--config", config]);
+      children.push({ kill: () => exec.child.kill("SIGTERM") });
+      const broker = new BrokerClient(compileBrokerConfig({ addresses: [exec.address], clientName: `bench-${name}`, maxConnectionsPerAddress: 1 }));
+      broker.start();
+      children.push({ kill: () => void broker.close() });
+      sides.push({ name, pid: exec.child.pid!, broker, jobDone: [], cpuMs: 0, ownCpuMs: 0 });
+    }
+    while (sides.some((s) => s.broker.instances().length === 0)) await new Promise((r) => setTimeout(r, 10));
+    for (const side of sides) {
+      await runJobs(side, "noop", warmup * 4, false);
+      await runJobs(side, "t", warmup, false);
+    }
+    for (let b = 0; b < blocks; b++) for (const side of b % 2 ? [...sides].reverse() : sides) await runJobs(side, "t", perBlock, true);
+    const [launcher, direct] = sides as [Side, Side];
+    for (const side of sides) side.jobDone.sort((x, y) => x - y);
+    const n = blocks * perBlock;
+    const params = { service: "`true`, one job at a time", jobs: n, blocks, baseline_config: "jobLauncher: false", better: "lower" };
+    const figure = (metric: string, value: number, baseline: number, extra: Record<string, unknown> = {}): void => {
+      emit({ bench: "job-start", metric, value, baseline: "the execserver forks the job itself", baseline_value: baseline, params: { ...params, ...extra } });
+    };
+    figure("job_done_p50_us", percentile(launcher.jobDone, 50), percentile(direct.jobDone, 50));
+    figure("job_done_p90_us", percentile(launcher.jobDone, 90), percentile(direct.jobDone, 90));
+    figure("exec_cpu_ms_per_job", launcher.cpuMs / n, direct.cpuMs / n, { what: "execserver + launcher/reaper + the jobs, per job" });
+    figure("exec_own_cpu_ms_per_job", launcher.ownCpuMs / n, direct.ownCpuMs / n, { what: "the execserver process alone, per job" });
+  } finally {
+    for (const child of children.reverse()) child.kill();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,207 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import type { Socket } from "node:net";
+import { silentLogger, type Logger } from "../../shared/log.js";
+import { LaunchedProcess } from "./launched-process.js";
+import { LAUNCHER_SCRIPT } from "./launcher-script.js";
+import { signalGroup } from "./process-group.js";
+
+/** What a job needs to start; the same fields as the runner's own spawn. */
+export interface LaunchSpec {
+  readonly file: string;
+  readonly args: readonly string[];
+  readonly cwd: string;
+  readonly env: Readonly<Record<string, string>>;
+}
+
+/** The started job, or why it could not start (an Error with the spawn's `code`). */
+export type LaunchOutcome = { readonly process: LaunchedProcess } | { readonly error: Error & { code?: string } };
+
+/** Options of a JobLauncher (tests shorten the timings). */
+export interface JobLauncherOptions {
+  /** A launch not answered within this kills the launcher and fails the job (default 10 s). */
+  readonly launchTimeoutMs?: number;
+  /** After the launcher could not start, jobs use plain spawn for this long (default 10 s). */
+  readonly retryAfterMs?: number;
+  /** node flags of the launcher (default: a small young generation). */
+  readonly nodeFlags?: readonly string[];
+  /** Program of the launcher (tests use a broken one). */
+  readonly script?: string;
+  readonly logger?: Logger;
+}
+
+interface PendingLaunch {
+  readonly resolve: (outcome: LaunchOutcome) => void;
+  readonly timer: NodeJS.Timeout;
+  readonly handles: (Socket | undefined)[];
+  pid: number | undefined;
+}
+
+interface FromLauncher {
+  readonly t?: unknown;
+  readonly id?: unknown;
+  readonly n?: unknown;
+  readonly pid?: unknown;
+  readonly code?: unknown;
+  readonly signal?: unknown;
+  readonly message?: unknown;
+}
+
+const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
+
+/**
+ * Starts jobs through one small long-lived launcher process (see launcher-script.ts),
+ * started at the first job and replaced after it dies. Jobs it was starting fail as not
+ * started; jobs it had started are killed by group and fail as lost. While the launcher
+ * cannot be started, `launch` answers undefined and the runner spawns directly.
+ */
+export class JobLauncher {
+  readonly #options: JobLauncherOptions;
+  readonly #log: Logger;
+  #child: ChildProcess | undefined;
+  #answered = false;
+  #unavailableUntil = 0;
+  #nextId = 1;
+  readonly #pending = new Map<number, PendingLaunch>();
+  readonly #running = new Map<number, LaunchedProcess>();
+
+  constructor(options: JobLauncherOptions = {}) {
+    this.#options = options;
+    this.#log = (options.logger ?? silentLogger).child({ component: "job-launcher" });
+  }
+
+  /** The launcher's process id while one runs (tests kill it). */
+  get pid(): number | undefined {
+    return this.#child?.pid;
+  }
+
+  /** Starts a job, or answers undefined while no launcher can run (spawn directly then). */
+  launch(spec: LaunchSpec): Promise<LaunchOutcome> | undefined {
+    const child = this.#ensure();
+    if (!child) return undefined;
+    const id = this.#nextId++;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.#log.warn({ pid: child.pid }, "the job launcher did not answer; replacing it");
+        child.kill("SIGKILL");
+      }, this.#options.launchTimeoutMs ?? 10_000);
+      this.#pending.set(id, { resolve, timer, handles: [], pid: undefined });
+      this.#refresh();
+      child.send({ t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env }, (err) => {
+        // A failed send means the channel is closing: the disconnect fails this launch.
+        if (err) this.#log.debug({ err }, "cannot send to the job launcher");
+      });
+    });
+  }
+
+  #ensure(): ChildProcess | undefined {
+    if (this.#child) return this.#child;
+    if (Date.now() < this.#unavailableUntil) return undefined;
+    let child: ChildProcess;
+    try {
+      const flags = this.#options.nodeFlags ?? DEFAULT_NODE_FLAGS;
+      // No execArgv, no NODE_OPTIONS (env is empty): plain node, nothing of tsx or loaders.
+      child = spawn(process.execPath, [...flags, "-e", this.#options.script ?? LAUNCHER_SCRIPT], {
+        // stdin: a pipe nobody writes; its EOF tells the launcher the execserver is gone.
+        stdio: ["pipe", "ignore", "inherit", "ipc"],
+        env: {},
+        serialization: "json",
+      });
+    } catch (err) {
+      this.#unavailable(err);
+      return undefined;
+    }
+    if (child.pid === undefined) {
+      child.once("error", () => undefined);
+      this.#unavailable(new Error("the job launcher could not be spawned"));
+      return undefined;
+    }
+    child.on("error", (err) => this.#log.warn({ err }, "job launcher error"));
+    child.on("message", (message: FromLauncher, handle?: Socket) => this.#receive(message, handle));
+    child.once("disconnect", () => this.#died(child));
+    child.stdin?.on("error", () => undefined);
+    (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
+    child.unref();
+    this.#child = child;
+    this.#answered = false;
+    this.#refresh();
+    return child;
+  }
+
+  #receive(m: FromLauncher, handle: Socket | undefined): void {
+    this.#answered = true;
+    const id = typeof m.id === "number" ? m.id : -1;
+    if (m.t === "exit") {
+      const job = this.#running.get(id);
+      this.#running.delete(id);
+      job?.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null);
+      this.#refresh();
+      return;
+    }
+    const pending = this.#pending.get(id);
+    if (!pending) {
+      handle?.destroy();
+      return;
+    }
+    if (m.t === "failed") {
+      const error: Error & { code?: string } = new Error(typeof m.message === "string" ? m.message : "spawn failed");
+      if (typeof m.code === "string") error.code = m.code;
+      this.#settle(id, { error });
+      return;
+    }
+    if (m.t !== "fd" || typeof m.n !== "number" || typeof m.pid !== "number" || !handle) return;
+    pending.pid = m.pid;
+    pending.handles[m.n] = handle;
+    const [stdin, stdout, stderr] = pending.handles;
+    if (!stdin || !stdout || !stderr) return;
+    const job = new LaunchedProcess(m.pid, stdin, stdout, stderr);
+    this.#running.set(id, job);
+    this.#settle(id, { process: job });
+  }
+
+  #settle(id: number, outcome: LaunchOutcome): void {
+    const pending = this.#pending.get(id);
+    if (!pending) return;
+    this.#pending.delete(id);
+    clearTimeout(pending.timer);
+    pending.resolve(outcome);
+    this.#refresh();
+  }
+
+  #died(child: ChildProcess): void {
+    if (this.#child !== child) return;
+    this.#child = undefined;
+    const why = `the job launcher (pid ${child.pid}) died`;
+    this.#log.warn({ pid: child.pid, pending: this.#pending.size, running: this.#running.size }, "the job launcher died; a new one starts with the next job");
+    // One that died before it ever answered would likely die again: spawn directly for a while.
+    if (!this.#answered) this.#unavailable(new Error(`${why} before it answered`));
+    for (const [id, pending] of this.#pending) {
+      if (pending.pid !== undefined) signalGroup(pending.pid, "SIGKILL");
+      for (const handle of pending.handles) handle?.destroy();
+      this.#settle(id, { error: new Error(`${why} before the job started`) });
+    }
+    for (const job of this.#running.values()) job.lost(`${why}; the job's process group was killed`);
+    this.#running.clear();
+    this.#refresh();
+  }
+
+  #unavailable(err: unknown): void {
+    const retryAfterMs = this.#options.retryAfterMs ?? 10_000;
+    this.#unavailableUntil = Date.now() + retryAfterMs;
+    this.#log.warn({ err, retryAfterMs }, "cannot use the job launcher; jobs are spawned directly for now");
+  }
+
+  /** The channel keeps the process alive only while jobs wait for it. */
+  #refresh(): void {
+    const channel = this.#child?.channel as { ref?: () => void; unref?: () => void } | undefined;
+    if (this.#pending.size + this.#running.size > 0) channel?.ref?.();
+    else channel?.unref?.();
+  }
+}
+
+let shared: JobLauncher | undefined;
+
+/** The process-wide launcher every runner shares unless given its own. */
+export function sharedJobLauncher(): JobLauncher {
+  shared ??= new JobLauncher();
+  return shared;
+}

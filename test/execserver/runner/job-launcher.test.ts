@@ -1,0 +1,97 @@
+import { expect } from "chai";
+import { readFile } from "node:fs/promises";
+import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { JobLauncher } from "../../../src/execserver/runner/job-launcher.js";
+import { createRunJob, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+
+function runWith(runJob: RunJob, request: Partial<RunRequest> & Pick<RunRequest, "command">): Promise<Receipt> {
+  return runJob({ args: [], env: {}, timeoutMs: 30_000, signal: new AbortController().signal, ...request });
+}
+
+/** True while `pid` is a live process (a zombie counts as gone). */
+async function isAlive(pid: number): Promise<boolean> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+async function isGone(pid: number): Promise<boolean> {
+  for (let i = 0; i < 100; i++) {
+    if (!(await isAlive(pid))) return true;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return false;
+}
+
+/** Runs a job that prints its parent's pid and its background child's pid, then sleeps. */
+async function startSleeper(runJob: RunJob): Promise<{ receipt: Promise<Receipt>; pid: number }> {
+  let pid: number | undefined;
+  const receipt = runWith(runJob, { command: ["sh", "-c", "sleep 30 & wait"], onSpawn: (p) => (pid = p) });
+  for (let i = 0; i < 200 && pid === undefined; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  expect(pid, "the job never started").to.be.a("number");
+  return { receipt, pid: pid! };
+}
+
+describe("runner: the job launcher", function () {
+  this.timeout(20_000);
+
+  it("forks the job from the launcher, in a process group of its own", async () => {
+    const launcher = new JobLauncher();
+    const runJob = createRunJob({ launcher });
+    const receipt = await runWith(runJob, { command: ["sh", "-c", "echo $PPID; ps -o pgid= -p $$"] });
+    expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED, receipt.errorMessage);
+    const [ppid, pgid] = Buffer.from(receipt.stdoutPrefix).toString().trim().split(/\s+/).map(Number);
+    expect(ppid).to.equal(launcher.pid);
+    expect(pgid).to.not.equal(process.pid);
+    expect(pgid).to.not.equal(launcher.pid);
+  });
+
+  it("kills a running job's group when the launcher dies, fails it as KILLED, and starts a new launcher for the next job", async () => {
+    const launcher = new JobLauncher();
+    const runJob = createRunJob({ launcher });
+    const { receipt, pid } = await startSleeper(runJob);
+    const first = launcher.pid!;
+    process.kill(first, "SIGKILL");
+    const r = await receipt;
+    expect(r.error).to.equal(ErrorKind.KILLED);
+    expect(r.errorMessage).to.match(/job launcher \(pid \d+\) died/);
+    expect(await isGone(pid)).to.equal(true);
+
+    const next = await runWith(runJob, { command: ["sh", "-c", "echo $PPID"] });
+    expect(next.error).to.equal(ErrorKind.UNSPECIFIED, next.errorMessage);
+    expect(Number(Buffer.from(next.stdoutPrefix).toString())).to.equal(launcher.pid);
+    expect(launcher.pid).to.not.equal(first);
+  });
+
+  it("fails a job clearly when the launcher dies at once, then spawns directly for a while", async () => {
+    const launcher = new JobLauncher({ nodeFlags: ["--no-such-node-flag"], retryAfterMs: 60_000 });
+    const runJob = createRunJob({ launcher });
+    const first = await runWith(runJob, { command: ["true"] });
+    expect(first.error).to.equal(ErrorKind.SPAWN_FAILED);
+    expect(first.errorMessage).to.match(/job launcher \(pid \d+\) died before the job started/);
+    const next = await runWith(runJob, { command: ["sh", "-c", "echo $PPID"] });
+    expect(next.error).to.equal(ErrorKind.UNSPECIFIED, next.errorMessage);
+    expect(Number(Buffer.from(next.stdoutPrefix).toString())).to.equal(process.pid);
+  });
+
+  it("replaces a launcher that does not answer and fails the job instead of hanging", async () => {
+    const launcher = new JobLauncher({ script: "setInterval(() => {}, 1000)", launchTimeoutMs: 300 });
+    const runJob = createRunJob({ launcher });
+    const started = performance.now();
+    const stuck = launcher.pid;
+    const r = await runWith(runJob, { command: ["true"] });
+    expect(r.error).to.equal(ErrorKind.SPAWN_FAILED);
+    expect(performance.now() - started).to.be.below(5000);
+    expect(stuck).to.equal(undefined); // started lazily, with the first job
+  });
+
+  it("reports a missing executable through the launcher as SPAWN_FAILED naming it", async () => {
+    const runJob = createRunJob({ launcher: new JobLauncher() });
+    const r = await runWith(runJob, { command: ["no-such-command-for-slotbroker"] });
+    expect(r.error).to.equal(ErrorKind.SPAWN_FAILED);
+    expect(r.errorMessage).to.equal('cannot start "no-such-command-for-slotbroker": ENOENT: no such file or directory (looked up on the job\'s PATH)');
+  });
+});
