@@ -1,6 +1,6 @@
 // job-start: what starting a job's process costs the execserver. Two execservers (the real
 // CLI, each its own process, 2 slots of the command service `true`): one forks jobs through
-// the job launcher (`jobLauncher: true`, the default), the baseline forks them itself
+// the job launcher (`jobLauncher: true`; the default is false), the baseline forks them itself
 // (`jobLauncher: false`). One broker client per execserver runs jobs one at a time
 // (acquire → JOB → DONE), alternating blocks between the two. Figures:
 //   job_done_p50_us / job_done_p90_us   JOB sent → DONE received, as the fylr sees it

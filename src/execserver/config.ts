@@ -43,7 +43,7 @@ export const execserverConfigSchema = z.strictObject({
   drainTimeout: durationMs.prefault("30s"),
   cancelGrace: durationMs.prefault("2s"),
   /** Fork jobs from a small launcher process (Linux) instead of the execserver itself. */
-  jobLauncher: z.boolean().default(true),
+  jobLauncher: z.boolean().default(false),
   maxWantsPerConnection: z.number().int().min(1).default(100_000),
   maxWantsTotal: z.number().int().min(1).default(250_000),
   /** Header/idle deadlines and the connection cap of the admin (and legacy) HTTP listeners. */

@@ -28,7 +28,7 @@ import type { ExecserverEvents, ExecserverState } from "./events.js";
 import { limits } from "./limits.js";
 import { LegacyTokens, LegacyTransport } from "./legacy/index.js";
 import { ExecserverMetrics } from "./metrics.js";
-import { createRunJob, type RunJob } from "./runner/index.js";
+import { createRunJob, sharedJobLauncher, type RunJob } from "./runner/index.js";
 import { Session, type SessionHost } from "./session.js";
 import { buildStatus, helloWaitgroups } from "./status.js";
 import { serverServiceDefinition } from "./wire.js";
@@ -115,8 +115,8 @@ export class Execserver implements SessionHost {
       this.serviceEnv[name] = { names: [...s.env] };
     }
     this.events = new Events((err, event) => this.logger.error({ err, event }, "an execserver event listener threw"));
-    // The runner's default forks through the job launcher; `jobLauncher: false` forks here.
-    const runJob = options.runJob ?? (config.jobLauncher ? undefined : createRunJob({ launcher: false }));
+    // `jobLauncher: true` forks through the job launcher (Linux only); otherwise jobs fork here.
+    const runJob = options.runJob ?? (config.jobLauncher && process.platform === "linux" ? createRunJob({ launcher: sharedJobLauncher() }) : undefined);
     this.io = new BrokerIo({
       events: this.events,
       instanceId: config.instanceId,

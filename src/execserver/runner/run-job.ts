@@ -7,7 +7,7 @@ import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js
 import { AbortReason } from "../../shared/abort.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { childEnv } from "./child-env.js";
-import { sharedJobLauncher, type JobLauncher } from "./job-launcher.js";
+import type { JobLauncher } from "./job-launcher.js";
 import { receiptNotRun } from "./receipt.js";
 import { checkRequest } from "./request-check.js";
 import { RunningJob } from "./running-job.js";
@@ -20,8 +20,8 @@ export interface RunnerOptions {
   /** PATH given to jobs whose env has none (default: the execserver's own PATH). */
   readonly hostPath?: string;
   /**
-   * Who forks the jobs: a JobLauncher (default on Linux: the shared one), or false to
-   * spawn from this process (default elsewhere).
+   * Who forks the jobs: a JobLauncher (the execserver passes the shared one when its
+   * `jobLauncher` is on, Linux only), or false (the default) to spawn from this process.
    */
   readonly launcher?: JobLauncher | false;
 }
@@ -29,7 +29,7 @@ export interface RunnerOptions {
 /** Makes a RunJob bound to a logger; the execserver wires this one in. */
 export function createRunJob(options: RunnerOptions = {}): RunJob {
   const log = (options.logger ?? silentLogger).child({ component: "runner" });
-  const launcher = options.launcher ?? (process.platform === "linux" ? sharedJobLauncher() : false);
+  const launcher = options.launcher ?? false;
   return async (request) => {
     try {
       return await runInTempDir(request, log, options.hostPath ?? process.env.PATH, launcher);

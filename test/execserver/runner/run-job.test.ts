@@ -5,13 +5,13 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { createRunJob, runJob, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { createRunJob, runJob, sharedJobLauncher, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
 import { startPipeServer } from "./pipe-server.js";
 
 const sha256 = (data: Buffer): string => createHash("sha256").update(data).digest("hex");
 
-// Every case runs twice: jobs forked by the job launcher (the default on Linux) and by
-// this process (the fallback, and `jobLauncher: false`).
+// Every case runs twice: jobs forked by the job launcher (`jobLauncher: true`, Linux) and
+// by this process (the default).
 let runner: RunJob = runJob;
 
 function run(request: Partial<RunRequest> & Pick<RunRequest, "command">): Promise<Receipt> {
@@ -47,8 +47,8 @@ async function closedPort(): Promise<number> {
 }
 
 for (const [mode, modeRunner] of [
-  ["through the job launcher", runJob],
-  ["spawned directly", createRunJob({ launcher: false })],
+  ["through the job launcher", createRunJob({ launcher: sharedJobLauncher() })],
+  ["spawned directly", runJob],
 ] as const)
 describe(`runner: runJob, ${mode}`, () => {
   before(() => (runner = modeRunner));
