@@ -340,7 +340,10 @@ describe("a submit claimed in its own insert", function () {
     victim.child.kill("SIGKILL");
     await victim.exited;
     const survivor = await startDispatcher({ pool, capacity: new ManualCapacitySource([instance(4)]), backend: new TestBackend(), config: { pollIntervalMs: 50, heartbeatIntervalMs: 100, staleAfterMs: 1000 } });
+    const succeeded = new EventMonitor(survivor.events, "item:succeeded");
     for (const id of ids) expect(await itemReaches(survivor, id, ["succeeded", "failed"])).to.deep.include({ state: "succeeded", claimedBy: survivor.fylrId, lease: 2, attempts: 2 });
+    // The row is written before the survivor counts it: wait for its events, not the rows.
+    await succeeded.awaitCount(2);
     expect(survivor.stats().counters).to.include({ orphansRescued: 2, claimed: 2, succeeded: 2 });
     // The dead owner's lease is refused.
     expect(await store.release({ id: ids[0]!, claimedBy: victimId, lease: 1 }, 0)).to.equal(false);
