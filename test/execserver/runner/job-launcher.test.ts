@@ -1,29 +1,11 @@
 import { expect } from "chai";
-import { readFile } from "node:fs/promises";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { JobLauncher } from "../../../src/execserver/runner/job-launcher.js";
 import { createRunJob, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { isGone } from "../../support/process-liveness.js";
 
 function runWith(runJob: RunJob, request: Partial<RunRequest> & Pick<RunRequest, "command">): Promise<Receipt> {
   return runJob({ args: [], env: {}, timeoutMs: 30_000, signal: new AbortController().signal, ...request });
-}
-
-/** True while `pid` is a live process (a zombie counts as gone). */
-async function isAlive(pid: number): Promise<boolean> {
-  try {
-    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
-  } catch {
-    return false;
-  }
-}
-
-async function isGone(pid: number): Promise<boolean> {
-  for (let i = 0; i < 100; i++) {
-    if (!(await isAlive(pid))) return true;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  return false;
 }
 
 /** Runs a job that prints its parent's pid and its background child's pid, then sleeps. */

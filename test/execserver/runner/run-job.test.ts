@@ -1,12 +1,13 @@
 import { expect } from "chai";
 import { createHash, randomBytes } from "node:crypto";
-import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { createRunJob, runJob, sharedJobLauncher, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
 import { startPipeServer } from "./pipe-server.js";
+import { isGone } from "../../support/process-liveness.js";
 
 const sha256 = (data: Buffer): string => createHash("sha256").update(data).digest("hex");
 
@@ -16,25 +17,6 @@ let runner: RunJob = runJob;
 
 function run(request: Partial<RunRequest> & Pick<RunRequest, "command">): Promise<Receipt> {
   return runner({ args: [], env: {}, timeoutMs: 30_000, signal: new AbortController().signal, ...request });
-}
-
-/** True while `pid` is a live process (a zombie waiting to be reaped counts as gone). */
-async function isAlive(pid: number): Promise<boolean> {
-  try {
-    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
-  } catch {
-    return false;
-  }
-}
-
-/** Waits until `pid` is gone: a SIGKILL is delivered asynchronously, so allow it a moment. */
-async function isGone(pid: number): Promise<boolean> {
-  for (let i = 0; i < 100; i++) {
-    if (!(await isAlive(pid))) return true;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  return false;
 }
 
 /** A loopback port with nothing listening on it. */
