@@ -143,8 +143,23 @@ function report(scenario: Scenario, o: Outcome): void {
   for (const t of o.failedThresholds) lines.push(`   threshold crossed: ${t.metric} ${t.expression}`);
   for (const c of o.checks) lines.push(`   ${c.ok ? "ok  " : "FAIL"} ${c.name}: ${c.detail}`);
   if (o.error) lines.push(`   error: ${o.error}`);
-  if (!o.ok && !values.verbose) lines.push(`   k6 output: load/results/${scenario.name}.log`, ...tail(join(resultsDir, `${scenario.name}.log`), 40));
+  if (!o.ok && !values.verbose) {
+    const log = join(resultsDir, `${scenario.name}.log`);
+    lines.push(`   k6 output: load/results/${scenario.name}.log`, ...scriptErrors(log, 20), ...tail(log, 40));
+  }
   process.stderr.write(`${lines.join("\n")}\n`);
+}
+
+/** The first `n` lines the script itself logged at error level (its console.error): what a threshold counted. */
+function scriptErrors(path: string, n: number): string[] {
+  try {
+    const errors = readFileSync(path, "utf8").split("\n").filter((l) => l.includes("level=error") && l.includes("source=console"));
+    const shown = errors.slice(0, n).map((l) => `   ! ${l}`);
+    if (errors.length > n) shown.push(`   ! … ${errors.length - n} more`);
+    return shown;
+  } catch {
+    return [];
+  }
 }
 
 function tail(path: string, n: number): string[] {

@@ -12,8 +12,10 @@
 //            was offered a slot in that second (rate steady_served_each_second).
 //   churn    ramping-vus waves; every iteration opens a new connection, parks wants on all
 //            three waitgroups and drops after a random 0.3–1.5 s, alternately by closing
-//            the connection (TCP gone) or by cancelling the stream (RST_STREAM); ramp-down
-//            interrupts the rest mid-flight (gracefulRampDown 0).
+//            the connection (TCP gone) or by cancelling the stream (RST_STREAM). Ramp-down
+//            lets every iteration reach its own drop: a VU that k6 interrupts sees errors
+//            k6 makes itself ("context canceled", "Deadline exceeded"), which would hide
+//            the stream errors this scenario counts.
 //   check    after everything else ended: polls GetStatus until the execserver is idle
 //            (no connections, nothing running, offered or parked) or CHECK_TIMEOUT_S passes,
 //            then counts what is left.
@@ -31,6 +33,8 @@ const WAVES = envInt('WAVES', 3);
 const WAVE_VUS = envInt('WAVE_VUS', 40);
 const WAVE_S = envInt('WAVE_S', 8);
 const PARK_FAST = envInt('PARK_FAST', 5);
+const DROP_MIN_MS = 300;
+const DROP_MAX_S = 1.5;
 const SLEEP_S = envInt('SLEEP_S', 120);
 const CHECK_TIMEOUT_S = envInt('CHECK_TIMEOUT_S', 15);
 const WAVES_S = WAVES * WAVE_S;
@@ -63,7 +67,7 @@ function waves() {
 export const options = {
   scenarios: {
     steady: { executor: 'per-vu-iterations', vus: STEADY, iterations: 1, maxDuration: `${STEADY_S + 20}s`, exec: 'steady' },
-    churn: { executor: 'ramping-vus', startVUs: 0, stages: waves(), gracefulRampDown: '0s', gracefulStop: '0s', startTime: '2s', exec: 'churn' },
+    churn: { executor: 'ramping-vus', startVUs: 0, stages: waves(), gracefulRampDown: `${DROP_MAX_S + 1}s`, gracefulStop: `${DROP_MAX_S + 1}s`, startTime: '2s', exec: 'churn' },
     check: { executor: 'per-vu-iterations', vus: 1, iterations: 1, startTime: `${CHECK_AT_S}s`, maxDuration: `${CHECK_TIMEOUT_S + 10}s`, exec: 'check' },
   },
   thresholds: {
@@ -141,7 +145,7 @@ export function steady() {
 export function churn() {
   const iteration = exec.scenario.iterationInTest;
   const name = `churn-${iteration}`;
-  const dropAfter = 300 + Math.random() * 1200;
+  const dropAfter = DROP_MIN_MS + Math.random() * (DROP_MAX_S * 1000 - DROP_MIN_MS);
   // Odd iterations cancel the stream (RST_STREAM, the TCP connection stays up); even ones
   // close the whole connection. Neither half-closes the stream, so neither says goodbye.
   const cancelStream = iteration % 2 === 1;
