@@ -351,7 +351,7 @@ async function main(): Promise<void> {
       bench: "connections",
       metric: "hello_broadcast_ms",
       value: percentile(broadcastMs, 50),
-      // The execserver's own window at this many streams (src/execserver/server.ts, defaults).
+      // The execserver's own window at this many streams (src/execserver/hello-broadcast.ts, defaults).
       baseline: "the HELLO window at this many streams",
       baseline_value: Math.max(100, Math.ceil((total / 2000) * 1000)),
       params: {

@@ -1,10 +1,8 @@
-import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { create, toBinary } from "@bufbuild/protobuf";
-import * as grpc from "@grpc/grpc-js";
+import type * as grpc from "@grpc/grpc-js";
 import type { HealthImplementation } from "grpc-health-check";
 import {
-  BrokerService,
   HelloSchema,
   type ConnectRequest,
   type ConnectResponse,
@@ -15,7 +13,7 @@ import { AbortReason } from "../shared/abort.js";
 import { Events } from "../shared/events.js";
 import { isLoopbackHost, splitHostPort } from "../shared/config.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
-import { addHealth, addReflection, bindServer, toGrpcError } from "../shared/grpc.js";
+import { bindServer, toGrpcError } from "../shared/grpc.js";
 import { Transitions } from "../shared/lifecycle.js";
 import { LogBudget, type Logger } from "../shared/log.js";
 import { AdminServer } from "./admin-server.js";
@@ -25,15 +23,17 @@ import type { ExecserverConfig } from "./config.js";
 import { BrokerIo } from "./effects.js";
 import { logExecserverEvents } from "./event-log.js";
 import type { ExecserverEvents, ExecserverState } from "./events.js";
-import { limits } from "./limits.js";
+import { createGrpcServer, healthServices, serverCredentials } from "./grpc-listener.js";
+import { HelloBroadcast } from "./hello-broadcast.js";
+import { IdleWaiters } from "./idle-waiters.js";
 import { LegacyTokens, LegacyTransport } from "./legacy/index.js";
 import { ExecserverMetrics } from "./metrics.js";
 import { createRunJob, sharedJobLauncher, type RunJob } from "./runner/index.js";
 import { Session, type SessionHost } from "./session.js";
 import { buildStatus, helloWaitgroups } from "./status.js";
-import { serverServiceDefinition } from "./wire.js";
 
 export type { ExecserverState };
+export { healthServices };
 
 const transitions = new Transitions<ExecserverState>("execserver", {
   created: ["serving", "stopped"],
@@ -41,9 +41,6 @@ const transitions = new Transitions<ExecserverState>("execserver", {
   draining: ["stopped"],
   stopped: [],
 });
-
-/** The health service names that flip to NOT_SERVING while draining. */
-export const healthServices = ["", BrokerService.typeName] as const;
 
 /** Optional parts of an execserver. */
 export interface ExecserverOptions {
@@ -89,10 +86,9 @@ export class Execserver implements SessionHost {
   private readonly logger: Logger;
   // Refused connections are logged, but a client retrying with a wrong token cannot flood the log.
   private readonly refusedLog = new LogBudget(10, 10_000);
-  private helloVersionValue = 0;
-  private helloTimer: NodeJS.Timeout | undefined;
+  private readonly helloBroadcast: HelloBroadcast;
+  private readonly idle = new IdleWaiters(() => this.broker.running);
   private nextConnectionId = 0;
-  private idleWaiters: (() => void)[] = [];
   private closing: Promise<void> | undefined;
   private forcing: Promise<void> | undefined;
   // The token protocol's own listener, when it is not on the admin port.
@@ -110,6 +106,17 @@ export class Execserver implements SessionHost {
     this.logger = options.logger.child({ component: "execserver", instanceId: config.instanceId });
     // One listener for every session (they add none of their own: see Session.start).
     this.shutdown.signal.addEventListener("abort", () => this.closeSessions("execserver stopped"), { once: true });
+    this.helloBroadcast = new HelloBroadcast(
+      {
+        streams: () => this.sessions.size,
+        stopped: () => this.stateValue === "stopped",
+        broadcast: () => {
+          const shared = this.sharedHello();
+          for (const session of this.sessions) session.sendHello(shared);
+        },
+      },
+      { coalesceMs: options.helloCoalesceMs, framesPerSecond: options.helloFramesPerSecond },
+    );
     for (const [name, s] of Object.entries(config.services)) {
       this.services[name] = s.waitgroup;
       this.serviceEnv[name] = { names: [...s.env] };
@@ -125,7 +132,7 @@ export class Execserver implements SessionHost {
       logger: this.logger,
       runJob,
       now: () => this.now(),
-      jobFinished: () => this.jobFinished(),
+      jobFinished: () => this.idle.jobFinished(),
     });
     this.broker = new BrokerCore({ ...config, now: () => this.now() }, this.io);
     const tokens = config.legacy && new LegacyTokens(this.broker, { ttlMs: config.legacy.tokenTtlMs, now: () => this.now() });
@@ -133,26 +140,10 @@ export class Execserver implements SessionHost {
     logExecserverEvents(this.events, this.logger);
     this.io.attach(this.broker);
     this.auth = new BearerAuth(config.token);
-    this.grpcServer = new grpc.Server({
-      "grpc.max_receive_message_length": limits.maxFrameBytes,
-      // A connection carries a few streams (one broker stream, status and health calls);
-      // one with no stream at all for 5 minutes is closed.
-      "grpc.max_concurrent_streams": 1000,
-      "grpc.max_connection_idle_ms": 5 * 60_000,
-      "grpc.keepalive_time_ms": 30_000,
-      "grpc.keepalive_timeout_ms": 10_000,
-      // Let fylrs ping every few seconds for half-open detection without a GOAWAY.
-      "grpc.http2.min_ping_interval_without_data_ms": 5_000,
-      // channelz stamps every message sent and received (a Date each); nothing here reads it.
-      "grpc.enable_channelz": 0,
-    });
-    this.grpcServer.addService(serverServiceDefinition(), {
-      connect: (call: grpc.ServerDuplexStream<ConnectRequest, ConnectResponse>) => this.onConnect(call),
-      getStatus: (call: grpc.ServerUnaryCall<unknown, GetStatusResponse>, callback: grpc.sendUnaryData<GetStatusResponse>) =>
-        this.onGetStatus(call, callback),
-    });
-    addReflection(this.grpcServer, [BrokerService.typeName]);
-    this.health = addHealth(this.grpcServer, Object.fromEntries(healthServices.map((s) => [s, "SERVING" as const])));
+    ({ server: this.grpcServer, health: this.health } = createGrpcServer({
+      connect: (call) => this.onConnect(call),
+      getStatus: (call, callback) => this.onGetStatus(call, callback),
+    }));
     this.admin = new AdminServer(this.logger, { auth: this.auth, limits: config.adminHttp });
     if (config.legacy && tokens) {
       this.legacy = new LegacyTransport({
@@ -163,7 +154,7 @@ export class Execserver implements SessionHost {
         events: this.events,
         logger: this.logger.child({ component: "legacy" }),
         runJob,
-        jobFinished: () => this.jobFinished(),
+        jobFinished: () => this.idle.jobFinished(),
       });
       const target = config.legacy.listen === "admin" ? this.admin : (this.legacyServer = new AdminServer(this.logger, { auth: this.auth, limits: config.adminHttp }));
       const handler = (req: Parameters<LegacyTransport["handle"]>[0], res: Parameters<LegacyTransport["handle"]>[1]): Promise<void> | void =>
@@ -179,7 +170,7 @@ export class Execserver implements SessionHost {
 
   /** @inheritdoc */
   get helloVersion(): number {
-    return this.helloVersionValue;
+    return this.helloBroadcast.version;
   }
 
   /** Binds the gRPC and admin listeners. */
@@ -190,7 +181,7 @@ export class Execserver implements SessionHost {
       throw new ConfigError(`token: required when listen (${this.config.listen}) is not a loopback address`);
     }
     try {
-      if (this.config.brokerService) this.grpcPort = await bindServer(this.grpcServer, this.config.listen, this.credentials());
+      if (this.config.brokerService) this.grpcPort = await bindServer(this.grpcServer, this.config.listen, serverCredentials(this.config.tls));
       this.adminPort = await this.admin.listen(this.config.adminListen);
       const legacyListen = this.config.legacy?.listen;
       if (legacyListen === "admin") this.legacyPort = this.adminPort;
@@ -237,7 +228,7 @@ export class Execserver implements SessionHost {
   /** @inheritdoc */
   closed(session: Session, reason: string): void {
     if (!this.sessions.delete(session)) return;
-    this.helloChanged();
+    this.helloBroadcast.changed();
     this.events.emit("connection:down", session.connection, reason);
   }
 
@@ -267,14 +258,14 @@ export class Execserver implements SessionHost {
     this.setState("draining");
     this.broker.drain();
     for (const service of healthServices) this.health.setStatus(service, "NOT_SERVING");
-    this.helloChanged();
-    this.flushHello();
+    this.helloBroadcast.changed();
+    this.helloBroadcast.flush();
     this.logger.info({ running: this.broker.running, drainTimeoutMs: this.config.drainTimeoutMs }, "draining");
-    if (!(await this.waitForIdle(this.config.drainTimeoutMs))) {
+    if (!(await this.idle.wait(this.config.drainTimeoutMs))) {
       this.logger.warn({ running: this.broker.running }, "drain timeout: aborting running jobs");
       for (const record of this.broker.runningRecords) this.io.abortForShutdown(record);
       this.legacy?.abortAll("execserver shut down before the job finished");
-      if (!(await this.waitForIdle(this.options.abortWaitMs ?? 10_000))) {
+      if (!(await this.idle.wait(this.options.abortWaitMs ?? 10_000))) {
         this.logger.error({ running: this.broker.running }, "aborted jobs did not report; stopping anyway");
       }
     }
@@ -311,9 +302,8 @@ export class Execserver implements SessionHost {
   private finalStop(): void {
     this.io.stop();
     this.legacy?.stop();
-    clearTimeout(this.helloTimer);
-    this.helloTimer = undefined;
-    for (const resolve of this.idleWaiters.splice(0)) resolve();
+    this.helloBroadcast.cancel();
+    this.idle.releaseAll();
     if (this.stateValue !== "stopped") this.setState("stopped");
   }
 
@@ -339,7 +329,7 @@ export class Execserver implements SessionHost {
       const session = new Session(call, this, id, this.logger.child({ component: "session", conn: id }), this.shutdown.signal);
       this.sessions.add(session);
       // The newcomer's own Hello already counts it; everyone else hears about it shortly.
-      this.helloChanged();
+      this.helloBroadcast.changed();
       session.start();
       if (this.sessions.has(session)) this.events.emit("connection:up", session.connection);
     } catch (err) {
@@ -361,70 +351,12 @@ export class Execserver implements SessionHost {
     }
   }
 
-  // Hello content changed (clients, draining): one coalesced broadcast per window, and
-  // only to peers that have not seen the latest version, so N connects cost O(N) frames
-  // per window. A broadcast to every stream costs O(streams), so the window grows with
-  // them: a storm of joins at 10,000 streams would otherwise send 100,000 frames a second
-  // and starve the grants (bench/connections). A newcomer's own HELLO still goes out at
-  // once, and a drain is announced at once (flushHello).
-  private helloChanged(): void {
-    this.helloVersionValue++;
-    if (this.helloTimer || this.stateValue === "stopped") return;
-    this.helloTimer = setTimeout(() => this.flushHello(), this.helloWindowMs());
-  }
-
   /** How long Hello changes are gathered before the next broadcast. */
   helloWindowMs(): number {
-    const floor = this.options.helloCoalesceMs ?? 100;
-    const budget = this.options.helloFramesPerSecond ?? 2_000;
-    return Math.max(floor, Math.ceil((this.sessions.size / budget) * 1000));
-  }
-
-  private flushHello(): void {
-    clearTimeout(this.helloTimer);
-    this.helloTimer = undefined;
-    if (this.sessions.size === 0) return;
-    const shared = this.sharedHello();
-    for (const session of this.sessions) session.sendHello(shared);
+    return this.helloBroadcast.windowMs();
   }
 
   private closeSessions(reason: string): void {
     for (const session of [...this.sessions]) session.close(reason);
-  }
-
-  private jobFinished(): void {
-    if (this.broker.running > 0) return;
-    for (const resolve of this.idleWaiters.splice(0)) resolve();
-  }
-
-  private waitForIdle(timeoutMs: number): Promise<boolean> {
-    if (this.broker.running === 0) return Promise.resolve(true);
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.idleWaiters = this.idleWaiters.filter((w) => w !== done);
-        resolve(false);
-      }, timeoutMs);
-      const done = (): void => {
-        clearTimeout(timer);
-        resolve(this.broker.running === 0);
-      };
-      this.idleWaiters.push(done);
-    });
-  }
-
-  private credentials(): grpc.ServerCredentials {
-    const tls = this.config.tls;
-    if (!tls) return grpc.ServerCredentials.createInsecure();
-    const read = (key: string, path: string): Buffer => {
-      try {
-        return readFileSync(path);
-      } catch (err) {
-        throw new ConfigError(`tls.${key}: cannot read ${path}: ${(err as Error).message}`, { cause: err });
-      }
-    };
-    const cert = read("certFile", tls.certFile);
-    const key = read("keyFile", tls.keyFile);
-    const ca = tls.clientCaFile === undefined ? null : read("clientCaFile", tls.clientCaFile);
-    return grpc.ServerCredentials.createSsl(ca, [{ cert_chain: cert, private_key: key }], ca !== null);
   }
 }
