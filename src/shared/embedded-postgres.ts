@@ -2,10 +2,10 @@ import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { chmod, chown, mkdir, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import { basename, dirname, join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { ConfigError, SlotbrokerError, Code } from "./errors.js";
+import { withFreePort } from "./free-port.js";
 import type { Logger } from "./log.js";
 import { lookupUser, postgresBinaries, unreachableAncestor, type PostgresBinaries, type ServerUser } from "./postgres-binaries.js";
 
@@ -25,7 +25,7 @@ export interface LocalPostgres {
 export interface EmbeddedPostgresOptions {
   /** Data directory; created and initialised when empty. */
   dataDir: string;
-  /** Port; 0 or unset picks a free one. */
+  /** Port; 0 or unset picks a free one (see free-port.ts), and another when it was taken before the server bound it. */
   port?: number;
   /** Keep the data after stop (default true). */
   persistent?: boolean;
@@ -62,8 +62,10 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     }
   }
   if (!existsSync(join(dataDir, "PG_VERSION"))) await initialise(binaries.initdb, dataDir, runAs, log);
-  const port = options.port || (await freePort());
-  const child = await startServer(binaries.postgres, dataDir, port, runAs, log);
+  // A port of our own pick that was taken before the server bound it: pick another.
+  const { port, child } = options.port
+    ? { port: options.port, child: await startServer(binaries.postgres, dataDir, options.port, runAs, log) }
+    : await withFreePort(async (free) => ({ port: free, child: await startServer(binaries.postgres, dataDir, free, runAs, log) }));
   const urlFor = (database: string): string =>
     `postgres://${user}:${password}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
   // If this process exits without stopping the server, the server must not outlive it.
@@ -159,8 +161,12 @@ function startServer(file: string, dataDir: string, port: number, runAs: ServerU
       else log?.warn({ component: "postgres", err }, "postgres process error");
     });
     child.once("exit", (code, signal) => {
-      if (!ready) reject(new SlotbrokerError(Code.Unavailable, `PostgreSQL exited during start-up (${signal ?? `exit ${code}`}) on port ${port} with data in ${dataDir}: ${tail(output)}`));
-      else if (!stopping.has(child)) log?.warn({ component: "postgres", code, signal }, "postgres exited unexpectedly");
+      if (ready) {
+        if (!stopping.has(child)) log?.warn({ component: "postgres", code, signal }, "postgres exited unexpectedly");
+        return;
+      }
+      const inUse = output.includes("Address already in use") ? ": address already in use" : "";
+      reject(new SlotbrokerError(Code.Unavailable, `PostgreSQL exited during start-up (${signal ?? `exit ${code}`}) on port ${port}${inUse} with data in ${dataDir}: ${tail(output)}`));
     });
   });
 }
@@ -208,15 +214,5 @@ export async function defaultDataDir(cwd: string = process.cwd()): Promise<strin
   return join("/var/lib/slotbroker", `${basename(resolve(cwd)) || "root"}-${hash}`, "postgres");
 }
 
-/** Asks the kernel for a free TCP port on loopback. */
-export function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolvePort(port));
-    });
-  });
-}
+// Where tests and benches have always found it.
+export { freePort } from "./free-port.js";
