@@ -7,7 +7,6 @@ import * as grpc from "@grpc/grpc-js";
 import { stringify } from "yaml";
 import { BrokerService, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
 import type { ExecserverConfigInput } from "../../src/execserver/index.js";
-import { freePort } from "../../src/shared/embedded-postgres.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
 import { release, track } from "./resources.js";
 import { waitForOutput } from "./child-output.js";
@@ -35,7 +34,7 @@ export interface ExecserverProcess {
   restart(signal?: NodeJS.Signals, config?: SpawnExecserverConfig): Promise<void>;
 }
 
-/** The config of a spawned execserver; listen addresses default to free loopback ports. */
+/** The config of a spawned execserver; listen addresses default to port 0 on loopback (the process picks, its banner tells). */
 export type SpawnExecserverConfig = Omit<ExecserverConfigInput, "listen" | "adminListen"> & { listen?: string; adminListen?: string };
 
 /** Starts an execserver child process; `config` is written to a YAML file in a temp dir. */
@@ -44,14 +43,16 @@ export async function spawnExecserver(
   options: { name?: string; startTimeoutMs?: number; logLevel?: string } = {},
 ): Promise<ExecserverProcess> {
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-exec-"));
-  const listen = config.listen ?? `127.0.0.1:${await freePort()}`;
-  const adminListen = config.adminListen ?? `127.0.0.1:${await freePort()}`;
+  let listen = config.listen ?? "127.0.0.1:0";
+  let adminListen = config.adminListen ?? "127.0.0.1:0";
   const configPath = join(dir, "execserver.yaml");
   writeFileSync(configPath, stringify({ ...config, listen, adminListen }));
   const name = options.name ?? `execserver ${config.instanceId ?? listen}`;
   let child: ChildProcess;
   let log = "";
   let instanceId = "";
+  let grpcAddress = "";
+  let adminAddress = "";
   let legacyAddress: string | undefined;
 
   const start = async (): Promise<void> => {
@@ -65,9 +66,19 @@ export async function spawnExecserver(
     });
     const banner = await waitForOutput(child, /^execserver (\S+) listening (.+)$/m, { timeoutMs: options.startTimeoutMs ?? 30_000, context: () => log });
     instanceId = banner[1]!;
-    legacyAddress = /\blegacy=(\S+)/.exec(banner[2]!)?.[1];
+    const bound = parseBanner(banner[2]!);
+    legacyAddress = bound.legacy;
+    // Legacy-only, "listen" serves the token protocol: that is the address to dial.
+    grpcAddress = bound.grpc ?? bound.legacy!;
+    adminAddress = bound.admin;
   };
   await start();
+  // A restart binds the same ports again. They came from the kernel (port 0), which may
+  // hand one to another socket while the process is down; a restart cannot move (its
+  // clients are aimed at the address), so such a collision fails the restart loudly.
+  listen = withPort(listen, grpcAddress);
+  adminListen = withPort(adminListen, adminAddress);
+  writeFileSync(configPath, stringify({ ...config, listen, adminListen }));
 
   const kill = async (signal: NodeJS.Signals = "SIGKILL"): Promise<void> => {
     const c = child;
@@ -81,8 +92,12 @@ export async function spawnExecserver(
     get instanceId() {
       return instanceId;
     },
-    grpcAddress: listen,
-    adminAddress: adminListen,
+    get grpcAddress() {
+      return grpcAddress;
+    },
+    get adminAddress() {
+      return adminAddress;
+    },
     get legacyAddress() {
       return legacyAddress;
     },
@@ -91,7 +106,7 @@ export async function spawnExecserver(
       return child;
     },
     stderr: () => log,
-    status: () => getStatus(listen, config.token),
+    status: () => getStatus(grpcAddress, config.token),
     kill,
     restart: async (signal, next) => {
       await kill(signal);
@@ -103,6 +118,19 @@ export async function spawnExecserver(
     await kill("SIGKILL");
     rmSync(dir, { recursive: true, force: true });
   });
+}
+
+/** The addresses of an execserver's banner ("grpc=… admin=… [legacy=…]" or "legacy=… admin=…"). */
+function parseBanner(where: string): { grpc?: string; admin: string; legacy?: string } {
+  const field = (key: string): string | undefined => new RegExp(`\\b${key}=(\\S+)`).exec(where)?.[1];
+  const admin = field("admin");
+  if (!admin || (!field("grpc") && !field("legacy"))) throw new Error(`unexpected execserver banner: ${where}`);
+  return { grpc: field("grpc"), admin, legacy: field("legacy") };
+}
+
+// "host:port" of a listen setting with the port the process actually bound.
+function withPort(listen: string, bound: string): string {
+  return `${listen.slice(0, listen.lastIndexOf(":"))}:${bound.slice(bound.lastIndexOf(":") + 1)}`;
 }
 
 /** Stops a spawned execserver (tracked resources are released). */
