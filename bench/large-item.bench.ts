@@ -29,7 +29,7 @@ import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
 import { waitForOutput } from "../test/support/child-output.js";
 import { parseByteSize } from "../src/shared/config.js";
-import { freePort, startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
+import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { createDatabase } from "../test/support/databases.js";
 import { emit } from "./lib/figure.js";
 
@@ -147,8 +147,9 @@ try {
     execConfig,
     stringify({
       instanceId: "bench-exec",
-      listen: `127.0.0.1:${await freePort()}`,
-      adminListen: `127.0.0.1:${await freePort()}`,
+      // Port 0: the execserver's banner names the ports it bound.
+      listen: "127.0.0.1:0",
+      adminListen: "127.0.0.1:0",
       waitgroups: { files: { processes: 2 } },
       services: { cat: { waitgroup: "files", command: ["cat"], timeout: "60m" } },
     }),

@@ -5,7 +5,8 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { appendFileSync, chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import { freePort, startEmbeddedPostgres, type LocalPostgres } from "../../src/shared/embedded-postgres.js";
+import { startEmbeddedPostgres, type LocalPostgres } from "../../src/shared/embedded-postgres.js";
+import { freePort } from "../../src/shared/free-port.js";
 import { createDatabase } from "../../test/support/databases.js";
 import { waitForOutput } from "../../test/support/child-output.js";
 import { ChaosProxy } from "../../test/support/chaos-proxy.js";
@@ -123,9 +124,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const pgDir = join(o.dir, "pg");
   mkdirSync(pgDir, { recursive: true });
   chmodSync(pgDir, 0o755); // as root the server runs as the "postgres" user
-  const pgPort = await freePort();
   if (!adminUrl) {
-    pg = await startEmbeddedPostgres({ dataDir: join(pgDir, "data"), port: pgPort, persistent: true });
+    pg = await startEmbeddedPostgres({ dataDir: join(pgDir, "data"), persistent: true });
     adminUrl = pg.url;
   }
   const { url: databaseUrl } = await createDatabase(adminUrl, "soak");
@@ -213,9 +213,10 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     haproxy,
     async restartPostgres(downMs) {
       if (!pg) return; // DATABASE_URL: not ours to restart
+      const port = pg.port;
       await pg.stop();
       await new Promise((r) => setTimeout(r, downMs));
-      pg = await startEmbeddedPostgres({ dataDir: join(pgDir, "data"), port: pgPort, persistent: true });
+      pg = await startEmbeddedPostgres({ dataDir: join(pgDir, "data"), port, persistent: true });
     },
     async stop() {
       await Promise.all([...fylrs, ...execservers].map((p) => p.kill("SIGTERM")));
@@ -235,8 +236,10 @@ function moreVerbose(a: string, b: string): string {
 
 /**
  * Starts a server for the first time on a free port ("127.0.0.1:PORT", written into its
- * config by `writeConfig`); restarts keep that port. Another process on the machine may
- * take a port between the pick and the listen: then a fresh one, up to three times.
+ * config by `writeConfig`); restarts keep that port. Picked in advance rather than bound as
+ * port 0 because of the restarts: freePort's ports lie outside the kernel's ephemeral range,
+ * so no connection of the busy loopback is handed one while its server is down. Another
+ * process may still pick the same port before the first listen: then a fresh one, up to three times.
  */
 async function firstStart(p: ServerProcess, writeConfig: (listen: string) => void): Promise<string> {
   for (let attempt = 1; ; attempt++) {

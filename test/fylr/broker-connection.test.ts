@@ -8,7 +8,7 @@ import { JobSpecSchema } from "../../gen/slotbroker/v1/broker_pb.js";
 import { compileExecserverConfig } from "../../src/execserver/index.js";
 import { startExecserver, type ExecserverHandle } from "../../src/app/execserver.js";
 import { BrokerConnection, NoSlotError, brokerSlot, type ConnectionState } from "../../src/fylr/broker/index.js";
-import { freePort } from "../../src/shared/embedded-postgres.js";
+import { freePort } from "../../src/shared/free-port.js";
 import { Code, SlotbrokerError } from "../../src/shared/errors.js";
 import { spawnExecserver, waitFor } from "../support/execserver-process.js";
 import { awaitCondition, emitterOf, eventsOf } from "../support/event-monitor.js";
@@ -96,6 +96,8 @@ describe("fylr broker connection", function () {
   });
 
   it("waits, then reports no slot on 0 instances, while no execserver is reachable; serves once one comes up", async () => {
+    // The client is aimed at this port before its server exists, so the server cannot move to
+    // another; freePort picks outside the kernel's ephemeral range, where nothing takes it meanwhile.
     const port = await freePort();
     const broker = startBroker({ addresses: [`127.0.0.1:${port}`], reconnectMax: "100ms" });
     let server: ExecserverHandle | undefined;

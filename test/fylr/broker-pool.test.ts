@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import { once } from "node:events";
 import type { BrokerClient } from "../../src/fylr/broker/index.js";
-import { freePort } from "../../src/shared/embedded-postgres.js";
+import { freePort } from "../../src/shared/free-port.js";
 import { awaitCondition, emitterOf, eventsOf } from "../support/event-monitor.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
@@ -114,6 +114,8 @@ describe("fylr broker pool behind one load-balanced address (HAProxy, three exec
   });
 
   it("re-probes after the covered mark lapses and finds a pod that came up later", async () => {
+    // The client is aimed at this port before its server exists, so the server cannot move to
+    // another; freePort picks outside the kernel's ephemeral range, where nothing takes it meanwhile.
     const latePort = await freePort();
     servers = await Promise.all(["early-1", "early-2"].map((id) => spawnExecserver(oneSleepSlot(id))));
     haproxy = await startHaproxy([...servers.map((s) => s.grpcAddress), `127.0.0.1:${latePort}`]);

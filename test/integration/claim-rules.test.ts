@@ -4,7 +4,7 @@
 import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
-import { freePort } from "../../src/shared/embedded-postgres.js";
+import { freePort } from "../../src/shared/free-port.js";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { inState, watchUntil } from "../support/watch-item.js";
@@ -74,6 +74,8 @@ describe("a fylr process's claim rules", () => {
 
   it("claims nothing exec-bound while no execserver is connected, and runs it once one is", async function () {
     this.timeout(60_000);
+    // The client is aimed at this port before its server exists, so the server cannot move to
+    // another; freePort picks outside the kernel's ephemeral range, where nothing takes it meanwhile.
     const address = `127.0.0.1:${await freePort()}`;
     fylr = await spawnFylr(fastFylrConfig(databaseUrl, [address]));
     const execItem = (await fylr.client.submit({ calls: [{ service: "cat", stdin: { case: "stdinData", value: Buffer.from("late") } }] })).item!.id;

@@ -12,7 +12,7 @@ import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { parseByteSize } from "../../src/shared/config.js";
-import { freePort } from "../../src/shared/embedded-postgres.js";
+import { freePort } from "../../src/shared/free-port.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { cli, closeAll, fastFylrConfig, openPool, root, spawnFylr, type FylrProcess } from "./support.js";
@@ -205,7 +205,8 @@ describe(`large items through the queue (${Math.round(size / MiB)} MiB)`, functi
   });
 
   it("an item submitted to fylr A and claimed by fylr B reads its input", async () => {
-    // A reaches no execserver, so it can never claim the item; B can.
+    // A reaches no execserver, so it can never claim the item; B can. (A port outside the
+    // kernel's ephemeral range: no server of port 0 comes up there meanwhile.)
     const a = await startFylr("fa", [`127.0.0.1:${await freePort()}`]);
     const b = await startFylr("fb");
     const out = join(dir, "digest-ab.txt");

@@ -8,7 +8,6 @@ import { connect, createServer, type Server, type Socket } from "node:net";
 import { expect } from "chai";
 import type pg from "pg";
 import { ItemState, type Item } from "../../gen/slotbroker/v1/queue_pb.js";
-import { freePort } from "../../src/shared/embedded-postgres.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { startReplica, stopReplica } from "../support/fylr-replica.js";
@@ -70,6 +69,25 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
         "big-and-fine": { waitgroup: "w", command: bigAndFine },
       },
     }));
+
+  // A listener on 127.0.0.2 at the fylr's own port, where pipe URLs with pipeHost 127.0.0.2
+  // land: it learns the path of the first PUT and holds every socket. Bound after the fylr,
+  // which already holds the port on 127.0.0.1, so no other socket can be handed it.
+  const interceptUploads = async (f: FylrProcess): Promise<{ port: number; held: Socket[]; pipePath: Promise<string> }> => {
+    const port = Number(new URL(f.url).port);
+    const held: Socket[] = [];
+    let found!: (path: string) => void;
+    const pipePath = new Promise<string>((resolve) => (found = resolve));
+    const server = (interceptor = createServer((socket) => {
+      held.push(socket);
+      socket.once("data", (head: Buffer) => found(/^PUT (\S+) /.exec(head.toString("latin1"))?.[1] ?? ""));
+    }));
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(port, "127.0.0.2", resolve);
+    });
+    return { port, held, pipePath };
+  };
 
   it("finding 1: a job that prints 200 KB and exits 3 fails with its exit code; the fylr stays up", async function () {
     this.timeout(90_000);
@@ -133,19 +151,8 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
     await startExec();
     // The fylr's pipe URLs name 127.0.0.2: the execserver's upload lands on this test's
     // listener, which learns the live out-pipe id and holds the execserver's upload.
-    const port = await freePort();
-    const held: Socket[] = [];
-    const pipePath = new Promise<string>((found) => {
-      interceptor = createServer((socket) => {
-        held.push(socket);
-        socket.once("data", (head: Buffer) => found(/^PUT (\S+) /.exec(head.toString("latin1"))?.[1] ?? ""));
-      });
-      interceptor.listen(port, "127.0.0.2");
-    });
-    fylr = await spawnFylr(
-      fastFylrConfig(databaseUrl, [exec!.grpcAddress], { listen: `127.0.0.1:${port}`, execserver: { addresses: [exec!.grpcAddress], pipeHost: "127.0.0.2" } }),
-      "f-bare-put",
-    );
+    fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress], { execserver: { addresses: [exec!.grpcAddress], pipeHost: "127.0.0.2" } }), "f-bare-put");
+    const { port, held, pipePath } = await interceptUploads(fylr);
     const { item } = await fylr.client.submit({ calls: [{ service: "big-and-fine" }], maxAttempts: 1 });
     const path = await pipePath;
     expect(path).to.match(/^\/pipe\/out\//);
@@ -171,19 +178,8 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
   it("finding 7: a second concurrent PUT to one out-pipe is a 409; the first upload goes on", async function () {
     this.timeout(90_000);
     await startExec();
-    const port = await freePort();
-    const held: Socket[] = [];
-    const pipePath = new Promise<string>((found) => {
-      interceptor = createServer((socket) => {
-        held.push(socket);
-        socket.once("data", (head: Buffer) => found(/^PUT (\S+) /.exec(head.toString("latin1"))?.[1] ?? ""));
-      });
-      interceptor.listen(port, "127.0.0.2");
-    });
-    fylr = await spawnFylr(
-      fastFylrConfig(databaseUrl, [exec!.grpcAddress], { listen: `127.0.0.1:${port}`, execserver: { addresses: [exec!.grpcAddress], pipeHost: "127.0.0.2" } }),
-      "f-second-put",
-    );
+    fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress], { execserver: { addresses: [exec!.grpcAddress], pipeHost: "127.0.0.2" } }), "f-second-put");
+    const { port, held, pipePath } = await interceptUploads(fylr);
     await fylr.client.submit({ calls: [{ service: "big-and-fine" }], maxAttempts: 1 });
     const path = await pipePath;
     const first = connect(port, "127.0.0.1");
@@ -203,12 +199,8 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
   it("finding 2: a receipt saying stdout was streamed to an out-pipe nobody opened fails the attempt; the fylr stays up", async function () {
     this.timeout(90_000);
     await startExec();
-    const port = await freePort();
-    // Nothing listens on 127.0.0.2:port: the execserver cannot open the out-pipe.
-    fylr = await spawnFylr(
-      fastFylrConfig(databaseUrl, [exec!.grpcAddress], { listen: `127.0.0.1:${port}`, execserver: { addresses: [exec!.grpcAddress], pipeHost: "127.0.0.2" } }),
-      "f-unreachable",
-    );
+    // Nothing listens on 127.0.0.2 at the fylr's port: the execserver cannot open the out-pipe.
+    fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress], { execserver: { addresses: [exec!.grpcAddress], pipeHost: "127.0.0.2" } }), "f-unreachable");
     const { item } = await fylr.client.submit({ calls: [{ service: "big-and-fine" }], maxAttempts: 2 });
     const done = await finalItem(fylr, item!.id);
     expectAlive(fylr);
