@@ -5,7 +5,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { createRunJob, runJob, sharedJobLauncher, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { createRunJob, jobDirsRemoved, runJob, sharedJobLauncher, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
 import { startPipeServer } from "./pipe-server.js";
 import { isGone } from "../../support/process-liveness.js";
 
@@ -298,6 +298,20 @@ describe(`runner: runJob, ${mode}`, () => {
       }
     });
 
+    it("removes the directories of jobs that ran side by side, also one left non-empty", async () => {
+      const root = await mkdtemp(join(tmpdir(), "runner-root-"));
+      try {
+        const receipts = await Promise.all(
+          ["true", "mkdir -p a/b && touch a/b/c", "touch x"].map((script) => run({ command: ["sh", "-c", script], tempRoot: root })),
+        );
+        expect(receipts.map((r) => r.exitCode)).to.deep.equal([0, 0, 0]);
+        await jobDirsRemoved();
+        expect(await readdir(root)).to.deep.equal([]);
+      } finally {
+        await rm(root, { recursive: true, force: true });
+      }
+    });
+
     it("passes arguments verbatim, without a shell", async () => {
       const receipt = await run({ command: ["printf", "%s|"], args: ["$HOME", "a b", "*", "; rm -rf /"] });
       expect(Buffer.from(receipt.stdoutPrefix).toString()).to.equal("$HOME|a b|*|; rm -rf /|");
@@ -310,6 +324,8 @@ describe(`runner: runJob, ${mode}`, () => {
         expect(receipt.exitCode).to.equal(0);
         const cwd = Buffer.from(receipt.stdoutPrefix).toString().trim();
         expect(cwd.startsWith(join(root, "slotbroker-job-"))).to.equal(true);
+        // Removed after the receipt, off the event loop; jobDirsRemoved() sees it through.
+        await jobDirsRemoved();
         expect(await readdir(root)).to.deep.equal([]);
       } finally {
         await rm(root, { recursive: true, force: true });
