@@ -1,4 +1,4 @@
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../../shared/abort.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
@@ -65,34 +65,40 @@ async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: st
   const [file = "", ...fixedArgs] = request.command;
   const spec = { file, args: [...fixedArgs, ...request.args], cwd, env: childEnv(request.env, hostPath) };
   const launched = launcher && launcher.launch(spec);
-  const started = launched ? await launched : await spawnHere(spec);
+  const started = launched ? await launched : await spawnHere(spec, request.stdin !== undefined || !!request.stdinUrl);
   if ("error" in started) return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, started.error) });
   const child = started.process;
   request.onSpawn?.(child.pid);
   return new RunningJob(child, request, log.child({ pid: child.pid, command: file })).run();
 }
 
-/** Spawns the job from this process: the fallback when no launcher is used. */
-async function spawnHere(spec: { file: string; args: string[]; cwd: string; env: Record<string, string> }): Promise<{ process: JobProcess } | { error: Error }> {
-  let child: ChildProcessWithoutNullStreams;
+/**
+ * Spawns the job from this process: the fallback when no launcher is used. A job without
+ * stdin reads /dev/null: empty either way, and one pipe and its stream fewer per job.
+ */
+async function spawnHere(
+  spec: { file: string; args: string[]; cwd: string; env: Record<string, string> },
+  hasStdin: boolean,
+): Promise<{ process: JobProcess } | { error: Error }> {
+  let child: ChildProcess;
   try {
     // No shell, ever; detached gives the job its own process group to signal as a whole.
-    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: "pipe" });
+    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: [hasStdin ? "pipe" : "ignore", "pipe", "pipe"] });
   } catch (err) {
     return { error: err as Error };
   }
   const spawnError = await spawned(child);
   if (spawnError) {
-    child.stdin.destroy();
-    child.stdout.destroy();
-    child.stderr.destroy();
+    child.stdin?.destroy();
+    child.stdout?.destroy();
+    child.stderr?.destroy();
     return { error: spawnError };
   }
   return { process: child as JobProcess };
 }
 
 /** Resolves with the spawn error, or undefined once the process is running. */
-function spawned(child: ChildProcessWithoutNullStreams): Promise<Error | undefined> {
+function spawned(child: ChildProcess): Promise<Error | undefined> {
   return new Promise((resolve) => {
     const onError = (err: Error): void => {
       child.off("spawn", onSpawn);
