@@ -193,6 +193,15 @@ describe(`runner: runJob, ${mode}`, () => {
       expect(receipt.stdoutBytes).to.equal(0n);
     });
 
+    it("gives a job without stdin /dev/null when it spawns the job itself (Linux), an ended pipe through the launcher", async function () {
+      if (process.platform !== "linux") this.skip();
+      const receipt = await run({ command: ["readlink", "/proc/self/fd/0"] });
+      expect(receipt.exitCode).to.equal(0);
+      const stdin = Buffer.from(receipt.stdoutPrefix).toString().trim();
+      if (mode === "spawned directly") expect(stdin).to.equal("/dev/null");
+      else expect(stdin).to.match(/^socket:|^pipe:/);
+    });
+
     it("keeps only the last non-empty stderr line of a long stderr", async () => {
       const script = "i=0; while [ $i -lt 20000 ]; do echo \"noise line $i\" >&2; i=$((i+1)); done; echo 'the last word' >&2; echo '' >&2";
       const receipt = await run({ command: ["sh", "-c", script] });
