@@ -23,6 +23,10 @@
 //
 //   npm run bench -- end-to-end     E2E_ITEMS=300 E2E_LATENCY_ITEMS=100 E2E_ROUNDS=2 E2E_SLOTS=4
 //
+// Node flags: BENCH_CHILD_NODE_ARGS go to every child; E2E_EXEC_NODE_ARGS to the two
+// execservers alone, e.g. E2E_EXEC_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles
+// them without slowing the fylrs and workers.
+//
 // Postgres: DATABASE_URL when set, else an embedded server in a temp dir.
 import { randomBytes } from "node:crypto";
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -199,7 +203,7 @@ async function main(): Promise<void> {
       `listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nwaitgroups: {w: {processes: ${slots}}}\n` +
         `services: {"true": {waitgroup: w, command: ["true"]}, sha256: {waitgroup: w, command: ["sha256sum"]}}\n`,
     );
-    const execs = await Promise.all([0, 1].map(() => startChild([cli, "execserver", "--config", execConfig])));
+    const execs = await Promise.all([0, 1].map(() => startChild([cli, "execserver", "--config", execConfig], undefined, process.env.E2E_EXEC_NODE_ARGS)));
     children.push(...execs.map((e) => e.child));
     const trips = new Trips();
     const fylrs = await Promise.all(

@@ -8,6 +8,9 @@
 //                                       live helpers (launcher, reaper) and the jobs they
 //                                       waited for (/proc stat), i.e. the whole cost
 //   exec_own_cpu_ms_per_job             the execserver process alone (its event loop)
+// A note on stderr gives the execserver's own CPU per job of the builtin `noop` (no
+// process at all: the WANT/OFFER/JOB/DONE cycle and its bookkeeping), so what starting a
+// process adds can be read off against it.
 // Both execservers idle their builtin noop first, so their heaps are alike.
 //   npm run bench -- job-start        JOB_START_BLOCKS=6 JOB_START_PER_BLOCK=100
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -86,6 +89,11 @@ async function main(): Promise<void> {
       await runJobs(side, "t", warmup, false);
     }
     for (let b = 0; b < blocks; b++) for (const side of b % 2 ? [...sides].reverse() : sides) await runJobs(side, "t", perBlock, true);
+    const direct0 = sides[1]!;
+    const noopBefore = cpuOf(direct0.pid).own;
+    await runJobs(direct0, "noop", perBlock * 4, false);
+    const noopMs = (cpuOf(direct0.pid).own - noopBefore) / (perBlock * 4);
+    process.stderr.write(`job-start: the direct execserver's own CPU per builtin noop job (no process): ${noopMs.toFixed(3)} ms\n`);
     const [launcher, direct] = sides as [Side, Side];
     for (const side of sides) side.jobDone.sort((x, y) => x - y);
     const n = blocks * perBlock;

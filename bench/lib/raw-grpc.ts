@@ -53,9 +53,10 @@ export function openEchoStream(address: string): { client: grpc.Client; call: gr
  * it prints on stdout (the first match of `pattern`), e.g. an execserver or the echo server.
  * BENCH_CHILD_NODE_ARGS adds node flags to every child, e.g. to profile the server side:
  *   BENCH_CHILD_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" npm run bench -- cycle-throughput
+ * `extraNodeArgs` (space-separated) go to this child alone, after those.
  */
-export async function startChild(args: string[], pattern = /grpc=(\S+)/): Promise<{ child: ChildProcess; address: string }> {
-  const nodeArgs = (process.env.BENCH_CHILD_NODE_ARGS ?? "").split(" ").filter(Boolean);
+export async function startChild(args: string[], pattern = /grpc=(\S+)/, extraNodeArgs = ""): Promise<{ child: ChildProcess; address: string }> {
+  const nodeArgs = `${process.env.BENCH_CHILD_NODE_ARGS ?? ""} ${extraNodeArgs}`.split(" ").filter(Boolean);
   const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", ...args], { stdio: ["ignore", "pipe", "inherit"] });
   const m = await waitForOutput(child, pattern, { timeoutMs: 60_000 });
   return { child, address: m[1]! };

@@ -28,7 +28,7 @@ import { HelloBroadcast } from "./hello-broadcast.js";
 import { IdleWaiters } from "./idle-waiters.js";
 import { LegacyTokens, LegacyTransport } from "./legacy/index.js";
 import { ExecserverMetrics } from "./metrics.js";
-import { createRunJob, sharedJobLauncher, type RunJob } from "./runner/index.js";
+import { createRunJob, jobDirsRemoved, sharedJobLauncher, type RunJob } from "./runner/index.js";
 import { Session, type SessionHost } from "./session.js";
 import { buildStatus, helloWaitgroups } from "./status.js";
 
@@ -284,6 +284,7 @@ export class Execserver implements SessionHost {
     });
     await this.admin.close();
     await this.legacyServer?.close();
+    await jobDirsRemoved(); // finished jobs' directories go after their DONE
     this.finalStop();
   }
 

@@ -1,4 +1,5 @@
 import { expect } from "chai";
+import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
@@ -148,6 +149,21 @@ describe("execserver server", () => {
     expect((await a.ended).code).to.equal(grpc.status.OK);
     await server.close(); // idempotent
     await server.forceClose();
+  });
+
+  it("has removed the working directory of every finished job once close() resolved", async () => {
+    const server = await startTestServer({
+      services: { where: { waitgroup: "slow", command: ["sh", "-c", "pwd; mkdir sub; touch sub/left"] } },
+    });
+    const a = await BrokerStream.open(server.grpcAddress);
+    a.want("w", "where");
+    a.job("w", (await a.next("offer")).offerToken);
+    const done = await a.next("done", 10_000);
+    expect(done.receipt?.exitCode).to.equal(0);
+    const cwd = Buffer.from(done.receipt!.stdoutPrefix).toString().trim();
+    expect(cwd).to.match(/slotbroker-job-/);
+    await server.close();
+    expect(existsSync(cwd)).to.equal(false);
   });
 
   it("ends every open stream when it stops (one shutdown listener for all of them)", async () => {

@@ -2,6 +2,10 @@ import { Transitions } from "../../shared/lifecycle.js";
 
 /** Sends `signal` to every process in group `pgid`; false when no such group is left. */
 export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
+  // Every finished job's group gets a SIGKILL that almost always finds it gone (ESRCH), and
+  // process.kill reports that by throwing: without a stack the error costs far less.
+  const stackTraceLimit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
   try {
     // A negative pid addresses the whole process group (kill(2)); the job runs detached,
     // so its group id is its own pid and grandchildren are reached too.
@@ -12,6 +16,8 @@ export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
     // ESRCH: the group is gone. EPERM: what is left is no longer ours to signal.
     if (code === "ESRCH" || code === "EPERM") return false;
     throw err;
+  } finally {
+    Error.stackTraceLimit = stackTraceLimit;
   }
 }
 

@@ -1,12 +1,9 @@
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
-import { mkdtempSync, rmdirSync } from "node:fs";
-import { rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { spawn, type ChildProcess } from "node:child_process";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../../shared/abort.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { childEnv } from "./child-env.js";
+import { jobDirRoot, makeJobDir, removeJobDirLater } from "./job-dir.js";
 import type { JobLauncher } from "./job-launcher.js";
 import { receiptNotRun } from "./receipt.js";
 import { checkRequest } from "./request-check.js";
@@ -51,65 +48,57 @@ async function runInTempDir(request: RunRequest, log: Logger, hostPath: string |
     const requested = request.signal.reason instanceof AbortReason && request.signal.reason.kind === "cancel-requested";
     return receiptNotRun({ kind: requested ? ErrorKind.CANCEL_REQUESTED : ErrorKind.CANCELLED, message: "cancelled before start" });
   }
-  const root = request.tempRoot ?? tmpdir();
   let cwd: string;
   try {
-    // Synchronous on purpose: one mkdir(2), far cheaper than a round trip through libuv's
-    // thread pool, which on a busy machine added milliseconds to every job.
-    cwd = mkdtempSync(join(root, "slotbroker-job-"));
+    cwd = makeJobDir(request.tempRoot);
   } catch (err) {
-    return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: `cannot create a working directory under ${root}: ${String(err)}` });
+    return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: `cannot create a working directory under ${jobDirRoot(request.tempRoot)}: ${String(err)}` });
   }
   try {
     return await runIn(cwd, request, log, hostPath, launcher);
   } finally {
-    await removeJobDir(cwd, log);
+    removeJobDirLater(cwd, log);
   }
-}
-
-/** Removes a job's directory: one rmdir(2) when the job left it empty, else a recursive rm. */
-async function removeJobDir(cwd: string, log: Logger): Promise<void> {
-  try {
-    rmdirSync(cwd);
-    return;
-  } catch {
-    // Not empty (or anything else): the thorough way below reports what is wrong.
-  }
-  await rm(cwd, { recursive: true, force: true, maxRetries: 2 }).catch((err: unknown) => log.warn({ err, cwd }, "cannot remove job directory"));
 }
 
 async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: string | undefined, launcher: JobLauncher | false): Promise<Receipt> {
   const [file = "", ...fixedArgs] = request.command;
   const spec = { file, args: [...fixedArgs, ...request.args], cwd, env: childEnv(request.env, hostPath) };
   const launched = launcher && launcher.launch(spec);
-  const started = launched ? await launched : await spawnHere(spec);
+  const started = launched ? await launched : await spawnHere(spec, request.stdin !== undefined || !!request.stdinUrl);
   if ("error" in started) return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, started.error) });
   const child = started.process;
   request.onSpawn?.(child.pid);
   return new RunningJob(child, request, log.child({ pid: child.pid, command: file })).run();
 }
 
-/** Spawns the job from this process: the fallback when no launcher is used. */
-async function spawnHere(spec: { file: string; args: string[]; cwd: string; env: Record<string, string> }): Promise<{ process: JobProcess } | { error: Error }> {
-  let child: ChildProcessWithoutNullStreams;
+/**
+ * Spawns the job from this process: the fallback when no launcher is used. A job without
+ * stdin reads /dev/null: empty either way, and one pipe and its stream fewer per job.
+ */
+async function spawnHere(
+  spec: { file: string; args: string[]; cwd: string; env: Record<string, string> },
+  hasStdin: boolean,
+): Promise<{ process: JobProcess } | { error: Error }> {
+  let child: ChildProcess;
   try {
     // No shell, ever; detached gives the job its own process group to signal as a whole.
-    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: "pipe" });
+    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: [hasStdin ? "pipe" : "ignore", "pipe", "pipe"] });
   } catch (err) {
     return { error: err as Error };
   }
   const spawnError = await spawned(child);
   if (spawnError) {
-    child.stdin.destroy();
-    child.stdout.destroy();
-    child.stderr.destroy();
+    child.stdin?.destroy();
+    child.stdout?.destroy();
+    child.stderr?.destroy();
     return { error: spawnError };
   }
   return { process: child as JobProcess };
 }
 
 /** Resolves with the spawn error, or undefined once the process is running. */
-function spawned(child: ChildProcessWithoutNullStreams): Promise<Error | undefined> {
+function spawned(child: ChildProcess): Promise<Error | undefined> {
   return new Promise((resolve) => {
     const onError = (err: Error): void => {
       child.off("spawn", onSpawn);

@@ -112,6 +112,7 @@ export class RunningJob {
 
   #startStdin(): void {
     const stdin = this.#child.stdin;
+    if (!stdin) return; // no source: the job reads /dev/null
     // Writes to a child that has exited fail with EPIPE; never let that crash the process.
     stdin.on("error", (err) => this.#log.debug({ err }, "child stdin error"));
     const onFail = (message: string): void => this.fail(ErrorKind.PIPE_FAILED, message);
@@ -157,7 +158,7 @@ export class RunningJob {
 
   /** Stops waiting for pipes held open by processes that escaped the group's kill. */
   #abandonPipes(): void {
-    this.#child.stdin.destroy();
+    this.#child.stdin?.destroy();
     this.#child.stdout.destroy();
     this.#child.stderr.destroy();
   }

@@ -62,7 +62,8 @@ export interface StdoutSink {
  */
 export interface JobProcess extends EventEmitter {
   readonly pid: number;
-  readonly stdin: Writable;
+  /** null when the job has no stdin at all: it reads /dev/null (spawned here without a source). */
+  readonly stdin: Writable | null;
   readonly stdout: Readable;
   readonly stderr: Readable;
 }

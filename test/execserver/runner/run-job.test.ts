@@ -5,7 +5,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { createRunJob, runJob, sharedJobLauncher, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { createRunJob, jobDirsRemoved, runJob, sharedJobLauncher, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
 import { startPipeServer } from "./pipe-server.js";
 import { isGone } from "../../support/process-liveness.js";
 
@@ -193,6 +193,15 @@ describe(`runner: runJob, ${mode}`, () => {
       expect(receipt.stdoutBytes).to.equal(0n);
     });
 
+    it("gives a job without stdin /dev/null when it spawns the job itself (Linux), an ended pipe through the launcher", async function () {
+      if (process.platform !== "linux") this.skip();
+      const receipt = await run({ command: ["readlink", "/proc/self/fd/0"] });
+      expect(receipt.exitCode).to.equal(0);
+      const stdin = Buffer.from(receipt.stdoutPrefix).toString().trim();
+      if (mode === "spawned directly") expect(stdin).to.equal("/dev/null");
+      else expect(stdin).to.match(/^socket:|^pipe:/);
+    });
+
     it("keeps only the last non-empty stderr line of a long stderr", async () => {
       const script = "i=0; while [ $i -lt 20000 ]; do echo \"noise line $i\" >&2; i=$((i+1)); done; echo 'the last word' >&2; echo '' >&2";
       const receipt = await run({ command: ["sh", "-c", script] });
@@ -298,6 +307,20 @@ describe(`runner: runJob, ${mode}`, () => {
       }
     });
 
+    it("removes the directories of jobs that ran side by side, also one left non-empty", async () => {
+      const root = await mkdtemp(join(tmpdir(), "runner-root-"));
+      try {
+        const receipts = await Promise.all(
+          ["true", "mkdir -p a/b && touch a/b/c", "touch x"].map((script) => run({ command: ["sh", "-c", script], tempRoot: root })),
+        );
+        expect(receipts.map((r) => r.exitCode)).to.deep.equal([0, 0, 0]);
+        await jobDirsRemoved();
+        expect(await readdir(root)).to.deep.equal([]);
+      } finally {
+        await rm(root, { recursive: true, force: true });
+      }
+    });
+
     it("passes arguments verbatim, without a shell", async () => {
       const receipt = await run({ command: ["printf", "%s|"], args: ["$HOME", "a b", "*", "; rm -rf /"] });
       expect(Buffer.from(receipt.stdoutPrefix).toString()).to.equal("$HOME|a b|*|; rm -rf /|");
@@ -310,6 +333,8 @@ describe(`runner: runJob, ${mode}`, () => {
         expect(receipt.exitCode).to.equal(0);
         const cwd = Buffer.from(receipt.stdoutPrefix).toString().trim();
         expect(cwd.startsWith(join(root, "slotbroker-job-"))).to.equal(true);
+        // Removed after the receipt, off the event loop; jobDirsRemoved() sees it through.
+        await jobDirsRemoved();
         expect(await readdir(root)).to.deep.equal([]);
       } finally {
         await rm(root, { recursive: true, force: true });
