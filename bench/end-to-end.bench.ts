@@ -23,6 +23,7 @@
 //
 //   npm run bench -- end-to-end     E2E_ITEMS=300 E2E_LATENCY_ITEMS=100 E2E_ROUNDS=2 E2E_SLOTS=4
 //
+// Children run as plain JavaScript transpiled into bench/.build/ (E2E_RUNTIME=tsx: through tsx).
 // Node flags: BENCH_CHILD_NODE_ARGS go to every child; E2E_EXEC_NODE_ARGS to the two
 // execservers alone, e.g. E2E_EXEC_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles
 // them without slowing the fylrs and workers.
@@ -43,6 +44,7 @@ import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedde
 import { createDatabase } from "../test/support/databases.js";
 import { emit, percentile } from "./lib/figure.js";
 import { CpuMeter, postgresBackends, withLiveChildren } from "./lib/proc-cpu.js";
+import { compileForChildren } from "./lib/compiled.js";
 import { startChild } from "./lib/raw-grpc.js";
 
 const items = Number(process.env.E2E_ITEMS ?? 300);
@@ -50,6 +52,8 @@ const latencyItems = Number(process.env.E2E_LATENCY_ITEMS ?? 100);
 const rounds = Number(process.env.E2E_ROUNDS ?? 2);
 const slots = Number(process.env.E2E_SLOTS ?? 4);
 const submitters = 16;
+// Children of both systems run as plain JavaScript (as deployed) unless E2E_RUNTIME=tsx.
+const runtime = process.env.E2E_RUNTIME === "tsx" ? "tsx" : "compiled";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const cli = join(here, "..", "src", "cli.ts");
@@ -197,13 +201,14 @@ async function main(): Promise<void> {
     const [sbUrl, gwUrl] = [sbDb.url, gwDb.url];
     await migrate(sbUrl);
     await runMigrations({ connectionString: gwUrl, logger: undefined });
+    if (runtime === "compiled") await compileForChildren();
     const execConfig = join(dir, "exec.yaml");
     writeFileSync(
       execConfig,
       `listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nwaitgroups: {w: {processes: ${slots}}}\n` +
         `services: {"true": {waitgroup: w, command: ["true"]}, sha256: {waitgroup: w, command: ["sha256sum"]}}\n`,
     );
-    const execs = await Promise.all([0, 1].map(() => startChild([cli, "execserver", "--config", execConfig], undefined, process.env.E2E_EXEC_NODE_ARGS)));
+    const execs = await Promise.all([0, 1].map(() => startChild([cli, "execserver", "--config", execConfig], undefined, process.env.E2E_EXEC_NODE_ARGS, runtime)));
     children.push(...execs.map((e) => e.child));
     const trips = new Trips();
     const fylrs = await Promise.all(
@@ -214,6 +219,8 @@ async function main(): Promise<void> {
             JSON.stringify({ name, listen: "127.0.0.1:0", databaseUrl: sbUrl, execserver: { addresses: execs.map((e) => e.address) } }),
           ],
           /url=(\S+)/,
+          "",
+          runtime,
         ),
       ),
     );
@@ -221,7 +228,7 @@ async function main(): Promise<void> {
       children.push(f.child);
       trips.follow(f.child, "item");
     }
-    const workers = await Promise.all([0, 1].map(() => startChild([join(here, "lib", "e2e-graphile.ts"), gwUrl, String(slots)], /e2e-graphile (ready)/)));
+    const workers = await Promise.all([0, 1].map(() => startChild([join(here, "lib", "e2e-graphile.ts"), gwUrl, String(slots)], /e2e-graphile (ready)/, "", runtime)));
     for (const w of workers) {
       children.push(w.child);
       trips.follow(w.child, "job");
@@ -271,7 +278,7 @@ async function main(): Promise<void> {
       const prefix = service === "true" ? "" : "sha256_";
       const what = service === "true" ? "`true`, no input" : "`sha256sum` of 4 KiB stdin";
       const rate = (s: System): number => rates[`${s}/${service}`]!.reduce((a, b) => a + b, 0) / rounds;
-      const params = { service: what, slots: 2 * slots, items, latency_items: latencyItems, rounds, fylrs: 2, execservers: 2, workers: 2 };
+      const params = { service: what, slots: 2 * slots, items, latency_items: latencyItems, rounds, fylrs: 2, execservers: 2, workers: 2, runtime };
       emit({
         bench: "end-to-end",
         metric: `${prefix}items_per_s`,
