@@ -1,19 +1,40 @@
 import { spawn, type ChildProcess } from "node:child_process";
 
-// One `sh` per execserver process reads "+PGID" / "-PGID" lines from a pipe whose only
-// writer is the execserver, keeping the set of running jobs' process groups (builtins only:
-// no process per line). Its read returns EOF only when the execserver closed the pipe or
-// died (the kernel closes a dead process's descriptors, even after SIGKILL); then it kills
-// every group still in the set.
+// One `sh` per execserver process reads lines from a pipe whose only writer is the
+// execserver (builtins only: no process per line):
+//   ?DIR   a job is about to be forked with working directory DIR (its group id is not
+//          known yet);
+//   +PGID  the job's process group, once spawn() returned;
+//   =DIR   DIR is covered by its +PGID (or the spawn failed);
+//   -PGID  the job is over.
+// Its read returns EOF only when the execserver closed the pipe or died (the kernel closes
+// a dead process's descriptors, even after SIGKILL); then it kills every group still in
+// the set, and every process whose working directory is a DIR still pending: an execserver
+// killed in the middle of a fork never got to write the +PGID.
 const REAPER_SCRIPT = `set -f
+nl='
+'
 groups=" "
-while read -r line; do
+pending=""
+while IFS= read -r line; do
   case $line in
     +*) groups="$groups\${line#+} " ;;
     -*) g=\${line#-}; case $groups in *" $g "*) groups="\${groups%% $g *} \${groups#* $g }" ;; esac ;;
+    [?]*) pending="$pending\${line#?}$nl" ;;
+    =*) d=\${line#=}; rest=""; IFS=$nl; for p in $pending; do [ "$p" = "$d" ] || rest="$rest$p$nl"; done; unset IFS; pending=$rest ;;
   esac
 done
-for g in $groups; do kill -s KILL -- "-$g" 2>/dev/null; done`;
+for g in $groups; do kill -s KILL -- "-$g" 2>/dev/null; done
+[ -n "$pending" ] || exit 0
+set +f
+IFS=$nl
+for p in $pending; do
+  for proc in /proc/[0-9]*; do
+    [ "$proc/cwd" -ef "$p" ] || continue
+    pid=\${proc#/proc/}
+    kill -s KILL -- "-$pid" 2>/dev/null || kill -s KILL "$pid" 2>/dev/null
+  done
+done`;
 
 type OnError = (err: Error) => void;
 
@@ -21,11 +42,24 @@ type OnError = (err: Error) => void;
 class GroupReaper {
   #child: ChildProcess | undefined;
   readonly #watched = new Set<number>();
+  readonly #pending = new Set<string>();
 
   add(pgid: number, onError: OnError): void {
     const child = this.#ensure(onError);
     this.#watched.add(pgid);
     child?.stdin!.write(`+${pgid}\n`);
+  }
+
+  /** A job is about to be forked in `dir`; see REAPER_SCRIPT. */
+  expect(dir: string, onError: OnError): void {
+    this.#ensure(onError)?.stdin!.write(`?${dir}\n`);
+    this.#pending.add(dir);
+  }
+
+  /** `dir`'s job is registered by its group id, or was never forked. */
+  settle(dir: string): void {
+    if (!this.#pending.delete(dir)) return;
+    this.#child?.stdin!.write(`=${dir}\n`);
   }
 
   remove(pgid: number): void {
@@ -53,6 +87,7 @@ class GroupReaper {
     (child.stdin as unknown as { unref?: () => void }).unref?.();
     this.#child = child;
     for (const pgid of this.#watched) child.stdin!.write(`+${pgid}\n`);
+    for (const dir of this.#pending) child.stdin!.write(`?${dir}\n`);
     return child;
   }
 }
@@ -81,4 +116,16 @@ export class GroupWatchdog {
     this.#stopped = true;
     reaper.remove(this.#pgid);
   }
+}
+
+/**
+ * Covers the moment between fork and the job's GroupWatchdog: if the execserver dies
+ * then, the reaper finds the job by its working directory. Call the returned function once
+ * the watchdog exists or the spawn failed. A directory whose name holds a line break
+ * cannot go through the reaper's line protocol and is not covered.
+ */
+export function watchForkIn(dir: string, onError: OnError): () => void {
+  if (dir.includes("\n")) return () => undefined;
+  reaper.expect(dir, onError);
+  return () => reaper.settle(dir);
 }

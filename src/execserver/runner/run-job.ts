@@ -7,6 +7,7 @@ import { jobDirRoot, makeJobDir, removeJobDirLater } from "./job-dir.js";
 import type { JobLauncher } from "./job-launcher.js";
 import { receiptNotRun } from "./receipt.js";
 import { checkRequest } from "./request-check.js";
+import { watchForkIn } from "./group-watchdog.js";
 import { RunningJob } from "./running-job.js";
 import type { JobProcess, RunJob, RunRequest } from "./types.js";
 
@@ -64,12 +65,19 @@ async function runInTempDir(request: RunRequest, log: Logger, hostPath: string |
 async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: string | undefined, launcher: JobLauncher | false): Promise<Receipt> {
   const [file = "", ...fixedArgs] = request.command;
   const spec = { file, args: [...fixedArgs, ...request.args], cwd, env: childEnv(request.env, hostPath) };
-  const launched = launcher && launcher.launch(spec);
-  const started = launched ? await launched : await spawnHere(spec, request.stdin !== undefined || !!request.stdinUrl);
-  if ("error" in started) return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, started.error) });
-  const child = started.process;
-  request.onSpawn?.(child.pid);
-  return new RunningJob(child, request, log.child({ pid: child.pid, command: file })).run();
+  const forked = watchForkIn(cwd, (err) => log.warn({ err }, "cannot watch the job's process group"));
+  let job: RunningJob;
+  try {
+    const launched = launcher && launcher.launch(spec);
+    const started = launched ? await launched : await spawnHere(spec, request.stdin !== undefined || !!request.stdinUrl);
+    if ("error" in started) return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, started.error) });
+    const child = started.process;
+    request.onSpawn?.(child.pid);
+    job = new RunningJob(child, request, log.child({ pid: child.pid, command: file }));
+  } finally {
+    forked();
+  }
+  return job.run();
 }
 
 /**
