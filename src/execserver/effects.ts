@@ -114,6 +114,7 @@ export class BrokerIo implements CoreEffects {
       env: job.env,
       timeoutMs: job.timeoutMs,
       stdinUrl: job.stdinUrl,
+      stdinInline: job.stdinInline,
       stdoutUrl: job.stdoutUrl,
       cancelGraceMs: this.options.cancelGraceMs,
       signal: controller.signal,

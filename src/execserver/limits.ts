@@ -20,6 +20,8 @@ export const limits = {
   envBytes: jobSpecLimits.envBytes,
   /** JobSpec.stdin_url / stdout_url, in bytes. */
   urlBytes: 8192,
+  /** JobSpec.stdin_inline, in bytes. */
+  stdinInlineBytes: jobSpecLimits.stdinInlineBytes,
   /** JobSpec.labels: entries, and bytes of keys plus values. */
   labels: 64,
   labelsBytes: 16 * 1024,
@@ -48,6 +50,8 @@ export interface CheckedJob {
   readonly env: Readonly<Record<string, string>>;
   readonly timeoutMs: number;
   readonly stdinUrl: string | undefined;
+  /** The whole stdin, carried in the JOB frame; undefined when empty or unset. */
+  readonly stdinInline: Uint8Array | undefined;
   readonly stdoutUrl: string | undefined;
 }
 
@@ -82,8 +86,16 @@ export function checkJobSpec(spec: JobSpec | undefined, service: ServiceConfig):
     if (!/^https?:\/\//i.test(url) || !URL.canParse(url)) return { error: `${field}: expected an http(s) URL` };
   }
 
+  const stdinInline = spec?.stdinInline?.byteLength ? spec.stdinInline : undefined;
+  if (stdinInline !== undefined) {
+    if (stdinInline.byteLength > limits.stdinInlineBytes) {
+      return { error: `spec.stdin_inline: ${stdinInline.byteLength} bytes, more than ${limits.stdinInlineBytes}; send larger stdin through spec.stdin_url` };
+    }
+    if (stdinUrl !== undefined) return { error: "spec.stdin_inline: set together with spec.stdin_url; set at most one of them" };
+  }
+
   const requested = spec?.timeout && durationMs(spec.timeout);
   if (requested !== undefined && requested <= 0) return { error: "spec.timeout: must be more than 0" };
   const timeoutMs = requested === undefined ? service.timeoutMs : Math.min(requested, service.timeoutMs);
-  return { args, env, timeoutMs, stdinUrl, stdoutUrl };
+  return { args, env, timeoutMs, stdinUrl, stdinInline, stdoutUrl };
 }

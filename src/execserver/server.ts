@@ -58,7 +58,7 @@ export interface ExecserverOptions {
   readonly abortWaitMs?: number;
 }
 
-const capabilities = ["query", "position-eta", "offer-expired", "half-close", "cancel"];
+const capabilities = ["query", "position-eta", "offer-expired", "half-close", "cancel", "stdin-inline"];
 
 /**
  * One execserver: the gRPC server (BrokerService, health, reflection), the admin HTTP

@@ -70,18 +70,21 @@ function readJob(r: WireReader, end: number): Extract<ConnectRequest["frame"], {
   return ended(r, end, job);
 }
 
-// args, timeout, stdin_url and stdout_url by hand; a spec with maps (env, labels) or
+// args, timeout, stdin_url, stdout_url and stdin_inline by hand; a spec with maps (env, labels) or
 // anything else is decoded by protobuf-es.
+const EMPTY = new Uint8Array(0);
+
 function readSpec(r: WireReader): JobSpec {
   const end = r.end();
   const start = r.pos;
-  const spec: JobSpec = { $typeName: "slotbroker.v1.JobSpec", args: [], env: {}, stdinUrl: "", stdoutUrl: "", labels: {} };
+  const spec: JobSpec = { $typeName: "slotbroker.v1.JobSpec", args: [], env: {}, stdinUrl: "", stdoutUrl: "", labels: {}, stdinInline: EMPTY };
   let timeoutSeen = false;
   while (r.pos < end) {
     const t = r.tag();
     if (t === lenTag(1)) spec.args.push(r.string());
     else if (t === lenTag(4)) spec.stdinUrl = r.string();
     else if (t === lenTag(5)) spec.stdoutUrl = r.string();
+    else if (t === lenTag(7)) spec.stdinInline = r.bytes();
     else if (t === lenTag(3) && !timeoutSeen) {
       timeoutSeen = true;
       spec.timeout = readDuration(r, r.end());

@@ -10,6 +10,8 @@ export const jobSpecLimits = {
   /** JobSpec.env: entries, and bytes of names plus values. */
   env: 256,
   envBytes: 64 * 1024,
+  /** JobSpec.stdin_inline, in bytes: larger stdin goes through a pipe (stdin_url). */
+  stdinInlineBytes: 64 * 1024,
   /** Largest ConnectRequest frame an execserver accepts (gRPC's message size limit). */
   maxFrameBytes: 1024 * 1024,
 } as const;

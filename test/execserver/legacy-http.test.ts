@@ -189,7 +189,8 @@ describe("legacy token protocol (execserver)", () => {
     const cases: [object, RegExp][] = [
       [{ argz: [] }, /^job: not a job \(JSON of a JobSpec\): .*argz/],
       [{ env: { SECRET: "x" } }, /^job: env: "SECRET" is not allowed for service cat/],
-      [{ stdinUrl: "http://127.0.0.1:1/in" }, /stdinUrl\/stdoutUrl are not used by the token protocol/],
+      [{ stdinUrl: "http://127.0.0.1:1/in" }, /stdinUrl\/stdinInline\/stdoutUrl are not used by the token protocol/],
+      [{ stdinInline: "eA==" }, /stdinUrl\/stdinInline\/stdoutUrl are not used by the token protocol/],
     ];
     for (const [job, message] of cases) {
       const res = await put(base, await token(base, "cat"), job);

@@ -15,7 +15,14 @@ function randomSpec(rand: Rand): JobSpec | undefined {
     stdinUrl: rand.chance(0.5) ? `http://127.0.0.1:1/pipe/in/${rand.string()}` : "",
     stdoutUrl: rand.chance(0.5) ? `http://127.0.0.1:1/pipe/out/${rand.string()}` : "",
     labels: rand.chance(0.2) ? { item: rand.string() } : {},
+    stdinInline: rand.chance(0.3) ? randomBytes(rand) : new Uint8Array(0),
   });
+}
+
+// Stdin of 1 to 70 000 bytes: one-, two- and three-byte length prefixes.
+function randomBytes(rand: Rand): Uint8Array {
+  const length = rand.pick([1, 127, 128, 300, 16_384, 65_536, 70_000]) - rand.int(2);
+  return Uint8Array.from({ length: Math.max(1, length) }, () => rand.int(256));
 }
 
 function randomRequest(rand: Rand): ConnectRequest {
@@ -65,6 +72,11 @@ describe("execserver hand decoder (WANT, UNWANT, JOB, DECLINE, PING)", () => {
     const spec = create(JobSpecSchema, { args: ["-x"], stdinUrl: "http://h/in", stdoutUrl: "http://h/out" });
     const job = decodeConnectRequestFast(encodeJob("j-1", "tok", spec));
     expect(job?.frame.case === "job" && job.frame.value.spec?.args).to.deep.equal(["-x"]);
+    const stdin = Buffer.alloc(65_536, 7);
+    const inline = decodeConnectRequestFast(encodeJob("j-2", "tok", create(JobSpecSchema, { stdoutUrl: "http://h/out", stdinInline: stdin })));
+    const inlineSpec = inline?.frame.case === "job" ? inline.frame.value.spec : undefined;
+    expect(Buffer.from(inlineSpec?.stdinInline ?? []).equals(stdin)).to.equal(true);
+    expect(inlineSpec?.stdinUrl).to.equal("");
   });
 });
 

@@ -111,6 +111,8 @@ function validFrame(fuzz: Fuzz, n: number, offers: readonly { jobId: string; off
     timeout: durationFromMs(fuzz.pick([0, 100, 1000])),
     stdinUrl: fuzz.pick(["", "http://127.0.0.1:1/pipe/in/x", "not a url"]),
     stdoutUrl: fuzz.pick(["", "http://127.0.0.1:1/pipe/out/x"]),
+    // Empty, small, at the 64 KiB limit, one past it (INVALID_ARGUMENT), or next to stdin_url.
+    stdinInline: fuzz.bytes(fuzz.pick([0, 0, 0, 10, 65_536, 65_537])),
   };
   const frames: MessageInitShape<typeof ConnectRequestSchema>["frame"][] = [
     { case: "want", value: { jobId, service: fuzz.pick(["noop", "sleep", "nope", ""]), priority: fuzz.pick([0, 5, -1, 2 ** 31 - 1]) } },

@@ -172,6 +172,8 @@ describe("fylr broker core (pure)", () => {
             stdoutUrl: "http://127.0.0.1:1/pipe/out/y",
             labels: { k: "v" },
           }),
+          create(JobSpecSchema, { args: [""], stdoutUrl: "http://127.0.0.1:1/pipe/out/y", stdinInline: Buffer.from("abc") }),
+          create(JobSpecSchema, { timeout: { seconds: 1n, nanos: 0 }, stdinInline: new Uint8Array(65_536).fill(255) }),
         ];
         for (const spec of specs) {
           frames.push([{ case: "job", value: create(JobSchema, { jobId, offerToken: "T", spec }) }, encodeJob(jobId, "T", spec)]);

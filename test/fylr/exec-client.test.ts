@@ -114,7 +114,8 @@ describe("fylr exec client against an execserver process", function () {
   });
 
   it("cancels an in-pipe the command never read", async () => {
-    const result = await replica.exec.run({ service: "printf", args: ["x"], stdin: Buffer.from("unread") });
+    // A stream, not bytes: small bytes would ride inline in the JOB frame, with no in-pipe.
+    const result = await replica.exec.run({ service: "printf", args: ["x"], stdin: Readable.from([Buffer.from("unread")]) });
     expect(result.stdout!.toString()).to.equal("x");
     const late = await fetch(result.stdinUrl!);
     expect(late.status).to.equal(410);
@@ -230,7 +231,7 @@ describe("fylr exec client against an execserver process", function () {
       const replicas = [replica, other];
       const runs = await Promise.all(
         [0, 1, 0, 1].map(async (i) => {
-          const input = randomBytes(50_000);
+          const input = randomBytes(70_000); // over the inline limit: stdin goes by an in-pipe
           const result = await replicas[i]!.exec.run({ service: "cat", stdin: input });
           return { i, input, result };
         }),

@@ -19,8 +19,8 @@ export function parseLegacyJob(url: URL, token: LegacyToken): CheckedJob | { rea
   }
   const checked = checkJobSpec(spec, token.service);
   if ("error" in checked) return { error: `${JOB_PARAM}: ${checked.error.replace(/^spec\./, "")}` };
-  if (checked.stdinUrl || checked.stdoutUrl) {
-    return { error: `${JOB_PARAM}: stdinUrl/stdoutUrl are not used by the token protocol: stdin is the request body, stdout the response body` };
+  if (checked.stdinUrl || checked.stdinInline || checked.stdoutUrl) {
+    return { error: `${JOB_PARAM}: stdinUrl/stdinInline/stdoutUrl are not used by the token protocol: stdin is the request body, stdout the response body` };
   }
   return checked;
 }

@@ -69,7 +69,7 @@ async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: st
   let job: RunningJob;
   try {
     const launched = launcher && launcher.launch(spec);
-    const started = launched ? await launched : await spawnHere(spec, request.stdin !== undefined || !!request.stdinUrl);
+    const started = launched ? await launched : await spawnHere(spec, request.stdin !== undefined || !!request.stdinUrl || !!request.stdinInline?.byteLength);
     if ("error" in started) return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, started.error) });
     const child = started.process;
     request.onSpawn?.(child.pid);

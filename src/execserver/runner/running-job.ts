@@ -120,6 +120,11 @@ export class RunningJob {
       this.#stdin = pipeStdinStream(this.#request.stdin, stdin, onFail, this.#log);
       return;
     }
+    if (this.#request.stdinInline?.byteLength) {
+      // Already in memory: one write, then EOF. A child that exits unread gets EPIPE (logged above).
+      stdin.end(this.#request.stdinInline);
+      return;
+    }
     const url = this.#request.stdinUrl ? parsePipeUrl(this.#request.stdinUrl) : undefined;
     if (!url) {
       stdin.end();

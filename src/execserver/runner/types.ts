@@ -18,6 +18,8 @@ export interface RunRequest {
   readonly cancelGraceMs?: number;
   /** HTTP(S) URL to GET stdin from; empty stdin when unset. */
   readonly stdinUrl?: string;
+  /** The whole stdin (JobSpec.stdin_inline): written to the process and closed, no request. */
+  readonly stdinInline?: Uint8Array;
   /** HTTP(S) URL to PUT stdout to (chunked) once it passes the 4000-byte buffer. */
   readonly stdoutUrl?: string;
   /** stdin from a stream instead of a URL (the legacy transport's request body); read to its end. */

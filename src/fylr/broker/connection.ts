@@ -151,6 +151,11 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     return this.latestHello?.capabilities.includes("cancel") ?? false;
   }
 
+  /** True when the current HELLO lists the "stdin-inline" capability (JobSpec.stdin_inline is understood). */
+  get inlinesStdin(): boolean {
+    return this.latestHello?.capabilities.includes("stdin-inline") ?? false;
+  }
+
   /**
    * Sends CANCEL: a running job is stopped and still answers DONE. False when it could not
    * be sent (the stream is not ready, or the server lacks the "cancel" capability).

@@ -25,7 +25,7 @@ import {
 // thousand, again after each reconnect). Wire format (proto3), ConnectRequest:
 //   want    = 1 LEN Want    { job_id = 1 LEN, service = 2 LEN, priority = 3 VARINT }
 //   unwant  = 2 LEN Unwant  { job_id = 1 LEN }
-//   job     = 3 LEN Job     { job_id = 1 LEN, offer_token = 2 LEN, spec = 3 LEN JobSpec }
+//   job     = 3 LEN Job     { job_id = 1 LEN, offer_token = 2 LEN, spec = 3 LEN JobSpec (below) }
 //   decline = 4 LEN Decline { job_id = 1 LEN, offer_token = 2 LEN }
 //   query   = 6 LEN Query   { job_id = 1 LEN }
 //   cancel  = 7 LEN Cancel  { job_id = 1 LEN }
@@ -71,7 +71,6 @@ export function encodeCancel(jobId: string): Buffer {
   return encodeStrings(0x3a, jobId, "");
 }
 
-/** A hand-encoded ConnectRequest carrying a Job; the spec is encoded by protobuf-es. */
 /** A hand-encoded ConnectRequest carrying a Job (a spec with env or labels is encoded by protobuf-es). */
 export function encodeJob(jobId: string, offerToken: string, spec: JobSpec): Buffer {
   const specBytes = encodePlainSpec(spec) ?? toBinary(JobSpecSchema, spec);
@@ -90,8 +89,9 @@ export function encodeJob(jobId: string, offerToken: string, spec: JobSpec): Buf
   return out;
 }
 
-// JobSpec { args = 1 repeated string, timeout = 3 Duration, stdin_url = 4, stdout_url = 5 }:
-// the spec the exec client sends for nearly every job. Maps and unknown fields: undefined.
+// JobSpec { args = 1 repeated string, timeout = 3 Duration, stdin_url = 4, stdout_url = 5,
+// stdin_inline = 7 bytes }: the spec the exec client sends for nearly every job, fields in
+// number order as protobuf-es writes them. Maps and unknown fields: undefined.
 function encodePlainSpec(spec: JobSpec): Buffer | undefined {
   if (spec.$unknown?.length || spec.timeout?.$unknown?.length) return undefined;
   for (const _ in spec.env) return undefined;
@@ -99,8 +99,9 @@ function encodePlainSpec(spec: JobSpec): Buffer | undefined {
   const argLens = spec.args.map((a) => Buffer.byteLength(a));
   const inLen = Buffer.byteLength(spec.stdinUrl);
   const outLen = Buffer.byteLength(spec.stdoutUrl);
+  const inlineLen = spec.stdinInline.byteLength;
   const timeout = spec.timeout && durationBodySize(spec.timeout.seconds, spec.timeout.nanos);
-  let size = stringFieldSize(inLen) + stringFieldSize(outLen) + (timeout === undefined ? 0 : lengthFieldSize(timeout));
+  let size = stringFieldSize(inLen) + stringFieldSize(outLen) + stringFieldSize(inlineLen) + (timeout === undefined ? 0 : lengthFieldSize(timeout));
   for (const len of argLens) size += lengthFieldSize(len); // a repeated string keeps its empty entries
   const out = Buffer.allocUnsafe(size);
   let at = 0;
@@ -113,7 +114,11 @@ function encodePlainSpec(spec: JobSpec): Buffer | undefined {
     at = writeDurationBody(out, at, spec.timeout.seconds, spec.timeout.nanos);
   }
   at = writeStringField(out, at, 0x22, spec.stdinUrl, inLen);
-  writeStringField(out, at, 0x2a, spec.stdoutUrl, outLen);
+  at = writeStringField(out, at, 0x2a, spec.stdoutUrl, outLen);
+  if (inlineLen > 0) {
+    at = writeLengthPrefix(out, at, 0x3a, inlineLen);
+    out.set(spec.stdinInline, at);
+  }
   return out;
 }
 

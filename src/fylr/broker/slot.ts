@@ -65,6 +65,14 @@ export class Slot {
     return this.offer.waitgroup;
   }
 
+  /**
+   * True when the execserver understands JobSpec.stdin_inline (its HELLO lists
+   * "stdin-inline"); an older one would run the job with empty stdin instead.
+   */
+  get inlinesStdin(): boolean {
+    return this.connection.inlinesStdin;
+  }
+
   /** This fylr's address on the connection that will run the job (for pinned pipe URLs). */
   localAddress(): Promise<LocalAddress | undefined> {
     return this.connection.localAddress();
