@@ -218,7 +218,8 @@ export class Dispatcher {
   /**
    * Validates and enqueues an item (or returns the one holding its idempotency key). When
    * this fylr knows the exec queue drained and has a free exec place, the insert claims the
-   * item for it and its task starts at once: no notification, no claim statement.
+   * item for it and its task starts right after the caller's continuation: no notification,
+   * no claim statement.
    */
   async submit(input: SubmitInput): Promise<{ item: QueueItem; created: boolean }> {
     const normalized = normalizeSubmit(input, this.actions, {
@@ -226,17 +227,34 @@ export class Dispatcher {
       defaultMaxAttempts: this.config.maxAttempts,
       stdinUrlPrefixes: this.config.stdinUrlPrefixes,
     });
-    const place = this.currentState === "running" ? this.claims.reserveDirect(normalized) : undefined;
+    let place = this.currentState === "running" ? this.claims.reserveDirect(normalized) : undefined;
     try {
       const result = await this.store.submit(normalized, place && this.fylrId);
-      if (result.created && result.item.state === "claimed") this.claims.claimedDirectly(result.item, this.currentState === "running");
-      else if (result.created) this.claims.queuedHere(result.item.kind);
+      if (result.created && result.item.state === "claimed") {
+        this.startClaimedDirectly(result.item, place);
+        place = undefined; // held until the task holds it
+      } else if (result.created) this.claims.queuedHere(result.item.kind);
       // With LISTEN up the insert's own notification wakes this loop (a second wake cost an empty pass).
       if (result.created && !this.listening) this.wakeup.notify("submit");
       return result;
     } finally {
       place?.();
     }
+  }
+
+  // The answer goes first: a tick scheduled now runs once the promise chain resolving this
+  // submit has run, so a Submit over HTTP has written its answer before the task's WANT,
+  // pipes and events cost anything. Whether to run it is decided then (a stop may have begun).
+  private startClaimedDirectly(item: QueueItem, place: (() => void) | undefined): void {
+    process.nextTick(() => {
+      try {
+        this.claims.claimedDirectly(item, this.currentState === "running");
+      } catch (err) {
+        this.log.error({ err, itemId: item.id }, "could not start the task of an item claimed in its insert");
+      } finally {
+        place?.();
+      }
+    });
   }
 
   /**
