@@ -1,9 +1,11 @@
 /**
  * Group insert of queued submits. Under load most submits are queued (the fylr's exec share
  * is taken, so none is claimed in its insert), and each cost its own INSERT, commit and
- * 'queued' notification. A submit arriving while no group insert is on its way goes at once
- * with the single-row statement, exactly as before, so a lone submit never waits; those
- * arriving meanwhile wait for it and go together in the next statement, in arrival order.
+ * 'queued' notification. A submit arriving while fewer than two inserts are on their way
+ * goes at once with the single-row statement, exactly as before, so a lone submit never
+ * waits; those arriving while two are go together in the next statement, in arrival order.
+ * (With one on its way at most, answers under load came later: each waited for the whole
+ * group ahead of it.)
  * An entry whose idempotency key turns out taken goes again on its own through the
  * single-row path, which finds the key's holder. A group statement refused for its data (a
  * value some entry holds: nothing was inserted) sends every entry again on its own, so only
@@ -29,10 +31,11 @@ interface Pending {
 /** Inserts queued submits, grouped while one insert is on its way. */
 export class SubmitBatcher {
   private pending: Pending[] = [];
-  private inFlight = false;
+  private inFlight = 0;
 
   constructor(
     private readonly store: QueueStore,
+    private readonly maxInFlight = 2,
     private readonly maxBatch = 100,
   ) {}
 
@@ -42,20 +45,20 @@ export class SubmitBatcher {
     if (n.uploads && n.uploads.length > 0) return this.store.submit(n);
     return new Promise((resolve, reject) => {
       this.pending.push({ n, resolve, reject });
-      if (!this.inFlight) this.flush();
+      if (this.inFlight < this.maxInFlight) this.flush();
     });
   }
 
   private flush(): void {
     const batch = this.pending.splice(0, this.maxBatch);
     if (batch.length === 0) return;
-    this.inFlight = true;
+    this.inFlight += 1;
     void this.write(batch)
       .catch((err: unknown) => {
         for (const p of batch) p.reject(err); // those already settled keep their answer
       })
       .finally(() => {
-        this.inFlight = false;
+        this.inFlight -= 1;
         this.flush();
       });
   }

@@ -1,6 +1,6 @@
 // Group insert of queued submits (SubmitBatcher): a lone submit goes at once with the
-// single-row statement; submits arriving while an insert is on its way go together in one
-// statement, in arrival order; idempotency keys and failures end as they did one by one.
+// single-row statement; submits arriving while two inserts are on their way go together in
+// one statement, in arrival order; idempotency keys and failures end as they did one by one.
 // Real Postgres.
 import { expect } from "chai";
 import type pg from "pg";
@@ -74,55 +74,58 @@ describe("group insert of queued submits", function () {
     expect(item.calls[0]!.stdin).to.deep.equal({ kind: "data", data: Buffer.from("alone") });
   });
 
-  it("groups the submits that arrive while an insert is on its way, in arrival order", async () => {
+  it("groups the submits that arrive while two inserts are on their way, in arrival order", async () => {
     const batcher = new SubmitBatcher(store);
-    const results = await Promise.all(Array.from({ length: 6 }, (_, i) => batcher.submit(cat(`${i}`, { priority: i % 2 }))));
-    expect(statements).to.deep.equal(["one", "many 5"]);
+    const results = await Promise.all(Array.from({ length: 7 }, (_, i) => batcher.submit(cat(`${i}`, { priority: i % 2 }))));
+    expect(statements).to.deep.equal(["one", "one", "many 5"]);
     expect(results.every((r) => r.created && r.item.state === "queued")).to.equal(true);
     expect(results.map((r) => r.item.calls[0]!.stdin)).to.deep.equal(results.map((_, i) => ({ kind: "data", data: Buffer.from(`${i}`) })));
-    expect(results.map((r) => r.item.priority)).to.deep.equal([0, 1, 0, 1, 0, 1]);
-    const seqs = await seqOf(results.map((r) => r.item.id));
+    expect(results.map((r) => r.item.priority)).to.deep.equal([0, 1, 0, 1, 0, 1, 0]);
+    const seqs = (await seqOf(results.map((r) => r.item.id))).slice(2); // the group's
     expect([...seqs].sort((a, b) => a - b)).to.deep.equal(seqs);
-    expect(new Set(results.map((r) => r.item.id)).size).to.equal(6);
+    expect(new Set(results.map((r) => r.item.id)).size).to.equal(7);
   });
 
   it("gives an entry whose key is taken (before, or earlier in its group) the key's holder, created once", async () => {
     const batcher = new SubmitBatcher(store);
     const held = await batcher.submit(cat("first", { idempotencyKey: "held" }));
+    await new Promise((r) => setImmediate(r)); // its insert is over
     statements.length = 0;
     const results = await Promise.all([
       batcher.submit(cat("a")),
+      batcher.submit(cat("b")),
       batcher.submit(cat("again", { idempotencyKey: "held" })),
       batcher.submit(cat("twin 1", { idempotencyKey: "twin" })),
       batcher.submit(cat("twin 2", { idempotencyKey: "twin" })),
     ]);
-    // The four came while the first insert was still being settled: one group, then the
-    // two whose keys were taken each on its own.
-    expect(statements).to.deep.equal(["many 4", "one", "one"]);
-    expect(results.map((r) => r.created)).to.deep.equal([true, false, true, false]);
-    expect(results[1].item.id).to.equal(held.item.id);
-    expect(results[3].item.id).to.equal(results[2].item.id);
-    expect(results[3].item.calls[0]!.stdin).to.deep.equal({ kind: "data", data: Buffer.from("twin 1") });
-    expect((await pool.query("SELECT 1 FROM queue_items")).rowCount, "held, a, twin").to.equal(3);
+    // Two alone, three in a group, then the two whose keys were taken each on its own.
+    expect(statements).to.deep.equal(["one", "one", "many 3", "one", "one"]);
+    expect(results.map((r) => r.created)).to.deep.equal([true, true, false, true, false]);
+    expect(results[2].item.id).to.equal(held.item.id);
+    expect(results[4].item.id).to.equal(results[3].item.id);
+    expect(results[4].item.calls[0]!.stdin).to.deep.equal({ kind: "data", data: Buffer.from("twin 1") });
+    expect((await pool.query("SELECT 1 FROM queue_items")).rowCount, "held, a, b, twin").to.equal(4);
   });
 
   it("sends every entry of a failed group statement again on its own: only the bad one fails", async () => {
     const batcher = new SubmitBatcher(store);
     const bad: NormalizedSubmit = { ...cat("bad"), maxAttempts: 0 }; // the table's CHECK refuses it
-    const results = await Promise.allSettled([batcher.submit(cat("lead")), batcher.submit(cat("ok 1")), batcher.submit(bad), batcher.submit(cat("ok 2"))]);
-    expect(results.map((r) => r.status)).to.deep.equal(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
-    expect(statements).to.deep.equal(["one", "many 3", "one", "one", "one"]);
-    expect((await pool.query("SELECT 1 FROM queue_items")).rowCount).to.equal(3);
+    const leads = [batcher.submit(cat("lead 1")), batcher.submit(cat("lead 2"))];
+    const results = await Promise.allSettled([...leads, batcher.submit(cat("ok 1")), batcher.submit(bad), batcher.submit(cat("ok 2"))]);
+    expect(results.map((r) => r.status)).to.deep.equal(["fulfilled", "fulfilled", "fulfilled", "rejected", "fulfilled"]);
+    expect(statements).to.deep.equal(["one", "one", "many 3", "one", "one", "one"]);
+    expect((await pool.query("SELECT 1 FROM queue_items")).rowCount).to.equal(4);
   });
 
   it("fails every entry of a group statement whose answer never came (it may have committed): none is sent again", async () => {
     const batcher = new SubmitBatcher(store);
     breakGroups = true;
-    const results = await Promise.allSettled([batcher.submit(cat("lead")), batcher.submit(cat("lost 1")), batcher.submit(cat("lost 2"))]);
-    expect(results.map((r) => r.status)).to.deep.equal(["fulfilled", "rejected", "rejected"]);
-    expect((results[1] as PromiseRejectedResult).reason).to.deep.include({ code: Code.Unavailable });
-    expect(statements).to.deep.equal(["one", "many 2"]);
-    expect((await pool.query("SELECT 1 FROM queue_items")).rowCount).to.equal(1);
+    const leads = [batcher.submit(cat("lead 1")), batcher.submit(cat("lead 2"))];
+    const results = await Promise.allSettled([...leads, batcher.submit(cat("lost 1")), batcher.submit(cat("lost 2"))]);
+    expect(results.map((r) => r.status)).to.deep.equal(["fulfilled", "fulfilled", "rejected", "rejected"]);
+    expect((results[2] as PromiseRejectedResult).reason).to.deep.include({ code: Code.Unavailable });
+    expect(statements).to.deep.equal(["one", "one", "many 2"]);
+    expect((await pool.query("SELECT 1 FROM queue_items")).rowCount).to.equal(2);
   });
 
   it("a fylr's queued submits under load: grouped, and every item runs once", async () => {
