@@ -19,9 +19,12 @@
 // job:start/job:complete; epoch clocks of the processes): submit → committed (Submit
 // returned) → claimed → waiting (WANT parked) → running (OFFER came, JOB sent) → finishing
 // (DONE came, stdout collected) → settled. Medians are printed and go into params.
-// Rounds alternate which system goes first.
+// Rounds alternate which system goes first. With E2E_TIMELINE=1 the fylrs also say when each
+// Submit request came in and when its answer was written, and submit → committed of the
+// latency items is split into submit → fylr request (the client and the way there), fylr
+// request → answer (the fylr) and answer → committed (the way back and the client).
 //
-//   npm run bench -- end-to-end     E2E_ITEMS=300 E2E_LATENCY_ITEMS=100 E2E_ROUNDS=2 E2E_SLOTS=4
+//   npm run bench -- end-to-end     E2E_ITEMS=300 E2E_LATENCY_ITEMS=100 E2E_ROUNDS=2 E2E_SLOTS=4 E2E_TIMELINE=
 //
 // Children run as plain JavaScript transpiled into bench/.build/ (E2E_RUNTIME=tsx: through tsx).
 // Node flags: BENCH_CHILD_NODE_ARGS go to every child; E2E_EXEC_NODE_ARGS to the two
@@ -67,6 +70,11 @@ const stdin4k = randomBytes(4096);
 /** When an item passed each stage (epoch ms); which are set depends on the system. */
 interface Trip {
   submit: number;
+  /** The slotbroker fylr the submit went to (its index), for the timeline. */
+  fylr?: number;
+  /** E2E_TIMELINE: when that fylr got the Submit request and wrote its answer. */
+  fylrRequest?: number;
+  fylrAnswer?: number;
   committed?: number;
   claimed?: number;
   waiting?: number;
@@ -80,11 +88,16 @@ interface Trip {
 class Trips {
   private readonly finished = new Map<string, Partial<Trip>>();
   private readonly waiters = new Map<string, () => void>();
+  private answers: { fylr: number; submitRequest: number; submitAnswer: number }[] = [];
 
-  follow(child: ChildProcess, key: "item" | "job"): void {
+  follow(child: ChildProcess, key: "item" | "job", index = 0): void {
     createInterface({ input: child.stdout! }).on("line", (line) => {
       if (!line.startsWith("{")) return;
       const record = JSON.parse(line) as Record<string, unknown>;
+      if (typeof record.submitRequest === "number") {
+        this.answers.push({ fylr: index, submitRequest: record.submitRequest, submitAnswer: record.submitAnswer as number });
+        return;
+      }
       const id = String(record[key]);
       const trip: Partial<Trip> = { ...(record as Partial<Trip>) };
       if (key === "job") trip.claimed = record.started as number; // graphile's get_job is its claim
@@ -92,6 +105,15 @@ class Trips {
       this.waiters.get(id)?.();
       this.waiters.delete(id);
     });
+  }
+
+  /** Sets the fylr's request and answer times on the trips (each fylr takes one submit at a time). */
+  timeline(trips: Trip[]): void {
+    for (const trip of trips) {
+      const answer = this.answers.find((a) => a.fylr === trip.fylr && a.submitRequest >= trip.submit && a.submitAnswer <= trip.committed!);
+      if (answer) [trip.fylrRequest, trip.fylrAnswer] = [answer.submitRequest, answer.submitAnswer];
+    }
+    this.answers = [];
   }
 
   /** Resolves with the trip once the item's line came. */
@@ -113,7 +135,7 @@ function slotbrokerStack(clients: QueueClient[], trips: Trips): Stack {
   return {
     async submit(service, lane) {
       const call = service === "true" ? { service } : { service, stdin: { case: "stdinData" as const, value: stdin4k } };
-      const trip: Trip = { submit: epochMs() };
+      const trip: Trip = { submit: epochMs(), fylr: lane % clients.length };
       const res = await clients[lane % clients.length]!.submit({ calls: [call] });
       trip.committed = epochMs();
       return { done: trips.wait(res.item!.id, trip) };
@@ -173,6 +195,12 @@ const stageNames = ["claimed", "waiting", "running", "finishing", "settled"] as 
 function stageMedians(trips: Trip[]): Record<string, number> {
   const median = (steps: number[]): number => Math.round(percentile(steps.sort((x, y) => x - y), 50) * 100) / 100;
   const out: Record<string, number> = { "submit→committed": median(trips.map((t) => t.committed! - t.submit)) };
+  const timed = trips.filter((t) => t.fylrAnswer !== undefined);
+  if (timed.length > 0) {
+    out["submit→fylr request"] = median(timed.map((t) => t.fylrRequest! - t.submit));
+    out["fylr request→answer"] = median(timed.map((t) => t.fylrAnswer! - t.fylrRequest!));
+    out["answer→committed"] = median(timed.map((t) => t.committed! - t.fylrAnswer!));
+  }
   let previous: keyof Trip = "submit";
   for (const stage of stageNames) {
     const steps = trips.filter((t) => t[stage] !== undefined && t[previous] !== undefined).map((t) => (t[stage] as number) - (t[previous] as number));
@@ -224,9 +252,9 @@ async function main(): Promise<void> {
         ),
       ),
     );
-    for (const f of fylrs) {
+    for (const [index, f] of fylrs.entries()) {
       children.push(f.child);
-      trips.follow(f.child, "item");
+      trips.follow(f.child, "item", index);
     }
     const workers = await Promise.all([0, 1].map(() => startChild([join(here, "lib", "e2e-graphile.ts"), gwUrl, String(slots)], /e2e-graphile (ready)/, "", runtime)));
     for (const w of workers) {
@@ -264,7 +292,9 @@ async function main(): Promise<void> {
           const spent = meters[system].stop();
           const perItem = (cpu[key] ??= {});
           for (const [part, ms] of Object.entries(spent)) perItem[part] = (perItem[part] ?? 0) + ms / n / rounds;
+          trips.timeline([]); // the throughput load's answers
           const got = await latency(stacks[system], service, Math.ceil(latencyItems / rounds));
+          trips.timeline(got);
           (rates[key] ??= []).push(rate);
           (lat[key] ??= []).push(...got);
           const sorted = got.map((t) => t.settled! - t.submit).sort((x, y) => x - y);

@@ -5,6 +5,12 @@
 // claimed: item:claimed; waiting: its WANT is parked; running: the OFFER came and the JOB
 // went out (the fylr answers an OFFER at once); finishing: DONE came and the stdout is
 // collected; settled: the success is written. Config: the FylrConfigInput as JSON in argv[2].
+// With E2E_TIMELINE=1 it also prints, per Submit request, when its request came in (Node's
+// HTTP diagnostics channel) and when its answer was written (the response's end returned;
+// the answer is small, so its bytes went to the socket then). Off by default:
+//   {"submitRequest":…,"submitAnswer":…}
+import { subscribe } from "node:diagnostics_channel";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { performance } from "node:perf_hooks";
 import { compileFylrConfig, startFylr } from "../../src/app/index.js";
 
@@ -28,6 +34,19 @@ const finished = (id: string, ok: boolean): void => {
   if (out.push(`${JSON.stringify({ item: id, ok, ...s, settled: epochMs() })}\n`) === 1) setImmediate(flush);
 };
 fylr.dispatcher.events.on("item:succeeded", (item) => finished(item.id, true));
+if (process.env.E2E_TIMELINE) {
+  subscribe("http.server.request.start", (message) => {
+    const { request, response } = message as { request: IncomingMessage; response: ServerResponse };
+    if (request.url !== "/slotbroker.v1.QueueService/Submit") return;
+    const submitRequest = epochMs();
+    const end = response.end.bind(response) as (...args: unknown[]) => ServerResponse;
+    response.end = ((...args: unknown[]) => {
+      const ended = end(...args);
+      if (out.push(`${JSON.stringify({ submitRequest, submitAnswer: epochMs() })}\n`) === 1) setImmediate(flush);
+      return ended;
+    }) as typeof response.end;
+  });
+}
 fylr.dispatcher.events.on("item:failed", (item, error) => {
   process.stderr.write(`e2e-fylr: item ${item.id} failed: ${error}\n`);
   finished(item.id, false);

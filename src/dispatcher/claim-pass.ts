@@ -95,6 +95,24 @@ export class ClaimPass {
   }
 
   /**
+   * Starts the task of an item claimed in its insert once the promise chain resolving the
+   * submit has run (a tick scheduled now runs after it), so a Submit over HTTP has written
+   * its answer before the task's WANT, pipes and events cost anything. `place` (the
+   * reservation) is held until then; whether the dispatcher still runs is asked then.
+   */
+  startDirectly(item: QueueItem, running: () => boolean, place: (() => void) | undefined): void {
+    process.nextTick(() => {
+      try {
+        this.claimedDirectly(item, running());
+      } catch (err) {
+        this.deps.log.error({ err, itemId: item.id }, "could not start the task of an item claimed in its insert");
+      } finally {
+        place?.();
+      }
+    });
+  }
+
+  /**
    * An item this fylr's submit inserted already claimed: its task starts as a claimed
    * item's would. A stop that began while the insert was on its way starts nothing new
    * (`running` false): the item goes back to the queue.

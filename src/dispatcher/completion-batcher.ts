@@ -18,7 +18,12 @@ export class CompletionBatcher {
   private readonly writer: GroupWriter<Completion>;
 
   constructor(store: QueueStore, maxBatch = 200) {
-    this.writer = new GroupWriter((batch) => store.completeMany(batch), maxBatch);
+    // A batch of one (the common case below full load) takes the single-row statement: no
+    // arrays to build and quote, no unnest; half the fylr's CPU of the write.
+    this.writer = new GroupWriter(async (batch) => {
+      const only = batch.length === 1 ? batch[0]! : undefined;
+      return only ? [await store.complete(only.fence, only.results, only.output)] : store.completeMany(batch);
+    }, maxBatch);
   }
 
   /** Marks an item succeeded; resolves false when the lease fence refused it. */

@@ -38,6 +38,7 @@ import { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStat
 import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
 import { ClaimPass } from "./claim-pass.js";
+import { SubmitBatcher } from "./submit-batcher.js";
 
 export type { DispatcherState };
 export { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
@@ -75,6 +76,7 @@ export class Dispatcher {
   private readonly counters = newCounters();
   private readonly wakeup = new Wakeup();
   private readonly claims: ClaimPass;
+  private readonly submits: SubmitBatcher;
   private readonly loopAbort = new AbortController();
   // The housekeeping loop stops last: it heartbeats while running items finish.
   private readonly housekeepingAbort = new AbortController();
@@ -95,6 +97,7 @@ export class Dispatcher {
   constructor(private readonly options: DispatcherOptions) {
     this.config = dispatcherConfig(options.config);
     this.store = new QueueStore(options.pool);
+    this.submits = new SubmitBatcher(this.store);
     this.control = new ItemControlStore(options.pool);
     this.fylrId = options.fylrId ?? randomUUID();
     this.blobs = new BlobStore(options.blobPool ?? options.pool, storeConfig(options.store), this.fylrId);
@@ -218,19 +221,19 @@ export class Dispatcher {
   /**
    * Validates and enqueues an item (or returns the one holding its idempotency key). When
    * this fylr knows the exec queue drained and has a free exec place, the insert claims the
-   * item for it and its task starts at once: no notification, no claim statement.
+   * item for it and its task starts right after the caller's continuation: no notification,
+   * no claim statement. Other submits are queued, grouped while an insert is on its way.
    */
   async submit(input: SubmitInput): Promise<{ item: QueueItem; created: boolean }> {
-    const normalized = normalizeSubmit(input, this.actions, {
-      maxInputBytes: this.config.maxInputBytes,
-      defaultMaxAttempts: this.config.maxAttempts,
-      stdinUrlPrefixes: this.config.stdinUrlPrefixes,
-    });
-    const place = this.currentState === "running" ? this.claims.reserveDirect(normalized) : undefined;
+    const { maxInputBytes, maxAttempts: defaultMaxAttempts, stdinUrlPrefixes } = this.config;
+    const normalized = normalizeSubmit(input, this.actions, { maxInputBytes, defaultMaxAttempts, stdinUrlPrefixes });
+    let place = this.currentState === "running" ? this.claims.reserveDirect(normalized) : undefined;
     try {
-      const result = await this.store.submit(normalized, place && this.fylrId);
-      if (result.created && result.item.state === "claimed") this.claims.claimedDirectly(result.item, this.currentState === "running");
-      else if (result.created) this.claims.queuedHere(result.item.kind);
+      const result = place ? await this.store.submit(normalized, this.fylrId) : await this.submits.submit(normalized);
+      if (result.created && result.item.state === "claimed") {
+        this.claims.startDirectly(result.item, () => this.currentState === "running", place);
+        place = undefined; // held until the task holds it
+      } else if (result.created) this.claims.queuedHere(result.item.kind);
       // With LISTEN up the insert's own notification wakes this loop (a second wake cost an empty pass).
       if (result.created && !this.listening) this.wakeup.notify("submit");
       return result;
@@ -257,7 +260,7 @@ export class Dispatcher {
   /** A failed or cancelled item back to the queue with fresh attempts. */
   async retry(id: string): Promise<QueueItem> {
     const item = await this.control.retry(id);
-    this.maybeQueued();
+    this.claims.maybeQueued();
     this.wakeup.notify("submit");
     return item;
   }
@@ -293,13 +296,8 @@ export class Dispatcher {
 
   /** Asks for an extra loop pass soon (as a notification from another fylr would). */
   poke(): void {
-    this.maybeQueued();
-    this.wakeup.notify("notify");
-  }
-
-  // Anything may have been queued: the next pass asks for both kinds.
-  private maybeQueued(): void {
     this.claims.maybeQueued();
+    this.wakeup.notify("notify");
   }
 
   /** A snapshot of admission, holdings and counters. */
@@ -339,7 +337,7 @@ export class Dispatcher {
     listener.events.on("changed", (id) => this.events.emit("queue:changed", id));
     listener.events.on("cancel", (id) => this.cancels.requested(id));
     listener.events.on("up", () => {
-      this.maybeQueued();
+      this.claims.maybeQueued();
       this.wakeup.notify("notify");
       this.events.emit("notify:up");
     });
@@ -356,7 +354,7 @@ export class Dispatcher {
       await this.claims.run(signal);
       try {
         const source = await this.wakeup.wait(this.config.pollIntervalMs, signal);
-        if (source === "poll") this.maybeQueued();
+        if (source === "poll") this.claims.maybeQueued();
         if (source === "notify" || source === "submit") {
           const early = this.claims.lastClaimAt + queuedWakeGapMs - performance.now();
           if (early > 0) await sleep(early, signal);
@@ -386,7 +384,7 @@ export class Dispatcher {
           // A stopping fylr's row is removed right after; it does not come back.
           if (this.currentState === "running") await beats.registerFylr(this.registration());
           // Claims found nothing while this fylr had no row: look at the local queue again.
-          this.maybeQueued();
+          this.claims.maybeQueued();
         },
       },
       this.housekeepingAbort.signal,

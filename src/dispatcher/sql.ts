@@ -41,6 +41,22 @@ FROM (
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *`;
 
+/**
+ * Submits queued together (group insert). Arrays of equal length, in arrival order: $1 ids
+ * (chosen by the caller, to tell the returned rows apart), $2 kinds, $3 priorities, $4
+ * payloads, $5 start_after (null = now), $6 max_attempts, $7 idempotency keys. Inserted in
+ * that order (seq follows it); an entry whose key is taken (also by an earlier entry of the
+ * same batch) is not inserted and returns no row.
+ */
+export const insertQueuedItems = `
+INSERT INTO queue_items (id, kind, priority, payload, start_after, max_attempts, idempotency_key)
+SELECT s.id, s.kind, s.priority, s.payload, coalesce(s.start_after, now()), s.max_attempts, s.idempotency_key
+FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[], $6::integer[], $7::text[])
+  WITH ORDINALITY AS s(id, kind, priority, payload, start_after, max_attempts, idempotency_key, n)
+ORDER BY s.n
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *`;
+
 /** The item holding an idempotency key. $1 key. */
 export const selectItemByKey = `SELECT * FROM queue_items WHERE idempotency_key = $1`;
 

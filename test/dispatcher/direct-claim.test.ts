@@ -329,6 +329,50 @@ describe("a submit claimed in its own insert", function () {
     await release(d);
   });
 
+  it("the submit's caller goes on before the task starts (a Submit's answer is written first); the task then runs the item once", async () => {
+    const backend = new TestBackend();
+    const d = await idle(1, backend);
+    const order: string[] = [];
+    const stop = d.events.on("item:claimed", () => order.push("task started"));
+    const { item } = await d.submit({ calls: [cat("answer first")] });
+    order.push("caller went on");
+    expect(item.state).to.equal("claimed");
+    expect(backend.requests, "exec calls before the caller went on").to.have.length(0);
+    expect((await itemReaches(d, item.id, ["succeeded", "failed"])).output!.toString()).to.equal("answer first");
+    expect(order).to.deep.equal(["caller went on", "task started"]);
+    expect(backend.requests).to.have.length(1);
+    stop();
+    // Its place was held from the insert to the task: the next submit finds it free again.
+    const next = await d.submit({ calls: [cat("next")] });
+    expect(next.item.state).to.equal("claimed");
+    await itemReaches(d, next.item.id, ["succeeded"]);
+    expect(d.stats().counters).to.include({ claimed: 2, claimedDirectly: 2, succeeded: 2 });
+    await release(d);
+  });
+
+  it("while the task of a directly claimed item is not started yet, its place stays taken: the caller's next submit is queued", async () => {
+    const d = await idle(1);
+    const first = await d.submit({ calls: [cat("first")] });
+    const second = await d.submit({ calls: [cat("second")] });
+    expect([first.item.state, second.item.state]).to.deep.equal(["claimed", "queued"]);
+    for (const { item } of [first, second]) expect(await itemReaches(d, item.id, ["succeeded", "failed"])).to.deep.include({ state: "succeeded", attempts: 1 });
+    await release(d);
+  });
+
+  it("a stop asked for by the submit's caller as it goes on starts nothing: the claimed item goes back to the queue", async () => {
+    const backend = new TestBackend();
+    const d = await idle(4, backend);
+    const claimed = new EventMonitor(d.events, "item:claimed");
+    const { item } = await d.submit({ calls: [cat("stopped first")] });
+    expect(item.state, "inserted claimed").to.equal("claimed");
+    await d.stop({ graceMs: 0 });
+    expect(claimed.all, "tasks started").to.have.length(0);
+    expect(backend.requests, "exec calls").to.have.length(0);
+    await awaitRow(item.id, (row) => row.state === "queued");
+    expect(await stateOf(item.id)).to.deep.include({ state: "queued", attempts: 0, lease: 1, claimedBy: undefined });
+    await release(d);
+  });
+
   it("a fylr killed after a direct claim: a sibling's sweep requeues the item and it runs once", async () => {
     const victim = startClaimer(["direct", url, "2"]);
     const victimId = (await victim.awaitLine((l) => "fylrId" in l)).fylrId as string;
