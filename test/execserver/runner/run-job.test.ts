@@ -1,11 +1,11 @@
 import { expect } from "chai";
 import { createHash, randomBytes } from "node:crypto";
 import { chmod, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { createRunJob, jobDirsRemoved, runJob, sharedJobLauncher, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { freePort } from "../../../src/shared/free-port.js";
 import { startPipeServer } from "./pipe-server.js";
 import { isGone } from "../../support/process-liveness.js";
 
@@ -20,13 +20,9 @@ function run(request: Partial<RunRequest> & Pick<RunRequest, "command">): Promis
 }
 
 /** A loopback port with nothing listening on it. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
+// A port nobody listens on: picked outside the kernel's ephemeral range, so no port-0 bind
+// elsewhere is handed it between the pick and the job's connect.
+const closedPort = freePort;
 
 for (const [mode, modeRunner] of [
   ["through the job launcher", createRunJob({ launcher: sharedJobLauncher() })],
