@@ -213,6 +213,3 @@ export async function defaultDataDir(cwd: string = process.cwd()): Promise<strin
   const hash = createHash("sha256").update(resolve(cwd)).digest("hex").slice(0, 8);
   return join("/var/lib/slotbroker", `${basename(resolve(cwd)) || "root"}-${hash}`, "postgres");
 }
-
-// Where tests and benches have always found it.
-export { freePort } from "./free-port.js";

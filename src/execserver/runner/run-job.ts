@@ -3,11 +3,11 @@ import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js
 import { AbortReason } from "../../shared/abort.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { childEnv } from "./child-env.js";
+import { watchForkIn } from "./group-watchdog.js";
 import { jobDirRoot, makeJobDir, removeJobDirLater } from "./job-dir.js";
 import type { JobLauncher } from "./job-launcher.js";
 import { receiptNotRun } from "./receipt.js";
 import { checkRequest } from "./request-check.js";
-import { watchForkIn } from "./group-watchdog.js";
 import { RunningJob } from "./running-job.js";
 import type { JobProcess, RunJob, RunRequest } from "./types.js";
 
