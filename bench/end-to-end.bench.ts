@@ -39,12 +39,13 @@ import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import type { ChildProcess } from "node:child_process";
-import { createInterface } from "node:readline";
+import { Agent, request } from "node:http";
 import { makeWorkerUtils, runMigrations, type WorkerUtils } from "graphile-worker";
 import { createQueueClient, type QueueClient } from "../src/api/client.js";
 import { migrate } from "../src/dispatcher/index.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { createDatabase } from "../test/support/databases.js";
+import { Trips, stageMedians, type Trip } from "./lib/e2e-trips.js";
 import { emit, percentile } from "./lib/figure.js";
 import { CpuMeter, postgresBackends, withLiveChildren } from "./lib/proc-cpu.js";
 import { compileForChildren } from "./lib/compiled.js";
@@ -63,68 +64,12 @@ const cli = join(here, "..", "src", "cli.ts");
 const note = (text: string): void => void process.stderr.write(`end-to-end: ${text}\n`);
 const epochMs = (): number => performance.timeOrigin + performance.now();
 
-type System = "slotbroker" | "graphile-worker";
+type System = "slotbroker" | "graphile-worker" | "floor";
+// floor: graphile-worker with an HTTP submit and the spawn moved into a second process (see
+// e2e-floor-app.ts): the two-process shape built from bare parts, without slotbroker.
+const systems: readonly System[] = ["slotbroker", "graphile-worker", "floor"];
 type Service = "true" | "sha256";
 const stdin4k = randomBytes(4096);
-
-/** When an item passed each stage (epoch ms); which are set depends on the system. */
-interface Trip {
-  submit: number;
-  /** The slotbroker fylr the submit went to (its index), for the timeline. */
-  fylr?: number;
-  /** E2E_TIMELINE: when that fylr got the Submit request and wrote its answer. */
-  fylrRequest?: number;
-  fylrAnswer?: number;
-  committed?: number;
-  claimed?: number;
-  waiting?: number;
-  running?: number;
-  finishing?: number;
-  settled?: number;
-  ok?: boolean;
-}
-
-/** Finished-item lines from the children, matched with the submits. */
-class Trips {
-  private readonly finished = new Map<string, Partial<Trip>>();
-  private readonly waiters = new Map<string, () => void>();
-  private answers: { fylr: number; submitRequest: number; submitAnswer: number }[] = [];
-
-  follow(child: ChildProcess, key: "item" | "job", index = 0): void {
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      if (!line.startsWith("{")) return;
-      const record = JSON.parse(line) as Record<string, unknown>;
-      if (typeof record.submitRequest === "number") {
-        this.answers.push({ fylr: index, submitRequest: record.submitRequest, submitAnswer: record.submitAnswer as number });
-        return;
-      }
-      const id = String(record[key]);
-      const trip: Partial<Trip> = { ...(record as Partial<Trip>) };
-      if (key === "job") trip.claimed = record.started as number; // graphile's get_job is its claim
-      this.finished.set(id, trip);
-      this.waiters.get(id)?.();
-      this.waiters.delete(id);
-    });
-  }
-
-  /** Sets the fylr's request and answer times on the trips (each fylr takes one submit at a time). */
-  timeline(trips: Trip[]): void {
-    for (const trip of trips) {
-      const answer = this.answers.find((a) => a.fylr === trip.fylr && a.submitRequest >= trip.submit && a.submitAnswer <= trip.committed!);
-      if (answer) [trip.fylrRequest, trip.fylrAnswer] = [answer.submitRequest, answer.submitAnswer];
-    }
-    this.answers = [];
-  }
-
-  /** Resolves with the trip once the item's line came. */
-  async wait(id: string, trip: Trip): Promise<Trip> {
-    if (!this.finished.has(id)) await new Promise<void>((resolve) => this.waiters.set(id, resolve));
-    const done = this.finished.get(id)!;
-    this.finished.delete(id);
-    if (!done.ok) throw new Error(`item ${id} failed`);
-    return { ...done, ...trip };
-  }
-}
 
 interface Stack {
   /** Resolves once the submit is answered; `done` once the item settled. */
@@ -158,6 +103,30 @@ function graphileStack(utils: WorkerUtils, trips: Trips): Stack {
   };
 }
 
+/** Submits over HTTP to the floor's application processes (e2e-floor-app.ts), alternating. */
+function floorStack(urls: string[], trips: Trips): Stack {
+  const agent = new Agent({ keepAlive: true });
+  const bodies = { true: JSON.stringify({ service: "true" }), sha256: JSON.stringify({ service: "sha256", stdin: stdin4k.toString("base64") }) };
+  const post = (url: string, body: string): Promise<{ id: string }> =>
+    new Promise((resolve, reject) => {
+      const req = request(`${url}/submit`, { method: "POST", agent, headers: { "content-type": "application/json" } }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => (res.statusCode === 200 ? resolve(JSON.parse(Buffer.concat(chunks).toString()) as { id: string }) : reject(new Error(`floor submit: ${res.statusCode}`))));
+      });
+      req.on("error", reject);
+      req.end(body);
+    });
+  return {
+    async submit(service, lane) {
+      const trip: Trip = { submit: epochMs() };
+      const { id } = await post(urls[lane % urls.length]!, bodies[service]);
+      trip.committed = epochMs();
+      return { done: trips.wait(String(id), trip) };
+    },
+  };
+}
+
 async function throughput(stack: Stack, service: Service, n: number): Promise<{ rate: number; trips: Trip[] }> {
   let next = 0;
   const pending: Promise<Trip>[] = [];
@@ -185,33 +154,6 @@ async function latency(stack: Stack, service: Service, n: number): Promise<Trip[
   return trips;
 }
 
-const stageNames = ["claimed", "waiting", "running", "finishing", "settled"] as const;
-
-/**
- * Median ms of each stage step over the trips (a step missing in a system is left out).
- * The claim is measured from the submit: the claiming fylr often has the item before the
- * Submit's answer is back at the client; submit→committed is given on its own.
- */
-function stageMedians(trips: Trip[]): Record<string, number> {
-  const median = (steps: number[]): number => Math.round(percentile(steps.sort((x, y) => x - y), 50) * 100) / 100;
-  const out: Record<string, number> = { "submit→committed": median(trips.map((t) => t.committed! - t.submit)) };
-  const timed = trips.filter((t) => t.fylrAnswer !== undefined);
-  if (timed.length > 0) {
-    out["submit→fylr request"] = median(timed.map((t) => t.fylrRequest! - t.submit));
-    out["fylr request→answer"] = median(timed.map((t) => t.fylrAnswer! - t.fylrRequest!));
-    out["answer→committed"] = median(timed.map((t) => t.committed! - t.fylrAnswer!));
-  }
-  let previous: keyof Trip = "submit";
-  for (const stage of stageNames) {
-    const steps = trips.filter((t) => t[stage] !== undefined && t[previous] !== undefined).map((t) => (t[stage] as number) - (t[previous] as number));
-    if (steps.length === 0) continue;
-    steps.sort((x, y) => x - y);
-    out[`${previous}→${stage}`] = Math.round(percentile(steps, 50) * 100) / 100;
-    previous = stage;
-  }
-  return out;
-}
-
 function round2(ms: Record<string, number>, per: number): Record<string, number> {
   return Object.fromEntries(Object.entries(ms).map(([k, v]) => [k, Math.round((v / per) * 100) / 100]));
 }
@@ -226,9 +168,11 @@ async function main(): Promise<void> {
     const adminUrl = process.env.DATABASE_URL ?? (server = await startEmbeddedPostgres({ dataDir: join(dir, "pg"), persistent: false })).url;
     const sbDb = await createDatabase(adminUrl, "e2e_slotbroker");
     const gwDb = await createDatabase(adminUrl, "e2e_graphile");
+    const floorDb = await createDatabase(adminUrl, "e2e_floor");
     const [sbUrl, gwUrl] = [sbDb.url, gwDb.url];
     await migrate(sbUrl);
     await runMigrations({ connectionString: gwUrl, logger: undefined });
+    await runMigrations({ connectionString: floorDb.url, logger: undefined });
     if (runtime === "compiled") await compileForChildren();
     const execConfig = join(dir, "exec.yaml");
     writeFileSync(
@@ -261,6 +205,16 @@ async function main(): Promise<void> {
       children.push(w.child);
       trips.follow(w.child, "job");
     }
+    const floorExecs = await Promise.all([0, 1].map(() => startChild([join(here, "lib", "e2e-floor-exec.ts")], undefined, "", runtime)));
+    children.push(...floorExecs.map((e) => e.child));
+    const floorApps = await Promise.all(
+      [0, 1].map(() => startChild([join(here, "lib", "e2e-floor-app.ts"), floorDb.url, String(slots), floorExecs.map((e) => e.address).join(",")], /url=(\S+)/, "", runtime)),
+    );
+    const floorTrips = new Trips(); // its job ids overlap graphile-worker's
+    for (const a of floorApps) {
+      children.push(a.child);
+      floorTrips.follow(a.child, "job");
+    }
     utils = await makeWorkerUtils({ connectionString: gwUrl });
     const stacks: Record<System, Stack> = {
       slotbroker: slotbrokerStack(
@@ -268,21 +222,26 @@ async function main(): Promise<void> {
         trips,
       ),
       "graphile-worker": graphileStack(utils, trips),
+      floor: floorStack(
+        floorApps.map((a) => a.address),
+        floorTrips,
+      ),
     };
     const pids = (list: { child: ChildProcess }[]) => () => list.map((c) => c.child.pid!);
     const meters: Record<System, CpuMeter> = {
       slotbroker: new CpuMeter({ fylrs: pids(fylrs), execservers: () => withLiveChildren(pids(execs)()), postgres: () => postgresBackends(sbDb.name) }),
       "graphile-worker": new CpuMeter({ workers: pids(workers), postgres: () => postgresBackends(gwDb.name) }),
+      floor: new CpuMeter({ apps: pids(floorApps), execs: () => withLiveChildren(pids(floorExecs)()), postgres: () => postgresBackends(floorDb.name) }),
     };
     note(`warm-up (2 execservers × ${slots} slots, 2 fylrs; 2 workers × concurrency ${slots})`);
-    for (const system of ["slotbroker", "graphile-worker"] as const) {
+    for (const system of systems) {
       for (const service of ["true", "sha256"] as const) await latency(stacks[system], service, 20);
     }
     const rates: Record<string, number[]> = {};
     const lat: Record<string, Trip[]> = {};
     const cpu: Record<string, Record<string, number>> = {};
     for (let r = 0; r < rounds; r++) {
-      const order: System[] = r % 2 === 0 ? ["slotbroker", "graphile-worker"] : ["graphile-worker", "slotbroker"];
+      const order = r % 2 === 0 ? systems : [...systems].reverse();
       for (const service of ["true", "sha256"] as const) {
         for (const system of order) {
           const key = `${system}/${service}`;
@@ -334,6 +293,30 @@ async function main(): Promise<void> {
           baseline: "graphile-worker, submit → result written",
           baseline_value: percentile(sorted("graphile-worker"), p),
           params: { ...params, better: "lower", goal: p === 50 ? "< 1.0" : undefined, stage_medians_ms: p === 50 ? stages : undefined },
+        });
+      }
+      // The floor against graphile-worker (what the two-process shape costs by itself), and
+      // slotbroker against the floor (what slotbroker costs on top of that shape).
+      const floorCpu = round2(cpu[`floor/${service}`]!, 1);
+      note(`${service} floor stage medians (ms): ${JSON.stringify(stageMedians(lat[`floor/${service}`]!))}`);
+      const floorBaseline = "the floor: graphile-worker + HTTP submit + spawn in a second process over raw gRPC";
+      emit({
+        bench: "end-to-end",
+        metric: `${prefix}floor_items_per_s`,
+        value: rate("floor"),
+        baseline: "graphile-worker, task spawns the same command, same concurrency, same Postgres",
+        baseline_value: rate("graphile-worker"),
+        params: { ...params, better: "higher", cpu_ms_per_item: { floor: floorCpu } },
+      });
+      emit({ bench: "end-to-end", metric: `${prefix}items_per_s_vs_floor`, value: rate("slotbroker"), baseline: floorBaseline, baseline_value: rate("floor"), params: { ...params, better: "higher" } });
+      for (const p of [50, 99]) {
+        emit({
+          bench: "end-to-end",
+          metric: `${prefix}floor_latency_p${p}_ms`,
+          value: percentile(sorted("floor"), p),
+          baseline: "graphile-worker, submit → result written",
+          baseline_value: percentile(sorted("graphile-worker"), p),
+          params: { ...params, better: "lower" },
         });
       }
     }
