@@ -8,6 +8,11 @@
 //                    concurrency each, so the same total) on the same Postgres server (its
 //                    own database), whose task spawns the same command with the same stdin.
 //                    Jobs are added with WorkerUtils.addJob.
+//   floor            the two-process shape from bare parts: two apps (bench/lib/e2e-floor-app.ts:
+//                    HTTP submit → graphile-worker, whose task sends the job over a raw gRPC
+//                    stream) and two exec processes (e2e-floor-exec.ts: spawn, reply the exit
+//                    code), on a database of its own. Against graphile-worker it shows what the
+//                    shape costs by itself; slotbroker against it, what slotbroker adds.
 //
 // Two tiny services: `true` (nothing in, nothing out) and `sha256sum` of 4 KiB of stdin.
 // Per system and service:
