@@ -8,6 +8,7 @@ import type { ItemOutput } from "./output-sink.js";
 import type { CallResult, ClaimedItem, Fence } from "./types.js";
 import { GroupWriter } from "./group-writer.js";
 import { completeAndClaim, type ClaimAlong, type Completion } from "./claim-along.js";
+import { isTransient } from "./pg-errors.js";
 
 /** A claim booked to ride along with a completion write. */
 export interface Boarding extends ClaimAlong {
@@ -29,27 +30,31 @@ export class CompletionBatcher {
   rider: ClaimRider | undefined;
 
   constructor(store: QueueStore, maxBatch = 200) {
+    // A batch of one (the common case below full load) takes the single-row statement: no
+    // arrays to build and quote, no unnest; half the fylr's CPU of the write.
+    const alone = async (batch: readonly Completion[]): Promise<boolean[]> => {
+      const only = batch.length === 1 ? batch[0]! : undefined;
+      return only ? [await store.complete(only.fence, only.results, only.output)] : store.completeMany(batch);
+    };
     this.writer = new GroupWriter(async (batch) => {
       const freed = batch.reduce((n, e) => n + (e.freePlace ? 1 : 0), 0);
       const boarding = freed > 0 ? this.rider?.board(freed) : undefined;
-      if (boarding) {
-        let result;
-        try {
-          result = await completeAndClaim(store.pool, batch, boarding);
-        } catch (err) {
-          boarding.missed();
-          throw err;
-        }
-        // The written items' places are given up before the claimed ones take them: the
-        // admission never counts both.
-        for (const e of batch) e.freePlace?.();
-        boarding.landed(result.items);
-        return result.written;
+      if (!boarding) return alone(batch);
+      let result;
+      try {
+        result = await completeAndClaim(store.pool, batch, boarding);
+      } catch (err) {
+        boarding.missed();
+        // Transient: the caller retries. Anything else the claim may have caused must not
+        // keep the successes from being written: they go alone.
+        if (isTransient(err)) throw err;
+        return alone(batch);
       }
-      // A batch of one (the common case below full load) takes the single-row statement: no
-      // arrays to build and quote, no unnest; half the fylr's CPU of the write.
-      const only = batch.length === 1 ? batch[0]! : undefined;
-      return only ? [await store.complete(only.fence, only.results, only.output)] : store.completeMany(batch);
+      // The written items' places are given up before the claimed ones take them: the
+      // admission never counts both.
+      for (const e of batch) e.freePlace?.();
+      boarding.landed(result.items);
+      return result.written;
     }, maxBatch);
   }
 

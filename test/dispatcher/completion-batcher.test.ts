@@ -172,4 +172,15 @@ describe("completion batcher", () => {
     listener.release();
     expect(heard.join(" ")).to.include(held!.id).and.include(last.id);
   });
+
+  it("writes the successes alone when the claim along fails for good", async () => {
+    const batcher = new CompletionBatcher(store);
+    const [item] = await claimed(1);
+    const seen = rider(batcher, -1); // LIMIT -1: refused by Postgres, not a transient error
+    expect(await batcher.complete(item!, [], undefined, free)).to.equal(true);
+    expect(seen.missed).to.equal(1);
+    expect(seen.landed).to.deep.equal([]);
+    expect(statements).to.deep.equal(["one"]);
+    expect((await store.get(item!.id))!.state).to.equal("succeeded");
+  });
 });
