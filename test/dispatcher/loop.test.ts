@@ -314,4 +314,39 @@ describe("dispatcher loop", () => {
     expect(rows.rows).to.deep.equal([{ state: "succeeded", lease: "1", n: 12 }]);
     await release(d);
   });
+
+  it("gives back an item a success claimed along once the fylr began to stop", async () => {
+    const n = { kind: "exec" as const, priority: 0, payload: { calls: [{ service: "cat", args: [], env: {} }] }, startAfter: undefined, maxAttempts: 3, idempotencyKey: undefined };
+    for (let i = 0; i < 3; i++) await store.submit(n);
+    // The first success that claims along waits here until the stop began.
+    const gate = new Gate();
+    let held: () => void = () => undefined;
+    const reached = new Promise<void>((resolve) => (held = resolve));
+    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+    (pool as unknown as { query: (...args: unknown[]) => unknown }).query = async (...args: unknown[]) => {
+      const first = args[0] as string | { text: string };
+      if (typeof first !== "string" && first.text.trim().startsWith("WITH done AS")) {
+        held();
+        await gate.wait(new AbortController().signal);
+      }
+      return query(...args);
+    };
+    const backend = new TestBackend((_request, options) => {
+      options.onStart?.("exec-1");
+      return Promise.resolve({ receipt: receiptFor({ exitCode: 0 }), stdout: Buffer.alloc(0) });
+    });
+    // Admission 1: one item at a time.
+    const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([{ ...one, capacity: 1 }]), backend, config: { ...fast, pollIntervalMs: 60_000, headroom: 0 } });
+    await reached;
+    const stopped = d.stop({ graceMs: 5_000 });
+    gate.open();
+    await stopped;
+    expect(backend.requests).to.have.length(1);
+    const rows = await pool.query<{ state: string; attempts: number; n: number }>("SELECT state, attempts, count(*)::int AS n FROM queue_items GROUP BY 1, 2 ORDER BY 1");
+    expect(rows.rows).to.deep.equal([
+      { state: "queued", attempts: 0, n: 2 },
+      { state: "succeeded", attempts: 1, n: 1 },
+    ]);
+    await release(d);
+  });
 });
