@@ -4,7 +4,11 @@
 // 4 KiB stdin), one at a time (or CONCURRENCY submitters, each waiting for its item, as
 // under the end-to-end bench's throughput load), submitted to the fylrs in turn. Every query through each
 // dispatcher's pool is counted by its SQL text (the blob store and the LISTEN connection
-// are not counted). Exact, unlike a time: it changes only when the code does.
+// are not counted). Exact, unlike a time: it changes only when the code does. It also
+// prints the CPU ms per item of this process (fylrs, execserver and clients together; the
+// commands it ran apart) and
+// of the Postgres backends: noisy, but in one process alternating runs of two checkouts
+// tell a change of about 5 % apart.
 //
 // With SUBMIT_ONLY=1 each submitter waits only for its Submit's answer before the next (the
 // end-to-end bench's throughput load exactly), and the run waits for every item at the end.
@@ -19,6 +23,7 @@ import { compileFylrConfig, startExecserver, startFylr, type FylrHandle } from "
 import { migrate } from "../src/dispatcher/index.js";
 import { compileExecserverConfig } from "../src/execserver/index.js";
 import { startEmbeddedPostgres } from "../src/shared/embedded-postgres.js";
+import { CpuMeter, postgresBackends } from "./lib/proc-cpu.js";
 
 const service = process.argv[2] === "sha256" ? "sha256" : "true";
 const n = Number(process.argv[3] ?? 100);
@@ -86,7 +91,11 @@ async function run(items: number): Promise<void> {
 }
 await run(10); // warm-up
 counts.clear();
+const database = new URL(server.url).pathname.slice(1) || "postgres";
+const meter = new CpuMeter({ process: () => [process.pid], postgres: () => postgresBackends(database) });
+meter.start();
 await run(n);
+const cpu = meter.stop();
 let total = 0;
 for (const [key, value] of [...counts].sort()) {
   if (!key.startsWith("(")) total += value;
@@ -94,6 +103,8 @@ for (const [key, value] of [...counts].sort()) {
 }
 const how = concurrency === 1 ? "one at a time" : `${concurrency} submitters${submitOnly ? " (each waiting for its answer only)" : ""}`;
 process.stdout.write(`statements per item (${service}, two fylrs, ${how}, ${n} items): ${(total / n).toFixed(2)}\n`);
+const commands = cpu["process(children)"] ?? 0;
+process.stdout.write(`CPU ms per item: this process ${((cpu.process! - commands) / n).toFixed(2)} (its commands ${(commands / n).toFixed(2)}), Postgres backends ${(cpu.postgres! / n).toFixed(2)}\n`);
 for (const fylr of fylrs) await fylr.close();
 await exec.close();
 await server.stop();

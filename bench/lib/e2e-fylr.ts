@@ -60,8 +60,23 @@ fylr.dispatcher.events.on("pass", (claimed) => {
   passes++;
   if (claimed === 0) emptyPasses++;
 });
+// E2E_COUNT_STATEMENTS=1: statements through the dispatcher's pool by their first words,
+// and notifications heard, printed at the end.
+const statements = new Map<string, number>();
+if (process.env.E2E_COUNT_STATEMENTS) {
+  const pool = fylr.dispatcher.store.pool;
+  const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+  (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+    const first = args[0] as string | { text: string };
+    const key = (typeof first === "string" ? first : first.text).trim().replace(/\s+/g, " ").slice(0, 50);
+    statements.set(key, (statements.get(key) ?? 0) + 1);
+    return query(...args);
+  };
+  fylr.dispatcher.events.on("queue:changed", () => void statements.set("(notification: changed id)", (statements.get("(notification: changed id)") ?? 0) + 1));
+}
 process.stdout.write(`e2e-fylr ready url=${fylr.url}\n`);
 process.on("SIGTERM", () => {
   process.stderr.write(`e2e-fylr ${config.id}: ${passes} claim passes (${emptyPasses} claimed nothing), wakeups ${JSON.stringify(wakeups)}\n`);
+  if (statements.size > 0) process.stderr.write(`e2e-fylr ${config.id}: statements ${JSON.stringify(Object.fromEntries(statements))}\n`);
   void fylr.close().finally(() => process.exit(0));
 });

@@ -23,6 +23,7 @@ import type { QueueStore } from "./store.js";
 import type { NormalizedSubmit } from "./payload.js";
 import type { ClaimedItem, ItemKind, QueueItem } from "./types.js";
 import type { Wakeup } from "./wakeup.js";
+import type { Boarding, ClaimRider } from "./completion-batcher.js";
 
 const minPriority = -2_147_483_648;
 
@@ -39,9 +40,11 @@ export interface ClaimPassDeps {
   readonly fylrId: string;
   /** True while LISTEN is up: without it other fylrs' items show up only by asking. */
   readonly listening: () => boolean;
+  /** True while the dispatcher runs: a stopping one claims nothing new. */
+  readonly running: () => boolean;
 }
 
-export class ClaimPass {
+export class ClaimPass implements ClaimRider {
   /** The exec admission the last pass computed. */
   admission: ExecAdmission = { admission: 0, held: 0, free: 0, shares: [] };
   /** When (performance.now()) the last claim statement of either kind was sent. */
@@ -167,6 +170,36 @@ export class ClaimPass {
     if (items.length < want) this.execQueue.sawEmpty(token);
     for (const item of items) tasks.spawn(item, undefined);
     if (items.length === want && this.admission.free > want) wakeup.notify("backlog");
+  }
+
+  /**
+   * The claim to send in the statement that completes items freeing `freed` exec places:
+   * what a claim pass right after it would ask for (admission counting those places as
+   * free), under the same rules (not while the exec queue is known drained with LISTEN
+   * up, nor once stopping). The places are reserved until the write lands or fails.
+   */
+  board(freed: number): Boarding | undefined {
+    const { tasks, config, capacity, fylrId, wakeup } = this.deps;
+    if (!this.deps.running() || (this.execQueue.knownEmpty && this.deps.listening())) return undefined;
+    const admission = execAdmission(capacity.instances(), Math.max(0, tasks.execHeld + this.reserved - freed), config.headroom);
+    const limit = Math.min(admission.free, config.maxClaimBatch);
+    if (limit === 0) return undefined;
+    const token = this.execQueue.begin();
+    this.lastClaimAt = performance.now();
+    const unreserve = this.reserve(limit);
+    return {
+      fylrId,
+      limit,
+      landed: (items) => {
+        unreserve();
+        if (items.length < limit) this.execQueue.sawEmpty(token);
+        // A stop that began while the write was on its way starts nothing new: back to the queue.
+        if (!this.deps.running()) return void items.forEach((item) => this.claimedDirectly(item, false));
+        for (const item of items) tasks.spawn(item, undefined);
+        if (items.length === limit && admission.free > limit) wakeup.notify("backlog");
+      },
+      missed: unreserve,
+    };
   }
 
   // Places reserved count as held.

@@ -113,9 +113,10 @@ export class Dispatcher {
     this.events.on("queue:changed", (id) => this.followers.wake(id));
     // After a reconnect every follower looks again: a notification may have been missed.
     this.events.on("notify:up", () => this.followers.wakeAll());
+    const completer = new CompletionBatcher(this.store);
     this.tasks = new ItemTasks({
       store: this.store,
-      completer: new CompletionBatcher(this.store),
+      completer,
       starter: new RunningBatcher(this.store),
       backend: options.backend,
       actions: this.actions,
@@ -140,7 +141,9 @@ export class Dispatcher {
       log: this.log,
       fylrId: this.fylrId,
       listening: () => this.listening,
+      running: () => this.currentState === "running",
     });
+    completer.rider = this.claims;
     this.cancels = new CancelWatch({ control: this.control, tasks: this.tasks, events: this.events, log: this.log, cancelBoundMs: this.config.cancelBoundMs });
   }
 

@@ -107,7 +107,14 @@ export class ItemTasks {
     this.controllers.add(controller);
     this.byItem.set(item.id, { lease: item.lease, controller });
     live.add({ id: item.id, kind: item.kind, priority: item.priority, lease: item.lease, callCount: item.calls.length });
-    if (item.kind === "exec") this.execCount += 1;
+    // An exec item's place in the admission: given up by the task's end, or earlier by the
+    // write of its success when that write claims the next items (claim-along.ts).
+    let placeHeld = item.kind === "exec";
+    if (placeHeld) this.execCount += 1;
+    const freePlace = (): void => {
+      if (placeHeld) this.execCount -= 1;
+      placeHeld = false;
+    };
     // Local items are claimed straight into 'running'. An exec item is written 'running' a
     // grace after its slot came (dispatcher.runningMarkDelay), unless its job is done by then
     // or its run was stopped meanwhile; item:started follows that write.
@@ -128,14 +135,14 @@ export class ItemTasks {
       const outcome = await runItem(item, runner, controller.signal);
       await mark.finished();
       live.setPhase(item.id, item.lease, "finishing");
-      await settle(item, outcome, { store, completer, config, counters, events, signal: this.deps.writes }, log);
+      await settle(item, outcome, { store, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined }, log);
     } catch (err) {
       // A bug, not an outcome: give the item back rather than leave it claimed by a live fylr.
       log.error({ err }, "item task failed unexpectedly; giving the item back");
       await store.release(item, 0).catch(() => undefined);
     } finally {
       void mark.finished();
-      if (item.kind === "exec") this.execCount -= 1;
+      freePlace();
       permit?.release();
       live.remove(item.id, item.lease);
       this.controllers.delete(controller);

@@ -51,6 +51,8 @@ export interface SettleDeps {
   readonly events: Events<DispatcherEvents>;
   /** Aborted when the dispatcher has stopped: writes are no longer retried. */
   readonly signal: AbortSignal;
+  /** An exec item's: gives up its admission place (a success write that claims calls it). */
+  readonly freePlace?: () => void;
 }
 
 /** Records one attempt's outcome in the database. Never rejects. */
@@ -60,7 +62,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
   try {
     switch (outcome.kind) {
       case "succeeded": {
-        const ok = await retrying(deps, log, "complete", () => deps.completer.complete(fence, outcome.results, outcome.output));
+        const ok = await retrying(deps, log, "complete", () => deps.completer.complete(fence, outcome.results, outcome.output, deps.freePlace));
         if (!ok) return await refused(item, deps, log, "completion", outcome.results);
         counters.succeeded += 1;
         events.emit("item:succeeded", item);

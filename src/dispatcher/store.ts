@@ -86,7 +86,7 @@ function checkId(id: string): void {
 }
 
 /** Claim order: priority desc, then eligibility time, then submission time. */
-function claimOrder(a: QueueItem, b: QueueItem): number {
+export function claimOrder(a: QueueItem, b: QueueItem): number {
   return b.priority - a.priority || a.startAfter.getTime() - b.startAfter.getTime() || a.createdAt.getTime() - b.createdAt.getTime();
 }
 

@@ -1,11 +1,12 @@
 // The batched success writes (CompletionBatcher): a lone completion takes the single-row
 // statement, completions of the same turn share one batch statement, and every entry keeps
-// its own lease fence either way. Real Postgres.
+// its own lease fence either way; a batch that frees exec places carries the claim its
+// rider books (claim-along.ts) in the same statement. Real Postgres.
 import { create } from "@bufbuild/protobuf";
 import { expect } from "chai";
 import type pg from "pg";
 import { ReceiptSchema } from "../../gen/slotbroker/v1/broker_pb.js";
-import { CompletionBatcher } from "../../src/dispatcher/completion-batcher.js";
+import { CompletionBatcher, type Boarding } from "../../src/dispatcher/completion-batcher.js";
 import { createDefaultActions, inlineOutput, migrate, normalizeSubmit, QueueStore, type ClaimedItem } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool, receiptFor } from "./support.js";
@@ -80,5 +81,106 @@ describe("completion batcher", () => {
     expect(await batcher.complete(item!, [{ service: "cat", receipt }], undefined)).to.equal(true);
     expect(statements).to.deep.equal(["one"]);
     expect((await store.get(item!.id))!.results[0]!.receipt.stderrLine).to.equal("a\ufffdb\ufffdc");
+  });
+
+  // A rider that books `limit` for fylr f and records what landed.
+  function rider(batcher: CompletionBatcher, limit: number, fylrId = "f"): { freed: number[]; landed: ClaimedItem[][]; missed: number; freedAtLanding: number[] } {
+    const seen = { freed: [] as number[], landed: [] as ClaimedItem[][], missed: 0, freedAtLanding: [] as number[] };
+    placesFreed = 0;
+    batcher.rider = {
+      board: (freed): Boarding => {
+        seen.freed.push(freed);
+        return { fylrId, limit, landed: (items) => void (seen.landed.push([...items]), seen.freedAtLanding.push(placesFreed)), missed: () => void seen.missed++ };
+      },
+    };
+    return seen;
+  }
+
+  // Places given up, counted; the rider records how many were given up when a claim landed.
+  let placesFreed = 0;
+  const free = (): void => void placesFreed++;
+
+  it("claims along with a lone exec completion in one statement, in claim order, fence kept", async () => {
+    const batcher = new CompletionBatcher(store);
+    const [item, stale] = await claimed(2);
+    const queued = [];
+    for (const priority of [0, 5, 0]) {
+      const n = normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }], priority }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 });
+      queued.push((await store.submit(n)).item);
+    }
+    const seen = rider(batcher, 2);
+    expect(await batcher.complete(item!, [], inlineOutput(Buffer.from("ok")), free)).to.equal(true);
+    expect(statements, "neither store statement").to.deep.equal([]);
+    expect(seen.freed).to.deep.equal([1]);
+    expect(seen.landed.map((items) => items.map((i) => i.id))).to.deep.equal([[queued[1]!.id, queued[0]!.id]]);
+    expect(seen.landed[0]!.map((i) => [i.state, i.claimedBy, i.lease, i.attempts])).to.deep.equal([
+      ["claimed", "f", 1, 1],
+      ["claimed", "f", 1, 1],
+    ]);
+    expect(await store.get(item!.id)).to.deep.include({ state: "succeeded", output: Buffer.from("ok") });
+    expect((await store.get(queued[2]!.id))!.state).to.equal("queued");
+    // Fenced: not written, and the claim still went through (nothing left but one).
+    expect(await batcher.complete({ ...stale!, lease: stale!.lease - 1 }, [], undefined, free)).to.equal(false);
+    expect(seen.landed[1]!.map((i) => i.id)).to.deep.equal([queued[2]!.id]);
+    expect((await store.get(stale!.id))!.state).to.equal("claimed");
+  });
+
+  it("claims along with a batch of completions, each with its own fence; a local completion books nothing", async () => {
+    const batcher = new CompletionBatcher(store);
+    const [a, b, c] = await claimed(3);
+    const { item: next } = await store.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+    const seen = rider(batcher, 3);
+    const written = await Promise.all([
+      batcher.complete(a!, [], inlineOutput(Buffer.from("a")), free),
+      batcher.complete({ ...b!, claimedBy: "someone else" }, [], undefined, free),
+      batcher.complete(c!, [], undefined, undefined),
+    ]);
+    expect(written).to.deep.equal([true, false, true]);
+    expect(statements).to.deep.equal([]);
+    expect(seen.freed).to.deep.equal([2]);
+    expect(seen.freedAtLanding, "both exec places given up before the claimed item spawned").to.deep.equal([2]);
+    expect(seen.landed.map((items) => items.map((i) => i.id))).to.deep.equal([[next.id]]);
+    expect((await store.get(a!.id))!.output).to.deep.equal(Buffer.from("a"));
+    expect((await store.get(b!.id))!.state).to.equal("claimed");
+    expect((await store.get(c!.id))!.state).to.equal("succeeded");
+    // Only local completions: no booking asked for.
+    const [d] = await claimed(1);
+    expect(await batcher.complete(d!, [], undefined)).to.equal(true);
+    expect(seen.freed).to.deep.equal([2]);
+    expect(statements).to.deep.equal(["one"]);
+  });
+
+  it("claims nothing along for a fylr without a row, and notifies both changes", async () => {
+    const batcher = new CompletionBatcher(store);
+    const [item] = await claimed(1);
+    const { item: queued } = await store.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+    const ghost = rider(batcher, 1, "gone");
+    const listener = await pool.connect();
+    const heard: string[] = [];
+    listener.on("notification", (m) => heard.push(m.payload ?? ""));
+    await listener.query("LISTEN slotbroker_queue");
+    expect(await batcher.complete(item!, [], undefined, free)).to.equal(true);
+    expect(ghost.landed).to.deep.equal([[]]);
+    const seen = rider(batcher, 1);
+    const [held] = await store.claim("f", "exec", lowest, 1);
+    expect(held!.id).to.equal(queued.id);
+    const { item: last } = await store.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+    heard.length = 0;
+    expect(await batcher.complete(held!, [], undefined, free)).to.equal(true);
+    expect(seen.landed.map((items) => items.map((i) => i.id))).to.deep.equal([[last.id]]);
+    await new Promise((r) => setTimeout(r, 100));
+    listener.release();
+    expect(heard.join(" ")).to.include(held!.id).and.include(last.id);
+  });
+
+  it("writes the successes alone when the claim along fails for good", async () => {
+    const batcher = new CompletionBatcher(store);
+    const [item] = await claimed(1);
+    const seen = rider(batcher, -1); // LIMIT -1: refused by Postgres, not a transient error
+    expect(await batcher.complete(item!, [], undefined, free)).to.equal(true);
+    expect(seen.missed).to.equal(1);
+    expect(seen.landed).to.deep.equal([]);
+    expect(statements).to.deep.equal(["one"]);
+    expect((await store.get(item!.id))!.state).to.equal("succeeded");
   });
 });

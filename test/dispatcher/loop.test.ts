@@ -277,4 +277,76 @@ describe("dispatcher loop", () => {
     for (const l of loops) await release(l);
     await closeAll(...pools);
   });
+
+  it("under a backlog each success claims the next item in its own statement, never past admission", async () => {
+    // Queued before the loop starts: a backlog from the first pass on.
+    const n = { kind: "exec" as const, priority: 0, payload: { calls: [{ service: "cat", args: [], env: {} }] }, startAfter: undefined, maxAttempts: 3, idempotencyKey: undefined };
+    for (let i = 0; i < 12; i++) await store.submit(n);
+    const statements: string[] = [];
+    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+    (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+      const first = args[0] as string | { text: string };
+      statements.push((typeof first === "string" ? first : first.text).trim().split(/\s+/).slice(0, 3).join(" "));
+      return query(...args);
+    };
+    let running = 0;
+    let most = 0;
+    const backend = new TestBackend(async (_request, options) => {
+      most = Math.max(most, ++running);
+      options.onStart?.("exec-1");
+      await new Promise((r) => setTimeout(r, 5));
+      running--;
+      return { receipt: receiptFor({ exitCode: 0 }), stdout: Buffer.alloc(0) };
+    });
+    // Admission: ceil(1 / 1) + headroom 1 = 2.
+    const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([{ ...one, capacity: 1 }]), backend, config: { ...fast, pollIntervalMs: 60_000, headroom: 1 } });
+    let held = 0;
+    d.events.on("item:claimed", () => void (held = Math.max(held, d.stats().execHeld)));
+    const done = new EventMonitor(d.events, "item:succeeded");
+    await done.awaitCount(12);
+    expect(held, "exec items held at any claim").to.be.at.most(2);
+    expect(most).to.be.at.most(2);
+    const claims = statements.filter((s) => s === "WITH next AS").length;
+    const carried = statements.filter((s) => s === "WITH done AS").length;
+    expect(carried, "successes that claimed").to.be.at.least(5);
+    expect(claims, "claim statements of their own").to.be.at.most(3);
+    const rows = await pool.query<{ state: string; lease: string; n: number }>("SELECT state, lease, count(*)::int AS n FROM queue_items GROUP BY 1, 2");
+    expect(rows.rows).to.deep.equal([{ state: "succeeded", lease: "1", n: 12 }]);
+    await release(d);
+  });
+
+  it("gives back an item a success claimed along once the fylr began to stop", async () => {
+    const n = { kind: "exec" as const, priority: 0, payload: { calls: [{ service: "cat", args: [], env: {} }] }, startAfter: undefined, maxAttempts: 3, idempotencyKey: undefined };
+    for (let i = 0; i < 3; i++) await store.submit(n);
+    // The first success that claims along waits here until the stop began.
+    const gate = new Gate();
+    let held: () => void = () => undefined;
+    const reached = new Promise<void>((resolve) => (held = resolve));
+    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+    (pool as unknown as { query: (...args: unknown[]) => unknown }).query = async (...args: unknown[]) => {
+      const first = args[0] as string | { text: string };
+      if (typeof first !== "string" && first.text.trim().startsWith("WITH done AS")) {
+        held();
+        await gate.wait(new AbortController().signal);
+      }
+      return query(...args);
+    };
+    const backend = new TestBackend((_request, options) => {
+      options.onStart?.("exec-1");
+      return Promise.resolve({ receipt: receiptFor({ exitCode: 0 }), stdout: Buffer.alloc(0) });
+    });
+    // Admission 1: one item at a time.
+    const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([{ ...one, capacity: 1 }]), backend, config: { ...fast, pollIntervalMs: 60_000, headroom: 0 } });
+    await reached;
+    const stopped = d.stop({ graceMs: 5_000 });
+    gate.open();
+    await stopped;
+    expect(backend.requests).to.have.length(1);
+    const rows = await pool.query<{ state: string; attempts: number; n: number }>("SELECT state, attempts, count(*)::int AS n FROM queue_items GROUP BY 1, 2 ORDER BY 1");
+    expect(rows.rows).to.deep.equal([
+      { state: "queued", attempts: 0, n: 2 },
+      { state: "succeeded", attempts: 1, n: 1 },
+    ]);
+    await release(d);
+  });
 });
