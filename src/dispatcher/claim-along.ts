@@ -11,7 +11,8 @@ import type { ItemOutput } from "./output-sink.js";
 import { encodeResults, itemFromRow, type ItemRow } from "./payload.js";
 import { fromPgError } from "./pg-errors.js";
 import { storableJson } from "./storable.js";
-import { claimOrder, statementName } from "./store.js";
+import * as sql from "./sql.js";
+import { claimOrder, outputParams, statementName } from "./store.js";
 import type { CallResult, ClaimedItem, Fence } from "./types.js";
 
 /** One success to write. */
@@ -29,36 +30,13 @@ export interface ClaimAlong {
   readonly limit: number;
 }
 
-const claimCtes = (fylr: string, limit: string): string => `
-next AS (
-  SELECT id FROM queue_items
-  WHERE state = 'queued' AND kind = 'exec' AND start_after <= now()
-    AND EXISTS (SELECT 1 FROM fylrs WHERE id = ${fylr})
-  ORDER BY priority DESC, start_after, seq
-  LIMIT ${limit}
-  FOR UPDATE SKIP LOCKED
-), claimed AS (
-  UPDATE queue_items q
-  SET state = 'claimed', claimed_by = ${fylr}, lease = q.lease + 1, attempts = q.attempts + 1,
-      claimed_at = now(), updated_at = now()
-  FROM next
-  WHERE q.id = next.id
-  RETURNING q.*
-)`;
-
 /**
  * completeItem (sql.ts) and a claim. $1–$8 as completeItem, $9 the fylr, $10 the limit.
  * One row at least: `done` (1 when the fence let the completion through, else 0) and the
  * claimed item's columns, all null when nothing was claimed.
  */
 export const completeItemAndClaim = `
-WITH done AS (
-  UPDATE queue_items
-  SET state = 'succeeded', result = $4, output = $5, output_blob = $6, output_size = $7, output_sha256 = $8,
-      error = NULL, finished_at = now(), updated_at = now()
-  WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
-  RETURNING id
-), ${claimCtes("$9::text", "$10::integer")}
+WITH done AS (${sql.completeItem}), ${sql.claimCtes("$9::text", "'exec'", "(-2147483648)::integer", "$10::integer")}
 SELECT d.done, k.* FROM (SELECT count(*)::int AS done FROM done) d LEFT JOIN claimed k ON true`;
 
 /**
@@ -66,15 +44,7 @@ SELECT d.done, k.* FROM (SELECT count(*)::int AS done FROM done) d LEFT JOIN cla
  * `done`: the "id/lease" texts of the completions the fences let through.
  */
 export const completeItemsAndClaim = `
-WITH done AS (
-  UPDATE queue_items q
-  SET state = 'succeeded', result = c.result, output = c.output, output_blob = c.output_blob, output_size = c.output_size,
-      output_sha256 = c.output_sha256, error = NULL, finished_at = now(), updated_at = now()
-  FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::jsonb[], $5::bytea[], $6::uuid[], $7::bigint[], $8::text[])
-    AS c(id, claimed_by, lease, result, output, output_blob, output_size, output_sha256)
-  WHERE q.id = c.id AND q.claimed_by = c.claimed_by AND q.lease = c.lease AND q.state IN ('claimed', 'running')
-  RETURNING q.id, q.lease
-), ${claimCtes("$9::text", "$10::integer")}
+WITH done AS (${sql.completeItems}), ${sql.claimCtes("$9::text", "'exec'", "(-2147483648)::integer", "$10::integer")}
 SELECT d.done, k.* FROM (SELECT coalesce(array_agg(id::text || '/' || lease::text), '{}') AS done FROM done) d LEFT JOIN claimed k ON true`;
 
 type Row = Partial<ItemRow> & { done: number | string[] };
@@ -111,10 +81,4 @@ export async function completeAndClaim(pool: pg.Pool, entries: readonly Completi
     : entries.map(() => done === 1);
   const items = rows.filter((r) => r.id != null).map((r) => itemFromRow(r as ItemRow) as ClaimedItem);
   return { written, items: items.sort(claimOrder) };
-}
-
-// As the store writes them.
-function outputParams(output: ItemOutput | undefined): { bytes: Buffer | null; blob: string | null; size: number | null; sha256: string | null } {
-  if (!output) return { bytes: null, blob: null, size: null, sha256: null };
-  return { bytes: output.bytes, blob: output.blobId ?? null, size: output.size, sha256: output.sha256 };
 }

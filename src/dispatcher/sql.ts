@@ -70,20 +70,31 @@ export const selectItem = `SELECT * FROM queue_items WHERE id = $1`;
  * (declared dead and not yet back) claims nothing: its claims would be orphans at once.
  */
 export const claimItems = `
-WITH next AS (
+WITH ${claimCtes("$1", "$2", "$3", "$4")}
+SELECT * FROM claimed`;
+
+/**
+ * The claim of claimItems as two CTEs, `next` and `claimed` (the claimed rows), so a
+ * completion can carry it (claim-along.ts). Arguments are SQL expressions: the fylr, the
+ * kind, the lowest priority, the limit.
+ */
+export function claimCtes(fylr: string, kind: string, minPriority: string, limit: string): string {
+  return `next AS (
   SELECT id FROM queue_items
-  WHERE state = 'queued' AND kind = $2 AND priority >= $3 AND start_after <= now()
-    AND EXISTS (SELECT 1 FROM fylrs WHERE id = $1)
+  WHERE state = 'queued' AND kind = ${kind} AND priority >= ${minPriority} AND start_after <= now()
+    AND EXISTS (SELECT 1 FROM fylrs WHERE id = ${fylr})
   ORDER BY priority DESC, start_after, seq
-  LIMIT $4
+  LIMIT ${limit}
   FOR UPDATE SKIP LOCKED
-)
-UPDATE queue_items q
-SET state = 'claimed', claimed_by = $1, lease = q.lease + 1, attempts = q.attempts + 1,
-    claimed_at = now(), updated_at = now()
-FROM next
-WHERE q.id = next.id
-RETURNING q.*`;
+), claimed AS (
+  UPDATE queue_items q
+  SET state = 'claimed', claimed_by = ${fylr}, lease = q.lease + 1, attempts = q.attempts + 1,
+      claimed_at = now(), updated_at = now()
+  FROM next
+  WHERE q.id = next.id
+  RETURNING q.*
+)`;
+}
 
 /**
  * Claim local items for fylr $1 in one statement, honouring the high-priority reserve of

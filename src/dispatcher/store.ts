@@ -377,7 +377,7 @@ export function statementName(text: string): string {
   return name;
 }
 
-function outputParams(output: ItemOutput | undefined): { bytes: Buffer | null; blob: string | null; size: number | null; sha256: string | null } {
+export function outputParams(output: ItemOutput | undefined): { bytes: Buffer | null; blob: string | null; size: number | null; sha256: string | null } {
   if (!output) return { bytes: null, blob: null, size: null, sha256: null };
   return { bytes: output.bytes, blob: output.blobId ?? null, size: output.size, sha256: output.sha256 };
 }
