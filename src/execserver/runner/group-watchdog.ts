@@ -43,28 +43,53 @@ class GroupReaper {
   #child: ChildProcess | undefined;
   readonly #watched = new Set<number>();
   readonly #pending = new Set<string>();
+  // Lines held while batching (see batch()); undefined otherwise.
+  #held: string | undefined;
 
   add(pgid: number, onError: OnError): void {
     const child = this.#ensure(onError);
     this.#watched.add(pgid);
-    child?.stdin!.write(`+${pgid}\n`);
+    if (child) this.#write(child, `+${pgid}\n`);
   }
 
   /** A job is about to be forked in `dir`; see REAPER_SCRIPT. */
   expect(dir: string, onError: OnError): void {
-    this.#ensure(onError)?.stdin!.write(`?${dir}\n`);
+    const child = this.#ensure(onError);
+    if (child) this.#write(child, `?${dir}\n`);
     this.#pending.add(dir);
   }
 
   /** `dir`'s job is registered by its group id, or was never forked. */
   settle(dir: string): void {
-    if (!this.#pending.delete(dir)) return;
-    this.#child?.stdin!.write(`=${dir}\n`);
+    if (!this.#pending.delete(dir) || !this.#child) return;
+    this.#write(this.#child, `=${dir}\n`);
   }
 
   remove(pgid: number): void {
-    if (!this.#watched.delete(pgid)) return;
-    this.#child?.stdin!.write(`-${pgid}\n`);
+    if (!this.#watched.delete(pgid) || !this.#child) return;
+    this.#write(this.#child, `-${pgid}\n`);
+  }
+
+  /**
+   * Runs `fn` (synchronous) and writes the lines it produced in one write at its end: a
+   * write to the pipe is a syscall and a wakeup of the reaper, so "+PGID" and "=DIR" of
+   * one job go together. Order is kept, and nothing waits past `fn`.
+   */
+  batch<T>(fn: () => T): T {
+    if (this.#held !== undefined) return fn();
+    this.#held = "";
+    try {
+      return fn();
+    } finally {
+      const lines = this.#held;
+      this.#held = undefined;
+      if (lines) this.#child?.stdin!.write(lines);
+    }
+  }
+
+  #write(child: ChildProcess, line: string): void {
+    if (this.#held !== undefined && child === this.#child) this.#held += line;
+    else child.stdin!.write(line);
   }
 
   #ensure(onError: OnError): ChildProcess | undefined {
@@ -86,6 +111,8 @@ class GroupReaper {
     child.unref();
     (child.stdin as unknown as { unref?: () => void }).unref?.();
     this.#child = child;
+    // Lines held for a dead reaper are dropped: the new one is told the whole state here.
+    if (this.#held !== undefined) this.#held = "";
     for (const pgid of this.#watched) child.stdin!.write(`+${pgid}\n`);
     for (const dir of this.#pending) child.stdin!.write(`?${dir}\n`);
     return child;
@@ -116,6 +143,11 @@ export class GroupWatchdog {
     this.#stopped = true;
     reaper.remove(this.#pgid);
   }
+}
+
+/** Runs `fn` with the reaper lines it writes sent in one write; see GroupReaper.batch. */
+export function batchReaperLines<T>(fn: () => T): T {
+  return reaper.batch(fn);
 }
 
 /**

@@ -3,7 +3,7 @@ import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js
 import { AbortReason } from "../../shared/abort.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { childEnv } from "./child-env.js";
-import { watchForkIn } from "./group-watchdog.js";
+import { batchReaperLines, watchForkIn } from "./group-watchdog.js";
 import { jobDirRoot, makeJobDir, removeJobDirLater } from "./job-dir.js";
 import type { JobLauncher } from "./job-launcher.js";
 import { receiptNotRun } from "./receipt.js";
@@ -66,17 +66,28 @@ async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: st
   const [file = "", ...fixedArgs] = request.command;
   const spec = { file, args: [...fixedArgs, ...request.args], cwd, env: childEnv(request.env, hostPath) };
   const forked = watchForkIn(cwd, (err) => log.warn({ err }, "cannot watch the job's process group"));
-  let job: RunningJob;
+  let started: Awaited<ReturnType<typeof spawnHere>>;
   try {
     const launched = launcher && launcher.launch(spec);
-    const started = launched ? await launched : await spawnHere(spec, request.stdin !== undefined || !!request.stdinUrl || !!request.stdinInline?.byteLength);
-    if ("error" in started) return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, started.error) });
-    const child = started.process;
-    request.onSpawn?.(child.pid);
-    job = new RunningJob(child, request, log.child({ pid: child.pid, command: file }));
-  } finally {
+    started = launched ? await launched : await spawnHere(spec, request.stdin !== undefined || !!request.stdinUrl || !!request.stdinInline?.byteLength);
+  } catch (err) {
     forked();
+    throw err;
   }
+  if ("error" in started) {
+    forked();
+    return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: spawnMessage(file, started.error) });
+  }
+  const child = started.process;
+  // The group's "+PGID" and the directory's "=DIR" go to the reaper in one write.
+  const job = batchReaperLines(() => {
+    try {
+      request.onSpawn?.(child.pid);
+      return new RunningJob(child, request, log, { pid: child.pid, command: file });
+    } finally {
+      forked();
+    }
+  });
   return job.run();
 }
 

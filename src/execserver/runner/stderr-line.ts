@@ -1,3 +1,5 @@
+const EMPTY = Buffer.alloc(0);
+
 /** The receipt's stderr line is capped at this many bytes (of UTF-8). */
 export const STDERR_LINE_LIMIT = 1000;
 
@@ -9,20 +11,23 @@ export const STDERR_LINE_LIMIT = 1000;
  */
 export class LastLineTracker {
   readonly #limit: number;
-  #current: Buffer;
+  // Allocated at the first byte: most jobs write nothing to stderr.
+  #current = EMPTY;
   #currentLength = 0;
-  #last: Buffer;
+  #last = EMPTY;
   #lastLength = 0;
 
   constructor(limit: number = STDERR_LINE_LIMIT) {
     if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`line limit must be a positive integer, got ${limit}`);
     this.#limit = limit;
-    this.#current = Buffer.alloc(limit);
-    this.#last = Buffer.alloc(limit);
   }
 
   /** Feeds one chunk of the stream. */
   push(chunk: Buffer): void {
+    if (this.#current === EMPTY) {
+      this.#current = Buffer.alloc(this.#limit);
+      this.#last = Buffer.alloc(this.#limit);
+    }
     let start = 0;
     for (;;) {
       const newline = chunk.indexOf(0x0a, start);

@@ -21,7 +21,8 @@ export type StdoutStep =
  */
 export class StdoutBuffer {
   readonly #limit: number;
-  readonly #prefix: Buffer;
+  // Allocated at the first byte: most jobs of a busy host print nothing.
+  #prefix: Buffer | undefined;
   #prefixLength = 0;
   #total = 0;
   #state: "holding" | "committed" = "holding";
@@ -29,26 +30,26 @@ export class StdoutBuffer {
   constructor(limit: number = STDOUT_BUFFER_LIMIT) {
     if (!Number.isInteger(limit) || limit < 0) throw new RangeError(`stdout buffer limit must be a non-negative integer, got ${limit}`);
     this.#limit = limit;
-    this.#prefix = Buffer.alloc(limit);
   }
 
   /** Accounts for one chunk and says whether to hold, commit or forward it. */
   push(chunk: Buffer): StdoutStep {
     const held = this.#prefixLength;
     this.#total += chunk.length;
+    const prefix = (this.#prefix ??= Buffer.alloc(this.#limit));
     if (held < this.#limit) {
       // Copy rather than keep a slice: a slice would pin the whole (often 64 KiB) chunk.
-      this.#prefixLength += chunk.copy(this.#prefix, held, 0, Math.min(chunk.length, this.#limit - held));
+      this.#prefixLength += chunk.copy(prefix, held, 0, Math.min(chunk.length, this.#limit - held));
     }
     if (this.#state === "committed") return { kind: "forward", data: chunk };
     if (this.#total <= this.#limit) return { kind: "hold" };
     this.#state = "committed";
-    return { kind: "commit", data: Buffer.concat([this.#prefix.subarray(0, held), chunk]) };
+    return { kind: "commit", data: Buffer.concat([prefix.subarray(0, held), chunk]) };
   }
 
   /** The first ≤ limit bytes of stdout, as a copy the caller may keep. */
   prefix(): Buffer {
-    return Buffer.from(this.#prefix.subarray(0, this.#prefixLength));
+    return this.#prefix ? Buffer.from(this.#prefix.subarray(0, this.#prefixLength)) : Buffer.alloc(0);
   }
 
   /** Total stdout bytes seen. */
