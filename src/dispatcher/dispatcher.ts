@@ -380,7 +380,7 @@ export class Dispatcher {
         counters: this.counters,
         events: this.events,
         log: this.log,
-        held: () => this.tasks.size,
+        held: () => this.tasks.heldIds(),
         cancelCheck: () => this.cancels.check(),
         rejoin: async () => {
           this.tasks.abortAll(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));

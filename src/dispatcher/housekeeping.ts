@@ -15,6 +15,7 @@ import type { DispatcherEvents } from "./events.js";
 import type { DispatcherCounters } from "./settle.js";
 import type { QueueStore } from "./store.js";
 import { SweepGate } from "./sweep-gate.js";
+import { lostClaimAgeMs, releaseLostClaims } from "./lost-claims.js";
 
 /** What the housekeeping loop works with. */
 export interface HousekeepingDeps {
@@ -28,8 +29,8 @@ export interface HousekeepingDeps {
   readonly counters: DispatcherCounters;
   readonly events: Events<DispatcherEvents>;
   readonly log: Logger;
-  /** How many items this fylr holds (for the log when it was declared dead). */
-  readonly held: () => number;
+  /** The ids of the items this fylr holds (for the lost-claims audit and the log). */
+  readonly held: () => readonly string[];
   /** A sibling declared this fylr dead: drop every held item and register again. */
   readonly rejoin: () => Promise<void>;
   /** Held items cancelled meanwhile (a missed notification) and cancels past the bound (see cancels.ts). */
@@ -45,7 +46,9 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
   const claimSweep = new Background(log, "sweep of stale claims");
   const blobSweep = new Background(log, "sweep of stored data");
   const cancelCheck = new Background(log, "cancel check");
+  const lostClaims = new Background(log, "audit of held claims");
   let lastBlobSweepAt = -Infinity;
+  let lastAuditAt = performance.now();
   const gate = new SweepGate(config.staleAfterMs, performance.now());
   while (!signal.aborted) {
     const startedAt = performance.now();
@@ -64,6 +67,7 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
     // After an outage (or right after start) every sibling's heartbeat may look stale.
     if (gate.mayReap(performance.now())) claimSweep.runUnlessBusy(() => sweepStaleClaims(deps));
     if (deps.cancelCheck) cancelCheck.runUnlessBusy(deps.cancelCheck);
+    if (performance.now() - lastAuditAt >= config.staleAfterMs && lostClaims.runUnlessBusy(() => auditClaims(deps))) lastAuditAt = performance.now();
     if (performance.now() - lastBlobSweepAt >= deps.blobs.config.sweepIntervalMs && blobSweep.runUnlessBusy(() => sweepBlobs(deps))) {
       lastBlobSweepAt = performance.now();
     }
@@ -73,6 +77,7 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
   await claimSweep.idle();
   await blobSweep.idle();
   await cancelCheck.idle();
+  await lostClaims.idle();
 }
 
 // One background task of a kind at a time; its failures are logged, staged.
@@ -112,7 +117,7 @@ async function heartbeat(deps: HousekeepingDeps): Promise<void> {
   if (alive) return;
   // A sibling found our heartbeat stale (a long pause, a lost database connection) and
   // requeued our claims. Whatever we still run belongs to someone else now.
-  deps.log.error({ incident: "declared-dead", held: deps.held() }, "this fylr was declared dead by a sibling; abandoning held items and re-registering");
+  deps.log.error({ incident: "declared-dead", held: deps.held().length }, "this fylr was declared dead by a sibling; abandoning held items and re-registering");
   await deps.rejoin();
 }
 
@@ -139,4 +144,11 @@ async function sweepBlobs(deps: HousekeepingDeps): Promise<void> {
     if (swept.blobs < 100) break;
   }
   if (total.blobs > 0) deps.log.info(total, "deleted stored data past its expiry or retention");
+}
+
+async function auditClaims(deps: HousekeepingDeps): Promise<void> {
+  const released = await releaseLostClaims(deps.store, deps.fylrId, lostClaimAgeMs(deps.config.staleAfterMs), deps.held);
+  for (const fence of released) {
+    deps.log.warn({ incident: "lost-claim", itemId: fence.id, lease: fence.lease }, "an item claimed by this fylr had no task here (the claim's answer was lost); gave it back to the queue");
+  }
 }
