@@ -8,11 +8,10 @@
  */
 import type pg from "pg";
 import type { ItemOutput } from "./output-sink.js";
-import { encodeResults, itemFromRow, type ItemRow } from "./payload.js";
+import { itemFromRow, type ItemRow } from "./payload.js";
 import { fromPgError } from "./pg-errors.js";
-import { storableJson } from "./storable.js";
 import * as sql from "./sql.js";
-import { claimOrder, outputParams, statementName } from "./store.js";
+import { claimOrder, completeManyParams, completeParams, statementName } from "./store.js";
 import type { CallResult, ClaimedItem, Fence } from "./types.js";
 
 /** One success to write. */
@@ -52,23 +51,8 @@ type Row = Partial<ItemRow> & { done: number | string[] };
 /** Writes the completions and claims; one boolean per completion (false: fenced) and the items claimed, in claim order. */
 export async function completeAndClaim(pool: pg.Pool, entries: readonly Completion[], claim: ClaimAlong): Promise<{ written: boolean[]; items: ClaimedItem[] }> {
   const only = entries.length === 1 ? entries[0]! : undefined;
-  const outputs = entries.map((e) => outputParams(e.output));
   const text = only ? completeItemAndClaim : completeItemsAndClaim;
-  const o = outputs[0]!;
-  const params = only
-    ? [only.fence.id, only.fence.claimedBy, only.fence.lease, storableJson(encodeResults(only.results)), o.bytes, o.blob, o.size, o.sha256, claim.fylrId, claim.limit]
-    : [
-        entries.map((e) => e.fence.id),
-        entries.map((e) => e.fence.claimedBy),
-        entries.map((e) => e.fence.lease),
-        entries.map((e) => JSON.stringify(storableJson(encodeResults(e.results)))),
-        outputs.map((o) => o.bytes),
-        outputs.map((o) => o.blob),
-        outputs.map((o) => o.size),
-        outputs.map((o) => o.sha256),
-        claim.fylrId,
-        claim.limit,
-      ];
+  const params = [...(only ? completeParams(only.fence, only.results, only.output) : completeManyParams(entries)), claim.fylrId, claim.limit];
   let rows: Row[];
   try {
     rows = (await pool.query<Row>({ name: statementName(text), text, values: params })).rows;

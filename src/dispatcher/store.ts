@@ -211,8 +211,7 @@ export class QueueStore {
 
   /** → succeeded with receipts and output. False when the fence refused it. */
   async complete(fence: Fence, results: readonly CallResult[], output: ItemOutput | undefined): Promise<boolean> {
-    const o = outputParams(output);
-    const r = await this.query("complete", sql.completeItem, [...fenceParams(fence), storableJson(encodeResults(results)), o.bytes, o.blob, o.size, o.sha256]);
+    const r = await this.query("complete", sql.completeItem, completeParams(fence, results, output));
     return r.rowCount === 1;
   }
 
@@ -222,17 +221,7 @@ export class QueueStore {
    */
   async completeMany(entries: readonly { fence: Fence; results: readonly CallResult[]; output: ItemOutput | undefined }[]): Promise<boolean[]> {
     if (entries.length === 0) return [];
-    const outputs = entries.map((e) => outputParams(e.output));
-    const r = await this.query<{ id: string; lease: string }>("complete many", sql.completeItems, [
-      entries.map((e) => e.fence.id),
-      entries.map((e) => e.fence.claimedBy),
-      entries.map((e) => e.fence.lease),
-      entries.map((e) => JSON.stringify(storableJson(encodeResults(e.results)))),
-      outputs.map((o) => o.bytes),
-      outputs.map((o) => o.blob),
-      outputs.map((o) => o.size),
-      outputs.map((o) => o.sha256),
-    ]);
+    const r = await this.query<{ id: string; lease: string }>("complete many", sql.completeItems, completeManyParams(entries));
     const written = new Set(r.rows.map((row) => `${row.id}/${row.lease}`));
     return entries.map((e) => written.has(`${e.fence.id}/${e.fence.lease}`));
   }
@@ -377,7 +366,28 @@ export function statementName(text: string): string {
   return name;
 }
 
-export function outputParams(output: ItemOutput | undefined): { bytes: Buffer | null; blob: string | null; size: number | null; sha256: string | null } {
+/** $1–$8 of completeItem (sql.ts). */
+export function completeParams(fence: Fence, results: readonly CallResult[], output: ItemOutput | undefined): unknown[] {
+  const o = outputParams(output);
+  return [...fenceParams(fence), storableJson(encodeResults(results)), o.bytes, o.blob, o.size, o.sha256];
+}
+
+/** $1–$8 of completeItems (sql.ts): one array per column. */
+export function completeManyParams(entries: readonly { fence: Fence; results: readonly CallResult[]; output: ItemOutput | undefined }[]): unknown[] {
+  const outputs = entries.map((e) => outputParams(e.output));
+  return [
+    entries.map((e) => e.fence.id),
+    entries.map((e) => e.fence.claimedBy),
+    entries.map((e) => e.fence.lease),
+    entries.map((e) => JSON.stringify(storableJson(encodeResults(e.results)))),
+    outputs.map((o) => o.bytes),
+    outputs.map((o) => o.blob),
+    outputs.map((o) => o.size),
+    outputs.map((o) => o.sha256),
+  ];
+}
+
+function outputParams(output: ItemOutput | undefined): { bytes: Buffer | null; blob: string | null; size: number | null; sha256: string | null } {
   if (!output) return { bytes: null, blob: null, size: null, sha256: null };
   return { bytes: output.bytes, blob: output.blobId ?? null, size: output.size, sha256: output.sha256 };
 }
