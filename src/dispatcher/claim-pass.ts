@@ -58,6 +58,9 @@ export class ClaimPass implements ClaimRider {
   // claimed, and the items an exec claim statement in flight may bring back. Admission
   // counts them as held, so neither can take a place the other took.
   private reserved = 0;
+  // Items claimed as the fylr stopped, on their way back to the queue.
+  private readonly givingBack = new Set<Promise<unknown>>();
+  private idleWaiters: (() => void)[] = [];
 
   constructor(private readonly deps: ClaimPassDeps) {}
 
@@ -121,12 +124,49 @@ export class ClaimPass implements ClaimRider {
    * (`running` false): the item goes back to the queue.
    */
   claimedDirectly(item: QueueItem, running: boolean): void {
-    const { counters, tasks, store, log } = this.deps;
+    const { counters, tasks } = this.deps;
     if (running) {
       counters.claimedDirectly += 1;
       return tasks.spawn(item as ClaimedItem, undefined);
     }
-    void store.release(item as ClaimedItem, 0).catch((err: unknown) => log.warn({ err, itemId: item.id }, "could not give back an item claimed as this fylr stopped; a sibling's sweep requeues it"));
+    this.giveBack(item as ClaimedItem, "could not give back an item claimed as this fylr stopped; a sibling's sweep requeues it");
+  }
+
+  /**
+   * Resolves once no place is reserved and no give-back is on its way (false after
+   * `timeoutMs`): a stop waits for it, so no claim that landed late outlives the stop.
+   */
+  async settled(timeoutMs: number): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const idle = new Promise<boolean>((resolve) => {
+      const check = (): void => {
+        if (this.reserved === 0 && this.givingBack.size === 0) return resolve(true);
+        this.idleWaiters.push(check);
+      };
+      check();
+    });
+    const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
+    try {
+      return await Promise.race([idle, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private giveBack(item: ClaimedItem, failure: string): void {
+    const { store, log } = this.deps;
+    const back = store.release(item, 0).catch((err: unknown) => log.warn({ err, itemId: item.id }, failure));
+    this.givingBack.add(back);
+    void back.finally(() => {
+      this.givingBack.delete(back);
+      this.wakeIdleWaiters();
+    });
+  }
+
+  private wakeIdleWaiters(): void {
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const check of waiters) check();
   }
 
   /** Claims what admission allows; a database failure is logged and retried next pass. */
@@ -215,6 +255,7 @@ export class ClaimPass implements ClaimRider {
       if (released) return;
       released = true;
       this.reserved -= places;
+      if (this.idleWaiters.length > 0) this.wakeIdleWaiters();
     };
   }
 
@@ -239,7 +280,7 @@ export class ClaimPass implements ClaimRider {
       }
       // Cannot happen while the query and LocalPermits agree; never run without a permit.
       log.error({ itemId: item.id, priority: item.priority }, "claimed a local item without a free permit; giving it back");
-      void store.release(item, 0).catch((err: unknown) => log.error({ err, itemId: item.id }, "could not give the item back"));
+      this.giveBack(item, "could not give the item back");
     }
   }
 }

@@ -206,6 +206,9 @@ export class Dispatcher {
       this.tasks.abortAll(new AbortReason("shutdown", "dispatcher stopped before the item finished"));
       left = await this.tasks.settled(forceTimeoutMs);
     }
+    // Claims that landed as the stop began (a claim along a last success, a submit claimed
+    // in its insert) go back to the queue before this fylr's row does.
+    if (!(await this.claims.settled(forceTimeoutMs))) this.log.warn({ timeoutMs: forceTimeoutMs }, "claims that landed during the stop were not all given back in time; a sibling's sweep requeues them");
     this.housekeepingAbort.abort(new AbortReason("shutdown", "dispatcher stopping"));
     await this.housekeepingDone;
     await this.heartbeatPool?.end().catch((err: unknown) => this.log.debug({ err }, "closing the heartbeat connection failed"));

@@ -13,6 +13,7 @@ import {
   type DispatcherConfig,
   type ExecInstance,
 } from "../../src/dispatcher/index.js";
+import { releaseItem } from "../../src/dispatcher/sql.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../support/resources.js";
 import { EventMonitor } from "../support/event-monitor.js";
@@ -325,10 +326,13 @@ describe("dispatcher loop", () => {
     const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
     (pool as unknown as { query: (...args: unknown[]) => unknown }).query = async (...args: unknown[]) => {
       const first = args[0] as string | { text: string };
-      if (typeof first !== "string" && first.text.trim().startsWith("WITH done AS")) {
+      const text = typeof first === "string" ? first : first.text;
+      if (text.trim().startsWith("WITH done AS")) {
         held();
         await gate.wait(new AbortController().signal);
       }
+      // A give-back slower than the rest of the stop: the stop still waits for it.
+      if (text === releaseItem) await new Promise((r) => setTimeout(r, 300));
       return query(...args);
     };
     const backend = new TestBackend((_request, options) => {
