@@ -10,12 +10,11 @@
 //   {"job":ID,"ok":true,"started":…,"settled":…}
 // argv: connection string, concurrency, comma-separated exec addresses.
 import { createServer } from "node:http";
-import { performance } from "node:perf_hooks";
 import * as grpc from "@grpc/grpc-js";
-import { Logger, run, type Task } from "graphile-worker";
+import type { Task } from "graphile-worker";
 import { floorExecPath, identity, jobFrame } from "./e2e-floor-frame.js";
+import { runReportingWorker } from "./graphile-reporting.js";
 
-const epochMs = (): number => performance.timeOrigin + performance.now();
 const [connectionString, concurrency, execAddrs] = [process.argv[2]!, Number(process.argv[3] ?? 4), process.argv[4]!.split(",")];
 
 const waiting = new Map<number, (code: number) => void>();
@@ -50,22 +49,7 @@ const exec: Task = (payload) => {
   });
 };
 
-const started = new Map<string, number>();
-const out: string[] = [];
-const flush = (): void => void process.stdout.write(out.splice(0).join(""));
-const runner = await run({
-  connectionString,
-  concurrency,
-  maxPoolSize: concurrency + 2,
-  noHandleSignals: true,
-  logger: new Logger(() => () => undefined),
-  taskList: { exec },
-});
-runner.events.on("job:start", ({ job }) => void started.set(job.id, epochMs()));
-runner.events.on("job:complete", ({ job, error }) => {
-  if (out.push(`${JSON.stringify({ job: job.id, ok: !error, started: started.get(job.id), settled: epochMs() })}\n`) === 1) setImmediate(flush);
-  started.delete(job.id);
-});
+const runner = await runReportingWorker(connectionString, concurrency, { exec });
 
 const server = createServer((req, res) => {
   const chunks: Buffer[] = [];

@@ -6,10 +6,9 @@
 //   {"job":ID,"ok":true,"started":…,"settled":…}
 // argv: connection string, concurrency.
 import { spawn } from "node:child_process";
-import { performance } from "node:perf_hooks";
-import { Logger, run, type Task } from "graphile-worker";
+import type { Task } from "graphile-worker";
+import { runReportingWorker } from "./graphile-reporting.js";
 
-const epochMs = (): number => performance.timeOrigin + performance.now();
 const [connectionString, concurrency] = [process.argv[2]!, Number(process.argv[3] ?? 4)];
 
 /** Payload of the "exec" task: argv and the stdin bytes (base64). */
@@ -31,23 +30,7 @@ const exec: Task = (payload) => {
   });
 };
 
-const started = new Map<string, number>();
-// Lines finished in one turn of the event loop go out in one write.
-const out: string[] = [];
-const flush = (): void => void process.stdout.write(out.splice(0).join(""));
-const runner = await run({
-  connectionString,
-  concurrency,
-  maxPoolSize: concurrency + 2,
-  noHandleSignals: true,
-  logger: new Logger(() => () => undefined),
-  taskList: { exec },
-});
-runner.events.on("job:start", ({ job }) => void started.set(job.id, epochMs()));
-runner.events.on("job:complete", ({ job, error }) => {
-  if (out.push(`${JSON.stringify({ job: job.id, ok: !error, started: started.get(job.id), settled: epochMs() })}\n`) === 1) setImmediate(flush);
-  started.delete(job.id);
-});
+const runner = await runReportingWorker(connectionString, concurrency, { exec });
 process.stdout.write("e2e-graphile ready\n");
 process.on("SIGTERM", () => {
   void runner.stop().finally(() => process.exit(0));
