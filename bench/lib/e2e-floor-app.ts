@@ -12,7 +12,8 @@
 import { createServer } from "node:http";
 import * as grpc from "@grpc/grpc-js";
 import type { Task } from "graphile-worker";
-import { floorExecPath, identity, jobFrame } from "./e2e-floor-frame.js";
+import { identity } from "./raw-bidi.js";
+import { floorExecPath, jobFrame } from "./e2e-floor-frame.js";
 import { runReportingWorker } from "./graphile-reporting.js";
 
 const [connectionString, concurrency, execAddrs] = [process.argv[2]!, Number(process.argv[3] ?? 4), process.argv[4]!.split(",")];

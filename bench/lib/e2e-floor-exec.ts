@@ -7,7 +7,8 @@
 import { spawn } from "node:child_process";
 import * as grpc from "@grpc/grpc-js";
 import { bindServer } from "../../src/shared/grpc.js";
-import { floorCommands, floorExecPath, identity } from "./e2e-floor-frame.js";
+import { rawBidiService } from "./raw-bidi.js";
+import { floorCommands, floorExecPath } from "./e2e-floor-frame.js";
 
 function runFrame(frame: Buffer, reply: (b: Buffer) => void): void {
   const id = frame.readUInt32BE(0);
@@ -26,25 +27,12 @@ function runFrame(frame: Buffer, reply: (b: Buffer) => void): void {
 }
 
 const server = new grpc.Server();
-server.addService(
-  {
-    run: {
-      path: floorExecPath,
-      requestStream: true,
-      responseStream: true,
-      requestSerialize: identity,
-      requestDeserialize: identity,
-      responseSerialize: identity,
-      responseDeserialize: identity,
-    },
+server.addService(rawBidiService("run", floorExecPath), {
+  run: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+    call.on("data", (frame: Buffer) => runFrame(frame, (b) => call.write(b)));
+    call.on("end", () => call.end());
   },
-  {
-    run: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
-      call.on("data", (frame: Buffer) => runFrame(frame, (b) => call.write(b)));
-      call.on("end", () => call.end());
-    },
-  },
-);
+});
 const port = await bindServer(server, "127.0.0.1:0", grpc.ServerCredentials.createInsecure());
 process.stdout.write(`e2e-floor-exec listening grpc=127.0.0.1:${port}\n`);
 process.on("SIGTERM", () => {

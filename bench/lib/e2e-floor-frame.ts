@@ -16,6 +16,3 @@ export function jobFrame(id: number, command: number, stdin: Buffer): Buffer {
   stdin.copy(frame, 5);
   return frame;
 }
-
-/** Bytes in, bytes out (raw-grpc.ts has the same, but pulls in the benches' test helpers). */
-export const identity = (b: Buffer): Buffer => b;

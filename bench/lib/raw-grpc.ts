@@ -4,14 +4,13 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import { waitForOutput } from "../../test/support/child-output.js";
+import { identity, rawBidiService } from "./raw-bidi.js";
 import { bindServer } from "../../src/shared/grpc.js";
 import { compiledPath } from "./compiled.js";
 
 /** Method path of the echo stream. */
 export const echoPath = "/bench.Echo/Pingpong";
 
-/** Bytes in, bytes out: the baseline pays no protobuf cost at all. */
-export const identity = (b: Buffer): Buffer => b;
 
 /** The script that serves the echo service; start it with `startChild([echoServerScript])`. */
 export const echoServerScript = fileURLToPath(new URL("./echo-server.ts", import.meta.url));
@@ -19,25 +18,12 @@ export const echoServerScript = fileURLToPath(new URL("./echo-server.ts", import
 /** Serves the echo stream on a free loopback port and prints `echo listening grpc=ADDR`. */
 export async function serveEcho(): Promise<void> {
   const server = new grpc.Server();
-  server.addService(
-    {
-      pingpong: {
-        path: echoPath,
-        requestStream: true,
-        responseStream: true,
-        requestSerialize: identity,
-        requestDeserialize: identity,
-        responseSerialize: identity,
-        responseDeserialize: identity,
-      },
+  server.addService(rawBidiService("pingpong", echoPath), {
+    pingpong: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+      call.on("data", (b: Buffer) => call.write(b));
+      call.on("end", () => call.end());
     },
-    {
-      pingpong: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
-        call.on("data", (b: Buffer) => call.write(b));
-        call.on("end", () => call.end());
-      },
-    },
-  );
+  });
   const port = await bindServer(server, "127.0.0.1:0", grpc.ServerCredentials.createInsecure());
   process.stdout.write(`echo listening grpc=127.0.0.1:${port}\n`);
   process.on("SIGTERM", () => server.forceShutdown());

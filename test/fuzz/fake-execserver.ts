@@ -5,9 +5,9 @@ import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/p
 import * as grpc from "@grpc/grpc-js";
 import { ConnectRequestSchema, ConnectResponseSchema, type Job } from "../../gen/slotbroker/v1/broker_pb.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { rawBidiService } from "../../bench/lib/raw-bidi.js";
 
 type Frame = MessageInitShape<typeof ConnectResponseSchema>["frame"];
-const identity = (b: Buffer): Buffer => b;
 
 /** What to do with one JOB: the fuzzer decides; `write` sends raw bytes on the stream. */
 export type JobHandler = (job: Job, stream: { send(frame: Frame): void; write(bytes: Buffer): void; fail(): void }) => Promise<void> | void;
@@ -29,17 +29,7 @@ export class FakeExecserver {
   static async start(handlers: FakeExecserver["handlers"]): Promise<FakeExecserver> {
     const server = new grpc.Server();
     const ref: { fake?: FakeExecserver } = {};
-    const definition: grpc.ServiceDefinition = {
-      connect: {
-        path: "/slotbroker.v1.BrokerService/Connect",
-        requestStream: true,
-        responseStream: true,
-        requestSerialize: identity,
-        requestDeserialize: identity,
-        responseSerialize: identity,
-        responseDeserialize: identity,
-      },
-    };
+    const definition = rawBidiService("connect", "/slotbroker.v1.BrokerService/Connect");
     server.addService(definition, { connect: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => ref.fake!.serve(call) });
     const port = await new Promise<number>((resolve, reject) => server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
     ref.fake = new FakeExecserver(server, port, handlers);
