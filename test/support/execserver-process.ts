@@ -10,6 +10,7 @@ import type { ExecserverConfigInput } from "../../src/execserver/index.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
 import { release, track } from "./resources.js";
 import { waitForOutput } from "./child-output.js";
+import { portsOutsideEphemeralRange } from "./fixed-port.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const StatusClient = grpcClientConstructor(BrokerService);
@@ -34,7 +35,7 @@ export interface ExecserverProcess {
   restart(signal?: NodeJS.Signals, config?: SpawnExecserverConfig): Promise<void>;
 }
 
-/** The config of a spawned execserver; listen addresses default to port 0 on loopback (the process picks, its banner tells). */
+/** The config of a spawned execserver; listen addresses default to free loopback ports below the ephemeral range. */
 export type SpawnExecserverConfig = Omit<ExecserverConfigInput, "listen" | "adminListen"> & { listen?: string; adminListen?: string };
 
 /** Starts an execserver child process; `config` is written to a YAML file in a temp dir. */
@@ -43,8 +44,10 @@ export async function spawnExecserver(
   options: { name?: string; startTimeoutMs?: number; logLevel?: string } = {},
 ): Promise<ExecserverProcess> {
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-exec-"));
-  let listen = config.listen ?? "127.0.0.1:0";
-  let adminListen = config.adminListen ?? "127.0.0.1:0";
+  // Fixed below the ephemeral range, so restart() finds them free (fixed-port.ts).
+  const [grpcPort, adminPort] = await portsOutsideEphemeralRange(2);
+  let listen = config.listen ?? `127.0.0.1:${grpcPort}`;
+  let adminListen = config.adminListen ?? `127.0.0.1:${adminPort}`;
   const configPath = join(dir, "execserver.yaml");
   writeFileSync(configPath, stringify({ ...config, listen, adminListen }));
   const name = options.name ?? `execserver ${config.instanceId ?? listen}`;
@@ -73,9 +76,8 @@ export async function spawnExecserver(
     adminAddress = bound.admin;
   };
   await start();
-  // A restart binds the same ports again. They came from the kernel (port 0), which may
-  // hand one to another socket while the process is down; a restart cannot move (its
-  // clients are aimed at the address), so such a collision fails the restart loudly.
+  // A restart binds the same ports again (its clients are aimed at the address); a port
+  // the caller gave as 0 came from the kernel and may be taken while the process is down.
   listen = withPort(listen, grpcAddress);
   adminListen = withPort(adminListen, adminAddress);
   writeFileSync(configPath, stringify({ ...config, listen, adminListen }));
