@@ -18,6 +18,8 @@ export interface PipeServerOptions {
   readonly stdinStatus?: number;
   /** GET /in sends this many bytes of a longer announced body, then drops the connection. */
   readonly stdinBreakAfter?: number;
+  /** GET /in sends its headers at once and its body once this settles (a job can wait on its stdin for the test). */
+  readonly stdinHold?: Promise<void>;
   /** PUT /out answers this status (default 200); a non-2xx is sent before reading the body. */
   readonly stdoutStatus?: number;
 }
@@ -30,6 +32,8 @@ export interface PipeServer {
   readonly requests: string[];
   /** One promise per PUT /out, settled when its body ended or broke off. */
   readonly uploads: Promise<ReceivedUpload>[];
+  /** Resolves once one PUT /out has received at least `bytes` bytes of body. */
+  uploadReached(bytes: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -37,10 +41,11 @@ export interface PipeServer {
 export async function startPipeServer(options: PipeServerOptions = {}): Promise<PipeServer> {
   const requests: string[] = [];
   const uploads: Promise<ReceivedUpload>[] = [];
+  const progress = new Set<(bytes: number) => void>();
   const server = http.createServer((req, res) => {
     requests.push(`${req.method} ${req.url}`);
     if (req.method === "GET" && req.url === "/in") return serveStdin(res, options);
-    if (req.method === "PUT" && req.url === "/out") return void uploads.push(receiveUpload(req, res, options.stdoutStatus ?? 200));
+    if (req.method === "PUT" && req.url === "/out") return void uploads.push(receiveUpload(req, res, options.stdoutStatus ?? 200, (n) => progress.forEach((f) => f(n))));
     res.writeHead(404).end();
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -54,6 +59,11 @@ export async function startPipeServer(options: PipeServerOptions = {}): Promise<
     stdoutUrl: `http://127.0.0.1:${port}/out`,
     requests,
     uploads,
+    uploadReached: (bytes) =>
+      new Promise((resolve) => {
+        const check = (n: number): void => void (n >= bytes && (progress.delete(check), resolve()));
+        progress.add(check);
+      }),
     close: () => release(pipes),
   };
   return track(pipes, "pipe server", close);
@@ -67,10 +77,12 @@ function serveStdin(res: http.ServerResponse, options: PipeServerOptions): void 
     return;
   }
   res.writeHead(options.stdinStatus ?? 200, { "content-length": String(body.length) });
-  res.end(body);
+  if (!options.stdinHold) return void res.end(body);
+  res.flushHeaders();
+  void options.stdinHold.then(() => res.end(body));
 }
 
-function receiveUpload(req: http.IncomingMessage, res: http.ServerResponse, status: number): Promise<ReceivedUpload> {
+function receiveUpload(req: http.IncomingMessage, res: http.ServerResponse, status: number, onBytes: (total: number) => void): Promise<ReceivedUpload> {
   if (status < 200 || status >= 300) res.writeHead(status).end();
   const hash = createHash("sha256");
   const head: Buffer[] = [];
@@ -80,6 +92,7 @@ function receiveUpload(req: http.IncomingMessage, res: http.ServerResponse, stat
       if (bytes < 8192) head.push(chunk.subarray(0, 8192 - bytes));
       bytes += chunk.length;
       hash.update(chunk);
+      onBytes(bytes);
     });
     req.on("end", () => {
       if (!res.headersSent) res.writeHead(status).end();

@@ -90,10 +90,16 @@ describe(`runner: runJob, ${mode}`, () => {
     });
 
     it("aborts the upload when the command fails after passing 4000 bytes", async () => {
-      const pipes = await startPipeServer();
+      // The command fails only once the upload has carried more than 4000 bytes (its stdin
+      // ends then): otherwise, on a busy machine, it may fail before the upload's request is sent.
+      let streamed!: () => void;
+      const pipes = await startPipeServer({ stdinHold: new Promise((resolve) => (streamed = resolve)) });
       try {
-        const script = "head -c 100000 /dev/zero; echo 'boom: it broke' >&2; exit 2";
-        const receipt = await run({ command: ["sh", "-c", script], stdoutUrl: pipes.stdoutUrl });
+        const script = "head -c 100000 /dev/zero; cat > /dev/null; echo 'boom: it broke' >&2; exit 2";
+        const running = run({ command: ["sh", "-c", script], stdinUrl: pipes.stdinUrl, stdoutUrl: pipes.stdoutUrl });
+        await pipes.uploadReached(4001);
+        streamed();
+        const receipt = await running;
         expect(receipt.exitCode).to.equal(2);
         expect(receipt.stdoutStreamed).to.equal(true);
         expect(receipt.stdoutBytes).to.equal(100000n);
