@@ -9,6 +9,7 @@
  * ahead of queued work this fylr knows about, and only into a free place of the exec
  * admission, reserved until the item's task holds it.
  */
+import { sleep } from "../shared/abort.js";
 import type { Events } from "../shared/events.js";
 import type { Logger } from "../shared/log.js";
 import { execAdmission, type ExecAdmission } from "./admission.js";
@@ -137,20 +138,14 @@ export class ClaimPass implements ClaimRider {
    * `timeoutMs`): a stop waits for it, so no claim that landed late outlives the stop.
    */
   async settled(timeoutMs: number): Promise<boolean> {
-    let timer: NodeJS.Timeout | undefined;
     const idle = new Promise<boolean>((resolve) => {
-      const check = (): void => {
-        if (this.reserved === 0 && this.givingBack.size === 0) return resolve(true);
-        this.idleWaiters.push(check);
-      };
+      const check = (): void => void (this.reserved === 0 && this.givingBack.size === 0 ? resolve(true) : this.idleWaiters.push(check));
       check();
     });
-    const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
-    try {
-      return await Promise.race([idle, late]);
-    } finally {
-      clearTimeout(timer);
-    }
+    const timeout = new AbortController();
+    const done = await Promise.race([idle, sleep(timeoutMs, timeout.signal).then(() => false, () => false)]);
+    timeout.abort();
+    return done;
   }
 
   private giveBack(item: ClaimedItem, failure: string): void {

@@ -10,7 +10,7 @@ import type { ExecserverConfigInput } from "../../src/execserver/index.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
 import { release, track } from "./resources.js";
 import { waitForOutput } from "./child-output.js";
-import { portsOutsideEphemeralRange } from "./fixed-port.js";
+import { withFreePorts } from "../../src/shared/free-port.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const StatusClient = grpcClientConstructor(BrokerService);
@@ -44,13 +44,9 @@ export async function spawnExecserver(
   options: { name?: string; startTimeoutMs?: number; logLevel?: string } = {},
 ): Promise<ExecserverProcess> {
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-exec-"));
-  // Fixed below the ephemeral range, so restart() finds them free (fixed-port.ts).
-  const [grpcPort, adminPort] = await portsOutsideEphemeralRange(2);
-  let listen = config.listen ?? `127.0.0.1:${grpcPort}`;
-  let adminListen = config.adminListen ?? `127.0.0.1:${adminPort}`;
+  let listen = config.listen ?? "";
+  let adminListen = config.adminListen ?? "";
   const configPath = join(dir, "execserver.yaml");
-  writeFileSync(configPath, stringify({ ...config, listen, adminListen }));
-  const name = options.name ?? `execserver ${config.instanceId ?? listen}`;
   let child: ChildProcess;
   let log = "";
   let instanceId = "";
@@ -75,7 +71,14 @@ export async function spawnExecserver(
     grpcAddress = bound.grpc ?? bound.legacy!;
     adminAddress = bound.admin;
   };
-  await start();
+  // Default ports come from freePort (outside the ephemeral range), so restart() finds them free.
+  await withFreePorts(2, async ([grpcPort, adminPort]) => {
+    listen = config.listen ?? `127.0.0.1:${grpcPort}`;
+    adminListen = config.adminListen ?? `127.0.0.1:${adminPort}`;
+    writeFileSync(configPath, stringify({ ...config, listen, adminListen }));
+    await start();
+  });
+  const name = options.name ?? `execserver ${config.instanceId ?? listen}`;
   // A restart binds the same ports again (its clients are aimed at the address); a port
   // the caller gave as 0 came from the kernel and may be taken while the process is down.
   listen = withPort(listen, grpcAddress);

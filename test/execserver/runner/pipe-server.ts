@@ -41,11 +41,16 @@ export interface PipeServer {
 export async function startPipeServer(options: PipeServerOptions = {}): Promise<PipeServer> {
   const requests: string[] = [];
   const uploads: Promise<ReceivedUpload>[] = [];
-  const progress = new Set<(bytes: number) => void>();
+  // The most bytes any upload has received so far, and who waits for more.
+  let uploaded = 0;
+  const progress = new Set<() => void>();
   const server = http.createServer((req, res) => {
     requests.push(`${req.method} ${req.url}`);
     if (req.method === "GET" && req.url === "/in") return serveStdin(res, options);
-    if (req.method === "PUT" && req.url === "/out") return void uploads.push(receiveUpload(req, res, options.stdoutStatus ?? 200, (n) => progress.forEach((f) => f(n))));
+    if (req.method === "PUT" && req.url === "/out") return void uploads.push(receiveUpload(req, res, options.stdoutStatus ?? 200, (n) => {
+      uploaded = Math.max(uploaded, n);
+      progress.forEach((check) => check());
+    }));
     res.writeHead(404).end();
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -61,8 +66,9 @@ export async function startPipeServer(options: PipeServerOptions = {}): Promise<
     uploads,
     uploadReached: (bytes) =>
       new Promise((resolve) => {
-        const check = (n: number): void => void (n >= bytes && (progress.delete(check), resolve()));
+        const check = (): void => void (uploaded >= bytes && (progress.delete(check), resolve()));
         progress.add(check);
+        check();
       }),
     close: () => release(pipes),
   };
