@@ -46,11 +46,14 @@ describe("dispatcher loop", () => {
   it("runs a local checksum item end to end", async () => {
     const d = await startDispatcher({ pool, capacity: new ManualCapacitySource(), backend: new TestBackend(), config: fast });
     const input = Buffer.from("the quick brown fox\n");
+    // The database may say succeeded before the write's continuation counted it.
+    const counted = new EventMonitor(d.events, "item:succeeded");
     const { item, created } = await d.submit({ local: { name: "checksum", params: { algorithm: "sha256" }, input } });
     expect(created).to.equal(true);
     const done = await until(d, item.id, ["succeeded", "failed"]);
     expect(done).to.deep.include({ state: "succeeded", attempts: 1, kind: "local" });
     expect(done.output!.toString()).to.equal(`${sha256(input)}\n`);
+    await counted.awaitCount(1);
     expect(d.stats().counters).to.include({ claimed: 1, succeeded: 1 });
     await d.submit({ local: { name: "nope", params: {}, input } }).then(
       () => expect.fail("unknown action accepted"),
