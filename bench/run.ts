@@ -1,4 +1,5 @@
-// Runs benchmarks, each in its own process (bench/<name>.bench.ts), collects the JSON
+// Runs benchmarks, each in its own process (bench/<name>.bench.ts, from one compiled build
+// of the project), collects the JSON
 // figure lines they print and writes bench/results/latest.json.
 //   npm run bench            all of them
 //   npm run bench -- NAME..  only those
@@ -7,6 +8,7 @@ import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Figure } from "./lib/figure.js";
+import { buildChildren, nodeScript, removeBuild } from "../harness/node-children.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const available = readdirSync(here)
@@ -20,6 +22,8 @@ if (unknown.length > 0) {
   process.exit(2);
 }
 
+// Every bench and its children run from one build of the project's JavaScript.
+await buildChildren();
 const figures: Figure[] = [];
 const failed: string[] = [];
 for (const name of wanted.length > 0 ? wanted : available) {
@@ -35,6 +39,7 @@ for (const name of wanted.length > 0 ? wanted : available) {
   if (code !== 0) failed.push(name);
 }
 
+removeBuild();
 mkdirSync(join(here, "results"), { recursive: true });
 const out = { at: new Date().toISOString(), node: process.version, figures, failed };
 writeFileSync(join(here, "results", "latest.json"), `${JSON.stringify(out, null, 2)}\n`);
@@ -43,7 +48,7 @@ process.exitCode = failed.length > 0 ? 1 : 0;
 
 function runOne(name: string, onLine: (line: string) => void): Promise<number> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", join(here, `${name}.bench.ts`)], {
+    const child = spawn(process.execPath, [...nodeScript(join(here, `${name}.bench.ts`))], {
       stdio: ["ignore", "pipe", "inherit"],
       env: { ...process.env, SLOTBROKER_LOG_LEVEL: process.env.SLOTBROKER_LOG_LEVEL ?? "silent" },
     });

@@ -9,10 +9,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient } from "../../src/api/index.js";
+import { slotbrokerArgs } from "../../harness/node-children.js";
 import { waitFor } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../support/resources.js";
-import { cli, root, slotbroker, waitForLine } from "../integration/support.js";
+import { root, slotbroker, waitForLine } from "../integration/support.js";
 
 interface Up {
   readonly child: ChildProcess;
@@ -27,7 +28,7 @@ interface Up {
 
 /** `slotbroker up --port-base 0`; `detached` makes it lead a process group, like a shell job. */
 async function startUp(env: NodeJS.ProcessEnv, detached = false): Promise<Up> {
-  const child = spawn(process.execPath, ["--import", "tsx", cli, "up", "--port-base", "0"], { cwd: root, env, detached, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, slotbrokerArgs(["up", "--port-base", "0"]), { cwd: root, env, detached, stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   child.stderr.setEncoding("utf8").on("data", (s: string) => (log += s));
   const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));

@@ -13,6 +13,7 @@ import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } f
 import { release, track } from "../support/resources.js";
 import { createPgPool } from "../../src/shared/postgres.js";
 import { waitForOutput } from "../support/child-output.js";
+import { slotbrokerArgs } from "../../harness/node-children.js";
 
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const cli = join(root, "src", "cli.ts");
@@ -63,7 +64,7 @@ export async function spawnFylr(input: FylrConfigInput, name = "fylr"): Promise<
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-fylr-"));
   const configPath = join(dir, "fylr.yaml");
   writeFileSync(configPath, stringify({ name, ...input }));
-  const child = spawn(process.execPath, ["--import", "tsx", cli, "fylr", "--config", configPath], {
+  const child = spawn(process.execPath, slotbrokerArgs(["fylr", "--config", configPath]), {
     cwd: root,
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, SLOTBROKER_LOG_LEVEL: process.env.SLOTBROKER_FYLR_LOG_LEVEL ?? "warn" },
@@ -129,7 +130,7 @@ export function runCommand(
   });
 }
 
-/** `slotbroker ARGS…` through tsx. */
+/** `slotbroker ARGS…` as a child process (compiled when the run built its children). */
 export function slotbroker(args: readonly string[], options: Parameters<typeof runCommand>[1] = {}): ReturnType<typeof runCommand> {
-  return runCommand([process.execPath, "--import", "tsx", cli, ...args], options);
+  return runCommand([process.execPath, ...slotbrokerArgs(args)], options);
 }

@@ -11,6 +11,7 @@ import { grpcClientConstructor } from "../../src/shared/grpc.js";
 import { release, track } from "./resources.js";
 import { waitForOutput } from "./child-output.js";
 import { withFreePorts } from "../../src/shared/free-port.js";
+import { slotbrokerArgs } from "../../harness/node-children.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const StatusClient = grpcClientConstructor(BrokerService);
@@ -55,7 +56,7 @@ export async function spawnExecserver(
   let legacyAddress: string | undefined;
 
   const start = async (): Promise<void> => {
-    child = spawn(process.execPath, ["--import", "tsx", join(root, "src", "cli.ts"), "execserver", "--config", configPath], {
+    child = spawn(process.execPath, slotbrokerArgs(["execserver", "--config", configPath]), {
       cwd: root,
       stdio: ["ignore", "pipe", "pipe"],
       env: { ...process.env, SLOTBROKER_LOG_LEVEL: options.logLevel ?? process.env.SLOTBROKER_EXEC_LOG_LEVEL ?? "warn" },
