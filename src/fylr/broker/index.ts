@@ -34,3 +34,4 @@ export { Slot, brokerSlot, type SlotState } from "./slot.js";
 export { PolledSlot, type PolledSlotState } from "./polled-slot.js";
 export { answersHttp1 } from "./http-probe.js";
 export { RaceBook, WantRace, type OfferVerdict, type RaceState } from "./want-race.js";
+export { describeTlsProblem, tlsHandshakeProblem } from "./tls-probe.js";

@@ -28,6 +28,14 @@ export interface TokenEndpoint {
   readonly token?: string;
   /** Trusted CA for https, PEM. */
   readonly ca?: Buffer;
+  /** Client certificate chain and key for https (mutual TLS), PEM. */
+  readonly cert?: Buffer;
+  readonly key?: Buffer;
+}
+
+/** The TLS options of an https request to `endpoint` (none for plain http). */
+export function endpointTls(endpoint: Pick<TokenEndpoint, "ca" | "cert" | "key">): { ca?: Buffer; cert?: Buffer; key?: Buffer } {
+  return { ...(endpoint.ca ? { ca: endpoint.ca } : {}), ...(endpoint.cert && endpoint.key ? { cert: endpoint.cert, key: endpoint.key } : {}) };
 }
 
 /** The answer to GET /token/{service}. */
@@ -155,7 +163,7 @@ function send(
   return new Promise((resolve, reject) => {
     const headers: http.OutgoingHttpHeaders = {};
     if (endpoint.token) headers.authorization = `Bearer ${endpoint.token}`;
-    const options: https.RequestOptions = { method, headers, agent: false, signal, ...(endpoint.ca ? { ca: endpoint.ca } : {}) };
+    const options: https.RequestOptions = { method, headers, agent: false, signal, ...endpointTls(endpoint) };
     const req = (url.protocol === "https:" ? https.request : http.request)(url, options, resolve);
     req.on("error", (err) => reject(transportError(method, url, err, signal)));
     if (body === undefined) req.end();
