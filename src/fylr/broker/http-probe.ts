@@ -10,7 +10,7 @@ import { endpointTls } from "../legacy/token-http.js";
 export function answersHttp1(url: URL, timeoutMs = 2000, tls: { ca?: Buffer; cert?: Buffer; key?: Buffer } = {}): Promise<boolean> {
   return new Promise((resolve) => {
     const send = url.protocol === "https:" ? https.request : http.request;
-    const req = send(url, { method: "GET", agent: false, timeout: timeoutMs, ...endpointTls(tls) }, (res) => {
+    const req = send(url, { method: "GET", agent: false, timeout: timeoutMs, ...endpointTls(url, tls) }, (res) => {
       res.resume();
       req.destroy();
       resolve(true);

@@ -52,7 +52,8 @@ export function tlsHandshakeProblem(address: string, options: BrokerTlsOptions, 
 }
 
 /** A TLS error message with what to change in the fylr's config. */
-export function describeTlsProblem(address: string, message: string): string {
+export function describeTlsProblem(address: string, raw: string): string {
+  const message = raw.replace(/\s+/g, " ").trim();
   if (refusedClientCert.test(message)) {
     return `the execserver at ${address} refused this fylr's TLS client certificate (${message}): execserver.tls.certFile and keyFile must name a certificate signed by a CA in the execserver's tls.clientCaFile`;
   }

@@ -1,5 +1,6 @@
 import http from "node:http";
 import https from "node:https";
+import { isIP } from "node:net";
 import type { Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { create, toJsonString } from "@bufbuild/protobuf";
@@ -33,9 +34,13 @@ export interface TokenEndpoint {
   readonly key?: Buffer;
 }
 
-/** The TLS options of an https request to `endpoint` (none for plain http). */
-export function endpointTls(endpoint: Pick<TokenEndpoint, "ca" | "cert" | "key">): { ca?: Buffer; cert?: Buffer; key?: Buffer } {
-  return { ...(endpoint.ca ? { ca: endpoint.ca } : {}), ...(endpoint.cert && endpoint.key ? { cert: endpoint.cert, key: endpoint.key } : {}) };
+/** The TLS options of an https request to `url` (CA, client certificate); SNI only for a host name, as RFC 6066 wants. */
+export function endpointTls(url: URL, tls: Pick<TokenEndpoint, "ca" | "cert" | "key">): https.RequestOptions {
+  return {
+    ...(tls.ca ? { ca: tls.ca } : {}),
+    ...(tls.cert && tls.key ? { cert: tls.cert, key: tls.key } : {}),
+    ...(isIP(url.hostname.replace(/^\[|\]$/g, "")) ? { servername: "" } : {}),
+  };
 }
 
 /** The answer to GET /token/{service}. */
@@ -163,7 +168,7 @@ function send(
   return new Promise((resolve, reject) => {
     const headers: http.OutgoingHttpHeaders = {};
     if (endpoint.token) headers.authorization = `Bearer ${endpoint.token}`;
-    const options: https.RequestOptions = { method, headers, agent: false, signal, ...endpointTls(endpoint) };
+    const options: https.RequestOptions = { method, headers, agent: false, signal, ...endpointTls(url, endpoint) };
     const req = (url.protocol === "https:" ? https.request : http.request)(url, options, resolve);
     req.on("error", (err) => reject(transportError(method, url, err, signal)));
     if (body === undefined) req.end();
