@@ -37,7 +37,7 @@ import { storeConfig } from "./store-config.js";
 import { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
 import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
-import { WriteHealth, writeHealthMaxAgeMs } from "./write-health.js";
+import { refusesWrites, WriteHealth, writeHealthMaxAgeMs } from "./write-health.js";
 import { ClaimPass } from "./claim-pass.js";
 import { SubmitBatcher } from "./submit-batcher.js";
 
@@ -150,9 +150,14 @@ export class Dispatcher {
     this.writes = new WriteHealth(writeHealthMaxAgeMs(this.config.heartbeatIntervalMs), performance.now());
   }
 
-  /** Whether the database takes this fylr's writes (its heartbeat's last outcome and age), for readiness. */
+  /** Whether the database takes this fylr's writes (heartbeat, refused writes), for readiness. */
   databaseWritable(): { readonly ok: boolean; readonly detail: string } {
     return this.writes.report(performance.now());
+  }
+
+  /** A write failed: one the database refused (disk full, read-only, no privilege) fails readiness for a while. */
+  noteWriteError(err: unknown): void {
+    if (refusesWrites(err)) this.writes.refused(err, performance.now());
   }
 
   /** The lifecycle state. */
@@ -252,6 +257,9 @@ export class Dispatcher {
       // With LISTEN up the insert's own notification wakes this loop (a second wake cost an empty pass).
       if (result.created && !this.listening) this.wakeup.notify("submit");
       return result;
+    } catch (err) {
+      this.noteWriteError(err);
+      throw err;
     } finally {
       place?.();
     }

@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { WriteHealth, writeHealthMaxAgeMs } from "../../src/dispatcher/index.js";
+import { fromPgError, refusesWrites, WriteHealth, writeHealthMaxAgeMs } from "../../src/dispatcher/index.js";
 
 describe("WriteHealth (readiness: the database takes this fylr's writes)", () => {
   it("fails at once on a failed heartbeat, names the error, and recovers on the next write", () => {
@@ -20,5 +20,27 @@ describe("WriteHealth (readiness: the database takes this fylr's writes)", () =>
     expect(writeHealthMaxAgeMs(3000)).to.equal(9000);
     expect(health.report(5000).ok).to.equal(true);
     expect(health.report(5001)).to.deep.equal({ ok: false, detail: "no heartbeat written for 5.0 s (a write is still waiting for the database)" });
+  });
+});
+
+describe("refused writes (readiness: a full disk may still take the heartbeat)", () => {
+  it("a write the database refused fails readiness for the age limit, then lapses", () => {
+    const health = new WriteHealth(5000, 0);
+    health.refused(new Error('could not extend file "base/16384/16397": No space left on device'), 1000);
+    expect(health.report(1500)).to.deep.equal({
+      ok: false,
+      detail: 'the database refused a write 0.5 s ago: could not extend file "base/16384/16397": No space left on device',
+    });
+    health.wrote(2000); // the heartbeat's in-place update still goes through
+    expect(health.report(5900).ok).to.equal(false);
+    expect(health.report(6001).ok).to.equal(true);
+  });
+
+  it("tells refusals (disk full, read-only, io error, no privilege) from other failures, through translations", () => {
+    const pgError = (code: string): Error => Object.assign(new Error(code), { code });
+    for (const code of ["53100", "25006", "58030", "42501"]) expect(refusesWrites(pgError(code)), code).to.equal(true);
+    for (const code of ["23505", "40001", "57P01"]) expect(refusesWrites(pgError(code)), code).to.equal(false);
+    expect(refusesWrites(fromPgError(pgError("53100"), "submit"))).to.equal(true);
+    expect(refusesWrites(new Error("ECONNREFUSED"))).to.equal(false);
   });
 });
