@@ -2,7 +2,7 @@
 // certificate signed by its clientCaFile, and `slotbroker fylr` processes with and without
 // execserver.tls.certFile/keyFile. Certificates come from the openssl CLI.
 import { expect } from "chai";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
@@ -94,6 +94,23 @@ describe("execserver mutual TLS with a slotbroker fylr", function () {
       await release(fylr);
     });
   }
+
+  it("a fylr picks up a certificate replaced on disk (a renewal, a fix) with its next connection, without a restart", async () => {
+    // The files the fylr names start out as the foreign certificate.
+    const volume = join(dir, "renewed");
+    mkdirSync(volume, { recursive: true });
+    copyFileSync(rogueCert.cert, join(volume, "tls.crt"));
+    copyFileSync(rogueCert.key, join(volume, "tls.key"));
+    const fylr = await spawnFylr(fylrConfig({ certFile: join(volume, "tls.crt"), keyFile: join(volume, "tls.key") }), "mtls-renewed");
+    await waitFor("/readyz naming the refusal", async () => /refused this fylr's TLS client certificate/.test((await readyz(fylr.url)).body));
+    // As cert-manager does: the key first, then the certificate.
+    copyFileSync(fylrCert.key, join(volume, "tls.key"));
+    copyFileSync(fylrCert.cert, join(volume, "tls.crt"));
+    await waitFor("the fylr ready", async () => (await readyz(fylr.url)).status === 200, 30_000);
+    expect(fylr.child.exitCode).to.equal(null);
+    expect(await fylr.stop()).to.equal(0);
+    await release(fylr);
+  });
 
   it("a certificate without its key, an unreadable file or a key of another certificate stops the start with the key named", async () => {
     const cases: [Record<string, string>, RegExp][] = [

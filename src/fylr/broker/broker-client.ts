@@ -3,7 +3,7 @@ import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { Events } from "../../shared/events.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
-import { readTlsMaterial } from "./channel-setup.js";
+import { currentTlsMaterial } from "./channel-setup.js";
 import type { BrokerConfig } from "./config.js";
 import type { BrokerConnection } from "./connection.js";
 import type { ParkedWantInfo } from "./connection-options.js";
@@ -71,7 +71,7 @@ export class BrokerClient {
     this.grace = new StartupGrace(config.startupGraceMs, () => this.addressPools.every((pool) => pool.settled));
     const connection = { token: config.token, clientName: config.clientName, tls: config.tls, timings: config.timings };
     // Read once here, so an unreadable file or a certificate without its key is a ConfigError at start.
-    const material = config.tls ? readTlsMaterial(config.tls) : undefined;
+    const material = config.tls ? currentTlsMaterial(config.tls) : undefined;
     const polling = (address: string): PoolPolling | undefined => {
       const p = config.polling;
       if (!p) return undefined;

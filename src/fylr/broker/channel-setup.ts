@@ -24,19 +24,10 @@ export interface TlsMaterial {
   readonly key?: Buffer;
 }
 
-// The last good contents of each file: a renewed certificate (cert-manager rewrites the
-// files of a mounted Secret) is picked up by the next connection, and a file caught
-// mid-rotation falls back to what was read before instead of failing the connection.
-const lastGood = new Map<string, Buffer>();
-
 function readPem(key: string, path: string, source: string): Buffer {
   try {
-    const content = readFileSync(path);
-    lastGood.set(path, content);
-    return content;
+    return readFileSync(path);
   } catch (err) {
-    const cached = lastGood.get(path);
-    if (cached) return cached;
     throw new ConfigError(`${source}.${key}: cannot read ${path}: ${(err as Error).message}`, { cause: err });
   }
 }
@@ -63,10 +54,30 @@ export function readTlsMaterial(tls: BrokerTlsOptions, source = "execserver.tls"
   return { ca, cert, key };
 }
 
+// The last usable material per set of files: a renewed certificate (cert-manager rewrites
+// a mounted Secret's files) is picked up by the next connection, and files caught
+// mid-rotation (one rewritten, the other not yet, or briefly missing) fall back to what
+// worked before instead of failing the connection.
+const lastGood = new Map<string, TlsMaterial>();
+
+/** readTlsMaterial, or the last material these files gave when they cannot be used right now. */
+export function currentTlsMaterial(tls: BrokerTlsOptions): TlsMaterial {
+  const files = JSON.stringify([tls.caFile, tls.certFile, tls.keyFile]);
+  try {
+    const material = readTlsMaterial(tls);
+    lastGood.set(files, material);
+    return material;
+  } catch (err) {
+    const previous = lastGood.get(files);
+    if (previous) return previous;
+    throw err;
+  }
+}
+
 /** Channel credentials: plaintext, or TLS with the configured CA and client certificate (files read now). */
 export function channelCredentials(tls: BrokerTlsOptions | undefined): grpc.ChannelCredentials {
   if (!tls) return grpc.credentials.createInsecure();
-  const { ca, cert, key } = readTlsMaterial(tls);
+  const { ca, cert, key } = currentTlsMaterial(tls);
   return grpc.credentials.createSsl(ca ?? null, key ?? null, cert ?? null);
 }
 

@@ -10,7 +10,7 @@ export {
   type BrokerTlsOptions,
   type ConnectionTimings,
 } from "./connection.js";
-export { callMetadata, channelCredentials, channelOptions } from "./channel-setup.js";
+export { callMetadata, channelCredentials, channelOptions, currentTlsMaterial, readTlsMaterial, type TlsMaterial } from "./channel-setup.js";
 export { canTransition, checkTransition, type ConnectionState } from "./connection-state.js";
 export { ConnectionLostError, JobRejectedError, NoSlotError, UnknownServiceError } from "./errors.js";
 export {
