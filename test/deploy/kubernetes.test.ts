@@ -18,7 +18,7 @@ import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { compileFylrConfig, type FylrConfigInput } from "../../src/app/index.js";
 import { compileExecserverConfig, type ExecserverConfigInput } from "../../src/execserver/index.js";
 import { splitHostPort } from "../../src/shared/config.js";
-import { makeCa, type CertFiles } from "../support/certificates.js";
+import { requireTool } from "../support/system-tools.js";
 import { spawnExecserver, stopExecserver, waitFor } from "../support/execserver-process.js";
 import { inState, watchUntil } from "../support/watch-item.js";
 import { createTestDatabase } from "../support/postgres.js";
@@ -260,21 +260,25 @@ describe("deploy/kubernetes", function () {
     // The two Secret volumes, as cert-manager (or kubectl create secret) fills them.
     let execTls: string;
     let fylrTls: string;
-    let fylrCert: CertFiles;
-    before(() => {
+    // The certificates come from the guide's own openssl commands.
+    before(async () => {
       certs = mkdtempSync(join(tmpdir(), "slotbroker-k8s-tls-"));
-      const ca = makeCa(certs, "slotbroker-ca");
-      const volume = (name: string, leaf: CertFiles): string => {
+      const block = /```sh\n(openssl req -x509[^]*?)```/.exec(guide)?.[1];
+      if (!block) throw new Error("no openssl block in the guide's Kubernetes section");
+      const commands = block.replaceAll("\\\n", " ").split("\n").filter((line) => line.startsWith("openssl "));
+      expect(commands.length).to.be.at.least(5);
+      requireTool("openssl");
+      await promisify(execFile)("bash", ["-euo", "pipefail", "-c", commands.join("\n").replaceAll("NAMESPACE", "default")], { cwd: certs });
+      const volume = (name: string, leaf: string): string => {
         const volumeDir = join(certs, name);
         mkdirSync(volumeDir);
-        copyFileSync(leaf.cert, join(volumeDir, "tls.crt"));
-        copyFileSync(leaf.key, join(volumeDir, "tls.key"));
-        copyFileSync(ca.cert, join(volumeDir, "ca.crt"));
+        copyFileSync(join(certs, `${leaf}.crt`), join(volumeDir, "tls.crt"));
+        copyFileSync(join(certs, `${leaf}.key`), join(volumeDir, "tls.key"));
+        copyFileSync(join(certs, "ca.crt"), join(volumeDir, "ca.crt"));
         return volumeDir;
       };
-      execTls = volume("execserver-tls", ca.server("execserver", ["slotbroker-execserver", "127.0.0.1"]));
-      fylrCert = ca.client("fylr");
-      fylrTls = volume("fylr-tls", fylrCert);
+      execTls = volume("execserver-tls", "execserver");
+      fylrTls = volume("fylr-tls", "fylr");
     });
     after(() => certs && rmSync(certs, { recursive: true, force: true }));
     afterEach(async () => {
@@ -300,8 +304,9 @@ describe("deploy/kubernetes", function () {
         started();
       });
       await new Promise<void>((resolve) => stdin!.listen(0, "127.0.0.1", resolve));
-      const credentials = grpc.credentials.createSsl(readFileSync(join(fylrTls, "ca.crt")), readFileSync(fylrCert.key), readFileSync(fylrCert.cert));
-      const stream = await BrokerStream.open(exec.grpcAddress, { token, credentials });
+      const credentials = grpc.credentials.createSsl(readFileSync(join(fylrTls, "ca.crt")), readFileSync(join(fylrTls, "tls.key")), readFileSync(join(fylrTls, "tls.crt")));
+      // The certificate names the Service; the test dials its loopback address.
+      const stream = await BrokerStream.open(exec.grpcAddress, { token, credentials, channelOptions: { "grpc.ssl_target_name_override": "slotbroker-execserver" } });
       stream.want("j1", "sha256sum");
       const offer = await stream.next("offer");
       stream.job("j1", offer.offerToken, { stdinUrl: `http://127.0.0.1:${(stdin.address() as { port: number }).port}/in` });
@@ -324,7 +329,8 @@ describe("deploy/kubernetes", function () {
         ...input,
         listen: "127.0.0.1:0",
         databaseUrl: await createTestDatabase("k8s"),
-        execserver: { ...input.execserver, addresses: [exec.grpcAddress], token },
+        // The certificate names the Service; the test dials its loopback address.
+        execserver: { ...input.execserver, addresses: [exec.grpcAddress], token, tls: { ...input.execserver.tls, serverName: "slotbroker-execserver" } },
       });
       const c = container(deployment("slotbroker-fylr"));
       for (const path of [c.startupProbe!.httpGet.path, c.livenessProbe.httpGet.path]) {
