@@ -37,7 +37,10 @@ export function tlsHandshakeProblem(address: string, options: BrokerTlsOptions, 
       ...(material.cert && material.key ? { cert: material.cert, key: material.key } : {}),
       ALPNProtocols: ["h2"],
     });
+    let done = false;
     const finish = (problem: string | undefined): void => {
+      if (done) return;
+      done = true;
       clearTimeout(timer);
       socket.destroy();
       resolve(problem);
@@ -46,7 +49,8 @@ export function tlsHandshakeProblem(address: string, options: BrokerTlsOptions, 
     let secured = false;
     socket.once("secureConnect", () => (secured = true));
     socket.once("data", () => finish(undefined));
-    socket.once("error", (err: Error) => finish(describeTlsProblem(address, err.message)));
+    // on, not once: an error after the verdict (the socket torn down) must not go unhandled.
+    socket.on("error", (err: Error) => finish(describeTlsProblem(address, err.message)));
     socket.once("close", () => finish(secured ? describeTlsProblem(address, "closed right after the handshake, before a byte was received") : undefined));
   });
 }
