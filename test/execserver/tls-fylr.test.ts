@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { stringify } from "yaml";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { fetchExecserverStatus } from "../../src/app/index.js";
+import { tlsHandshakeProblem } from "../../src/fylr/index.js";
 import { makeCa, type CertFiles, type TestCa } from "../support/certificates.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
@@ -110,6 +111,16 @@ describe("execserver mutual TLS with a slotbroker fylr", function () {
     expect(fylr.child.exitCode).to.equal(null);
     expect(await fylr.stop()).to.equal(0);
     await release(fylr);
+  });
+
+  it("one diagnostic handshake tells an untrusted server certificate from a refused client certificate, and a working pair from both", async () => {
+    const other = makeCa(dir, "third-ca");
+    const good = { caFile: ca.cert, certFile: fylrCert.cert, keyFile: fylrCert.key };
+    expect(await tlsHandshakeProblem(exec.grpcAddress, good)).to.equal(undefined);
+    expect(await tlsHandshakeProblem(exec.grpcAddress, { ...good, caFile: other.cert })).to.match(
+      new RegExp(`^this fylr does not trust the TLS certificate of the execserver at ${exec.grpcAddress} \\(.+\\): check execserver\\.tls\\.caFile and serverName$`),
+    );
+    expect(await tlsHandshakeProblem(exec.grpcAddress, { caFile: ca.cert })).to.match(/refused this fylr's TLS client certificate \(.*certificate required.*\)/);
   });
 
   it("a certificate without its key, an unreadable file or a key of another certificate stops the start with the key named", async () => {
