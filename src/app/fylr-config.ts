@@ -6,7 +6,7 @@
  *   listen: 127.0.0.1:7700       # HTTP: QueueService, pipes, /healthz, /metrics, /status.json
  *   databaseUrl: postgres://…    # or DATABASE_URL (used only when the file has none)
  *   databasePoolSize: 10
- *   execserver: { addresses: [127.0.0.1:7600], token, tls: { caFile }, connectTimeout: 30s, … }
+ *   execserver: { addresses: [127.0.0.1:7600], token, tls: { caFile, certFile, keyFile }, connectTimeout: 30s, … }
  *   dispatcher: { headroom: 2, pollInterval: 1s, staleAfter: 15s, … }
  *   store: { maxItemBytes: 64GiB, retention: 7d, inlineBytes: 64KiB, … }
  *   api: { watchPoll: 500ms }

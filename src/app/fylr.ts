@@ -1,6 +1,6 @@
 /**
  * One fylr process, assembled: the database pool, the broker client (pools per execserver
- * address), the pipe registry, the HTTP port (pipes, QueueService, /healthz, /metrics,
+ * address), the pipe registry, the HTTP port (pipes, QueueService, /healthz, /readyz, /metrics,
  * /status.json, extra raw routes), the exec client and the dispatcher loop.
  */
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
@@ -13,6 +13,7 @@ import { brokerCapacity, execBackend } from "./exec-adapters.js";
 import { ExecserverLoad } from "./execserver-status.js";
 import type { FylrConfig } from "./fylr-config.js";
 import { createFylrMetrics } from "./fylr-metrics.js";
+import { fylrReadinessChecks, readinessRoute } from "./fylr-readiness.js";
 import { metricsRoute, statusRoute } from "./fylr-routes.js";
 import { createFylrStatusPage } from "./fylr-status-page.js";
 import { storeRoutes } from "./store-routes.js";
@@ -134,7 +135,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
           shutdown: shutdown.signal,
           logger,
         }),
-      rawRoutes: [metricsRoute(metrics), statusRoute(dispatcher, broker), ...storeRoutes(dispatcher), ...statusPage.routes, ...(options.rawRoutes ?? [])],
+      rawRoutes: [readinessRoute(fylrReadinessChecks(dispatcher, broker)), metricsRoute(metrics), statusRoute(dispatcher, broker), ...storeRoutes(dispatcher), ...statusPage.routes, ...(options.rawRoutes ?? [])],
       health: () => ({
         ok: dispatcher.state === "running",
         detail: dispatcher.state === "running" ? `ok (${broker.instances().length} execserver instance(s) connected)` : dispatcher.state,

@@ -7,7 +7,7 @@ const help = `usage: slotbroker fylr --config FILE
 
 Runs a fylr: connects to the execservers, claims its share of the queue in Postgres and
 runs the items; serves QueueService (Connect, gRPC, JSON over HTTP/1.1), the one-time
-pipes, /healthz, /metrics and /status.json on "listen".
+pipes, /healthz, /readyz, /livez, /metrics and /status.json on "listen".
 
 options:
   -c, --config FILE   YAML config (see examples/fylr.yaml)

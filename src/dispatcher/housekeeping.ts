@@ -15,6 +15,7 @@ import type { DispatcherEvents } from "./events.js";
 import type { DispatcherCounters } from "./settle.js";
 import type { QueueStore } from "./store.js";
 import { SweepGate } from "./sweep-gate.js";
+import type { WriteHealth } from "./write-health.js";
 import { lostClaimAgeMs, releaseLostClaims } from "./lost-claims.js";
 
 /** What the housekeeping loop works with. */
@@ -35,6 +36,8 @@ export interface HousekeepingDeps {
   readonly rejoin: () => Promise<void>;
   /** Held items cancelled meanwhile (a missed notification) and cancels past the bound (see cancels.ts). */
   readonly cancelCheck?: () => Promise<void>;
+  /** Told each heartbeat's outcome (readiness: can the database be written?). */
+  readonly writes?: WriteHealth;
 }
 
 /** Runs until `signal` aborts; resolves once the last beat and any sweep still running ended. */
@@ -54,11 +57,13 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
     const startedAt = performance.now();
     try {
       await heartbeat(deps);
+      deps.writes?.wrote(performance.now());
       if (failures > 0) log.info({ failures }, "database reachable again (heartbeat)");
       failures = 0;
       gate.healthy(performance.now());
     } catch (err) {
       if (signal.aborted) break;
+      deps.writes?.failed(err);
       gate.unhealthy();
       failures += 1;
       // Staged: the first failure and every 30th are warnings, the rest debug noise.

@@ -58,3 +58,4 @@ export {
 } from "./store.js";
 export type { CallResult, ClaimedItem, ExecCallSpec, Fence, ItemKind, ItemState, LocalActionSpec, QueueItem, StdinSource, SubmitInput } from "./types.js";
 export { Wakeup } from "./wakeup.js";
+export { refusesWrites, WriteHealth, writeHealthMaxAgeMs } from "./write-health.js";
