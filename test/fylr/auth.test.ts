@@ -148,8 +148,8 @@ describe("fylr API auth: the pure parts", () => {
       } finally {
         tokens.close();
       }
-      const error = await ApiTokens.start(config, () => undefined).catch((e: unknown) => e as Error);
-      expect(String(error)).to.match(/auth\.tokensFile: .*tokens\.yaml: cannot read it/);
+      const error = await ApiTokens.start(config, () => undefined).then(() => new Error("started"), (e: unknown) => e as Error);
+      expect(error.message).to.match(/auth\.tokensFile: .*tokens\.yaml: cannot read it/);
     });
   });
 });

@@ -18,13 +18,18 @@ export function challengeFor(req: HttpRequest): string {
   return /\btext\/html\b/.test(String(req.headers.accept ?? "")) ? 'Basic realm="slotbroker", charset="UTF-8"' : 'Bearer realm="slotbroker"';
 }
 
-/** Answers `req` with `refusal`; the request body is not read. */
-export function answerRefusal(req: HttpRequest, res: HttpResponse, refusal: AccessRefusal): void {
-  respond(req, res, refusal);
-  dropUnreadBody(req);
+/**
+ * Answers `req` with `refusal`. The body is never handed to anyone: over HTTP/1.1 up to
+ * `drainBytes` of it are read and dropped (so a client still sending sees this answer, not
+ * a reset connection), then the connection goes; over HTTP/2 the stream is reset.
+ */
+export function answerRefusal(req: HttpRequest, res: HttpResponse, refusal: AccessRefusal, drainBytes: number): void {
+  const tooLong = Number(req.headers["content-length"] ?? 0) > drainBytes;
+  respond(req, res, refusal, !("stream" in res) && tooLong ? { connection: "close" } : {});
+  dropUnreadBody(req, drainBytes);
 }
 
-function respond(req: HttpRequest, res: HttpResponse, refusal: AccessRefusal): void {
+function respond(req: HttpRequest, res: HttpResponse, refusal: AccessRefusal, closeAfter: OutgoingHttpHeaders): void {
   const contentType = String(req.headers["content-type"] ?? "").toLowerCase();
   const challenge: OutgoingHttpHeaders = refusal.code === "unauthenticated" ? { "www-authenticate": challengeFor(req) } : {};
   if (contentType.startsWith("application/grpc")) {
@@ -37,7 +42,7 @@ function respond(req: HttpRequest, res: HttpResponse, refusal: AccessRefusal): v
     // HTTP/2: the status rides the one HEADERS frame that ends the stream (Trailers-Only).
     if ("stream" in res) res.stream.respond({ ":status": 200, ...headers }, { endStream: true });
     else {
-      writeHead(res, 200, { ...headers, ...closeAfter(res) });
+      writeHead(res, 200, { ...headers, ...closeAfter });
       res.end();
     }
     return;
@@ -50,7 +55,7 @@ function respond(req: HttpRequest, res: HttpResponse, refusal: AccessRefusal): v
     envelope[0] = 0x02;
     envelope.writeUInt32BE(json.length, 1);
     json.copy(envelope, 5);
-    writeHead(res, 200, { "content-type": contentType.split(";", 1)[0]!, "content-length": envelope.length, ...challenge, ...closeAfter(res) });
+    writeHead(res, 200, { "content-type": contentType.split(";", 1)[0]!, "content-length": envelope.length, ...challenge, ...closeAfter });
     res.end(envelope);
     return;
   }
@@ -60,22 +65,27 @@ function respond(req: HttpRequest, res: HttpResponse, refusal: AccessRefusal): v
       "content-type": "application/json",
       "content-length": Buffer.byteLength(body),
       ...challenge,
-      ...closeAfter(res),
+      ...closeAfter,
     });
     res.end(body);
     return;
   }
-  sendText(res, httpStatuses[refusal.code], refusal.message, { ...challenge, ...closeAfter(res) });
-}
-
-// HTTP/1.1: the unread body would be parsed as the next request; the connection goes.
-function closeAfter(res: HttpResponse): OutgoingHttpHeaders {
-  return "stream" in res ? {} : { connection: "close" };
+  sendText(res, httpStatuses[refusal.code], refusal.message, { ...challenge, ...closeAfter });
 }
 
 // HTTP/2: once the answer is out, the client is told (RST_STREAM NO_ERROR, RFC 9113
 // §8.1) to stop sending a body nobody reads, instead of filling the stream's window.
 // Called after the answer ended: Node then sends the reset only when the answer is out.
-function dropUnreadBody(req: HttpRequest): void {
-  if ("stream" in req && !req.stream.endAfterHeaders && !req.stream.destroyed) req.stream.close(0);
+function dropUnreadBody(req: HttpRequest, drainBytes: number): void {
+  if ("stream" in req) {
+    if (!req.stream.endAfterHeaders && !req.stream.destroyed) req.stream.close(0);
+    return;
+  }
+  if (req.complete) return;
+  let dropped = 0;
+  req.on("data", (chunk: Buffer) => {
+    dropped += chunk.length;
+    if (dropped > drainBytes) req.socket.destroy();
+  });
+  req.resume();
 }

@@ -149,7 +149,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     if (!refusal) return true;
     const notLogged = refusals.take();
     if (notLogged !== undefined) logger.info({ path: req.url, peer: req.socket?.remoteAddress, code: refusal.code, reason: refusal.message, notLogged }, "api call refused");
-    answerRefusal(req, res, refusal);
+    answerRefusal(req, res, refusal, limits.maxRequestBytes);
     return false;
   };
 
