@@ -34,8 +34,8 @@ export const INPUTS_PATH = "/queue/inputs";
 /** The store's routes for a fylr's HTTP port. */
 export function storeRoutes(dispatcher: Dispatcher): RawRoute[] {
   return [
-    { path: INPUTS_PATH, methods: ["POST", "PUT"], handlesContinue: true, handle: (call) => acceptUpload(dispatcher, call) },
-    { path: "/queue/items/:id/output", methods: ["GET", "HEAD"], handle: (call) => serveOutput(dispatcher, call) },
+    { path: INPUTS_PATH, methods: ["POST", "PUT"], handlesContinue: true, scope: "submit", handle: (call) => acceptUpload(dispatcher, call) },
+    { path: "/queue/items/:id/output", methods: ["GET", "HEAD"], scope: "read", handle: (call) => serveOutput(dispatcher, call) },
   ];
 }
 

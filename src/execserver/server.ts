@@ -28,7 +28,7 @@ import { HelloBroadcast } from "./hello-broadcast.js";
 import { IdleWaiters } from "./idle-waiters.js";
 import { LegacyTokens, LegacyTransport } from "./legacy/index.js";
 import { ExecserverMetrics } from "./metrics.js";
-import { createRunJob, jobDirsRemoved, sharedJobLauncher, type RunJob } from "./runner/index.js";
+import { createRunJob, jobDirsRemoved, readPipeCa, sharedJobLauncher, type RunJob } from "./runner/index.js";
 import { Session, type SessionHost } from "./session.js";
 import { buildStatus, helloWaitgroups } from "./status.js";
 
@@ -131,6 +131,7 @@ export class Execserver implements SessionHost {
       cancelGraceMs: config.cancelGraceMs,
       logger: this.logger,
       runJob,
+      pipeCa: config.pipeCaFile === undefined ? undefined : readPipeCa(config.pipeCaFile),
       now: () => this.now(),
       jobFinished: () => this.idle.jobFinished(),
     });

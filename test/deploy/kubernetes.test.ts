@@ -225,6 +225,8 @@ describe("deploy/kubernetes", function () {
     expect(service.spec.selector).to.deep.equal(execDeployment.spec.template.metadata.labels);
     expect(service.spec.ports[0]!.targetPort).to.equal("grpc");
     expect(fylr.broker.addresses).to.deep.equal([`${service.metadata.name}:${service.spec.ports[0]!.port}`]);
+    // listen is 0.0.0.0: the API's tokens come from the Secret, or the fylr would not start.
+    expect(fylr.auth?.tokens.map((t) => t.name)).to.deep.equal(["admin"]);
 
     const fylrDeployment = deployment("slotbroker-fylr");
     const fylrContainer = container(fylrDeployment);

@@ -14,6 +14,7 @@
 //   exec'd, which from the execserver cost milliseconds per job. The launcher passes the
 //   job's pipes back over its IPC channel, so the runner streams them itself as before.
 export { createRunJob, runJob, type RunnerOptions } from "./run-job.js";
+export { readPipeCa } from "./http-client.js";
 export { jobDirsRemoved } from "./job-dir.js";
 export { JobLauncher, sharedJobLauncher, type JobLauncherOptions } from "./job-launcher.js";
 export type { JobProcess, RunJob, RunRequest, StdoutSink } from "./types.js";
