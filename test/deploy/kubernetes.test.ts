@@ -126,7 +126,11 @@ describe("deploy/kubernetes", function () {
   this.timeout(300_000);
   // The token the test servers share (the real one comes from the Secret the guide creates).
   const token = "test-token-from-the-secret";
-  const secretEnv = { SLOTBROKER_TOKEN: token, DATABASE_URL: "postgres://slotbroker@postgres:5432/slotbroker" };
+  const secretEnv = {
+    SLOTBROKER_TOKEN: token,
+    SLOTBROKER_API_TOKENS: JSON.stringify([{ name: "admin", token: "test-api-token-from-the-secret", scopes: ["admin"] }]),
+    DATABASE_URL: "postgres://slotbroker@postgres:5432/slotbroker",
+  };
   // A ConfigMap config; `tlsDir` stands in for the Secret volume at /etc/slotbroker/tls.
   const configFile = (key: string, tlsDir?: string): unknown => {
     const text = find<Manifest & { data: Record<string, string> }>("ConfigMap", "slotbroker-config").data[key]!;
