@@ -249,6 +249,24 @@ describe("reliability: a job never outlives its execserver", () => {
       });
     }
 
+    it("issue 23 finding 3: what a job started in a session of its own goes with the execserver too, while it works in the job's directory", async function () {
+      this.timeout(60_000);
+      const ledger = join(dir, "ledger");
+      // `setsid` takes the background sleep out of the job's process group and session.
+      const script = `setsid sleep 60 & echo "start $1 $$ $!" >> ${ledger}; sleep 60`;
+      const exec = await spawnExecserver(
+        { instanceId: "exec-escape", waitgroups: { w: { processes: 2 } }, services: { hold: { waitgroup: "w", command: ["sh", "-c", script, "hold"] } } },
+        { ownGroup: true, env: { TMPDIR: dir } },
+      );
+      execs.push(exec);
+      await holdJobs(exec, ledger, 1);
+      const [, , leader, escaped] = lines(ledger)[0]!.split(" ").map(Number);
+      await waitFor("the escaped process to lead a session of its own", async () => (await processesWhere(() => true)).find((p) => p.pid === escaped)?.sid === escaped);
+      seenGroups.add(escaped!);
+      await exec.killGroup("SIGKILL");
+      await waitFor("the job and the process it set apart to be gone", async () => (await survivors([leader!, escaped!])).length === 0, 2_000, 20);
+    });
+
     it("issue 23 finding 3 (defence in depth): an execserver that starts kills the jobs an earlier instance left when its reaper died too, before it offers a slot", async function () {
       this.timeout(90_000);
       const ledger = join(dir, "ledger");

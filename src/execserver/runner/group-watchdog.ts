@@ -11,8 +11,10 @@ import { performance } from "node:perf_hooks";
 //   @DIR   the execserver's own directory of job directories: removed at the end.
 // Its read returns EOF only when the execserver closed the pipe or died (the kernel closes
 // a dead process's descriptors, even after SIGKILL); then it kills every group still in
-// the set, and every process whose working directory is a DIR still pending: an execserver
-// killed in the middle of a fork never got to write the +PGID. Then it removes the @DIRs.
+// the set, and every process whose working directory is a DIR still pending (an execserver
+// killed in the middle of a fork never got to write the +PGID) or a job directory in an
+// @DIR (what left its job's group, a job whose launcher died before it told its pid).
+// Then it removes the @DIRs.
 // It runs in a session (and process group) of its own and ignores HUP, INT and TERM, so
 // whatever reaches the execserver's group does not reach it: `kill -9 -- -PGID` (a
 // shell's or supervisord's group kill), a terminal's hang-up, a Ctrl-C.
@@ -34,17 +36,17 @@ while IFS= read -r line; do
 done
 for g in $groups; do kill -s KILL -- "-$g" 2>/dev/null; done
 IFS=$nl
-if [ -n "$pending" ]; then
-  set +f
-  for p in $pending; do
-    for proc in /proc/[0-9]*; do
-      [ "$proc/cwd" -ef "$p" ] || continue
-      pid=\${proc#/proc/}
-      kill -s KILL -- "-$pid" 2>/dev/null || kill -s KILL "$pid" 2>/dev/null
-    done
+set +f
+scan=$pending
+for d in $dirs; do for j in "$d"/slotbroker-job-*; do [ -d "$j" ] && scan="$scan$j$nl"; done; done
+for p in $scan; do
+  for proc in /proc/[0-9]*; do
+    [ "$proc/cwd" -ef "$p" ] || continue
+    pid=\${proc#/proc/}
+    kill -s KILL -- "-$pid" 2>/dev/null || kill -s KILL "$pid" 2>/dev/null
   done
-  set -f
-fi
+done
+set -f
 for d in $dirs; do rm -rf -- "$d" 2>/dev/null || { sleep 1; rm -rf -- "$d" 2>/dev/null; }; done
 exit 0`;
 
