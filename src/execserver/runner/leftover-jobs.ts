@@ -66,7 +66,7 @@ async function deadOwnersDirs(root: string, youngMs: number, log: Logger): Promi
     try {
       const st = await lstat(dir);
       if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) continue;
-      const owner = parseOwner(await readFile(join(dir, OWNER_FILE), "utf8").catch(() => ""));
+      const owner = parseOwner(await readOwnerFile(join(dir, OWNER_FILE)));
       // No owner file yet: one being made this moment, or a maker that died right then.
       const verdict = owner ? ownerVerdict(owner, here, probeProcess) : Date.now() - st.mtimeMs > youngMs ? "dead" : "alive";
       if (verdict === "dead") dead.push(await realpath(dir));
@@ -75,6 +75,16 @@ async function deadOwnersDirs(root: string, youngMs: number, log: Logger): Promi
     }
   }
   return dead;
+}
+
+/** An owner file's text; "" when it is missing or not a small regular file (a FIFO would block a read). */
+async function readOwnerFile(path: string): Promise<string> {
+  try {
+    const st = await lstat(path);
+    return st.isFile() && st.size <= 4096 ? await readFile(path, "utf8") : "";
+  } catch {
+    return "";
+  }
 }
 
 /**
