@@ -267,6 +267,29 @@ describe("reliability: a job never outlives its execserver", () => {
       await waitFor("the job and the process it set apart to be gone", async () => (await survivors([leader!, escaped!])).length === 0, 2_000, 20);
     });
 
+    it("issue 23 finding 3: a reaper killed by hand is replaced at once while jobs run, so the jobs still die with their execserver", async function () {
+      this.timeout(60_000);
+      const ledger = join(dir, "ledger");
+      const exec = await spawnExecserver(
+        { instanceId: "exec-rereap", waitgroups: { w: { processes: 2 } }, services: { hold: { waitgroup: "w", command: ["sh", "-c", holdScript(ledger), "hold"] } } },
+        { env: { TMPDIR: dir } },
+      );
+      execs.push(exec);
+      const jobs = await holdJobs(exec, ledger, 2);
+      const first = await reaperOf(exec.child.pid!);
+      expect(first, "the execserver's reaper").to.not.equal(undefined);
+      // One that dies within a second of its start waits for the next job (it would die again).
+      await new Promise((r) => setTimeout(r, 1_100));
+      process.kill(first!.pid, "SIGKILL");
+      const second = await waitFor("a new reaper", async () => {
+        const r = await reaperOf(exec.child.pid!);
+        return r && r.pid !== first!.pid ? r : undefined;
+      });
+      expect(second.sid, "in a session of its own").to.equal(second.pid);
+      await exec.kill("SIGKILL");
+      await waitFor("the jobs to be gone", async () => (await survivors(jobs)).length === 0, 2_000, 20);
+    });
+
     it("issue 23 finding 3 (defence in depth): an execserver that starts kills the jobs an earlier instance left when its reaper died too, before it offers a slot", async function () {
       this.timeout(90_000);
       const ledger = join(dir, "ledger");
