@@ -8,8 +8,9 @@ import { removeWhenGone } from "./group-watchdog.js";
 
 /** Names of the directories of one execserver process's job directories: "slotbroker-jobs-PID-XXXXXX". */
 export const OWNER_DIR_PREFIX = "slotbroker-jobs-";
-/** Names of job directories, inside their execserver's directory: "slotbroker-job-XXXXXX". */
-export const JOB_DIR_PREFIX = "slotbroker-job-";
+// Names of job directories, inside their execserver's directory (the reaper's script and
+// the soak's leftover check know it too).
+const JOB_DIR_PREFIX = "slotbroker-job-";
 /** The file in an execserver's directory that says who made it (see DirOwner). */
 export const OWNER_FILE = "owner.json";
 
