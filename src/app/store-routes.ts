@@ -69,8 +69,7 @@ async function acceptUpload(dispatcher: Dispatcher, { req, res, expectContinue, 
   writer.on("error", (err) => (failure ??= err));
   // Set from the writer's 'error' at any await; read through this so it is never narrowed away.
   const failed = (): Error | undefined => failure;
-  await writer.opened;
-  const refused = failed();
+  const refused = (await writer.opened) ?? failed();
   if (refused) return refuse(res, statusFor(refused), refused.message);
   // The client went away or stalled: the transaction is dropped, nothing stays.
   const stall = blobs.config.stallTimeoutMs;

@@ -238,13 +238,14 @@ export class BlobWriter extends Writable {
   private readonly hash = createHash("sha256");
   private inflight: Promise<unknown> = Promise.resolve();
   private committed = false;
-  private openedResolve!: () => void;
+  private openedResolve!: (error: Error | undefined) => void;
   /**
    * Resolves once the write transaction is open and its first reservation was granted (an
    * announced size that does not fit fails the writer before any byte is taken: await
-   * this before accepting a body). Never rejects; errors arrive as the writer's 'error'.
+   * this before accepting a body). Never rejects: resolves with the error that failed the
+   * opening (it also arrives as the writer's 'error', but only on a later tick).
    */
-  readonly opened = new Promise<void>((resolve) => (this.openedResolve = resolve));
+  readonly opened = new Promise<Error | undefined>((resolve) => (this.openedResolve = resolve));
   private written: WrittenBlob | undefined;
 
   constructor(
@@ -270,11 +271,11 @@ export class BlobWriter extends Writable {
     this.open().then(
       () => {
         callback();
-        this.openedResolve();
+        this.openedResolve(undefined);
       },
       (err: unknown) => {
         callback(err as Error);
-        this.openedResolve();
+        this.openedResolve(err as Error);
       },
     );
   }
