@@ -14,6 +14,14 @@ export const insertChunk = `INSERT INTO blob_chunks (blob_id, seq, data) VALUES 
 /** The written blob's size and digest, just before commit. $1 id, $2 size, $3 sha256. */
 export const finishBlob = `UPDATE blobs SET size = $2, sha256 = $3 WHERE id = $1`;
 
+/**
+ * finishBlob for a write that holds a reservation (migration 0008), which ends in the same
+ * statement: committed, the bytes move from reserved to stored at once.
+ */
+export const finishReservedBlob = `
+WITH released AS (DELETE FROM blob_reservations WHERE id = $1)
+UPDATE blobs SET size = $2, sha256 = $3 WHERE id = $1`;
+
 /** A blob's description. $1 id. */
 export const selectBlob = `
 SELECT id, item_id, role, size, sha256, chunk_bytes, created_at, expires_at, item_finished_at

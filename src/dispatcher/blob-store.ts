@@ -344,9 +344,7 @@ export class BlobWriter extends Writable {
     if (this.filled > 0) await this.flushChunk();
     await this.inflight;
     const sha256 = this.hash.digest("hex");
-    await this.run("store data", sql.finishBlob, [this.id, this.bytes, sha256]);
-    // In the same commit as the size: the bytes move from reserved to stored at once.
-    if (this.reserving) await this.run("store data", sql.release, [this.id]);
+    await this.run("store data", this.reserving ? sql.finishReservedBlob : sql.finishBlob, [this.id, this.bytes, sha256]);
     await this.run("store data: commit", "COMMIT");
     this.committed = true;
     this.client?.removeAllListeners("error");
