@@ -94,7 +94,7 @@ export class StoreRoom {
     const reserved = Number(row?.reserved ?? 0);
     throw new StoreLimitError(
       "store.maxTotalBytes",
-      `${describeBytes(ask.least - held)} more do not fit under store.maxTotalBytes (${describeBytes(maxTotalBytes)}): ` +
+      `${describeBytes(ask.least - held)} more ${ask.least - held === 1 ? "does" : "do"} not fit under store.maxTotalBytes (${describeBytes(maxTotalBytes)}): ` +
         `the store holds ${describeBytes(stored)} and writes in progress reserve ${describeBytes(reserved)}`,
     );
   }

@@ -65,7 +65,7 @@ export function capToDisk(ask: ReservationAsk, held: number, space: DiskSpace, f
 
 /** Bytes for a message: "524288000 bytes (500.0 MiB)". */
 export function describeBytes(n: number): string {
-  return n >= MiB ? `${n} bytes (${(n / MiB).toFixed(1)} MiB)` : `${n} bytes`;
+  return n >= MiB ? `${n} bytes (${(n / MiB).toFixed(1)} MiB)` : n === 1 ? "1 byte" : `${n} bytes`;
 }
 
 /**

@@ -109,6 +109,16 @@ describe("blob store", () => {
     expect((await store.usage()).blobs).to.equal(1);
   });
 
+  it("a full store refuses a body of unknown size before its first byte", async () => {
+    const store = make({ maxTotalBytes: 200 * KiB });
+    await write(store, randomBytes(200 * KiB));
+    const writer = store.createWriter({ role: "input" });
+    writer.on("error", () => undefined);
+    const refused = await writer.opened;
+    expect(refused?.message).to.equal("1 byte more does not fit under store.maxTotalBytes (204800 bytes): the store holds 204800 bytes and writes in progress reserve 0 bytes");
+    expect(writer.size).to.equal(0);
+  });
+
   it("a write in progress holds its announced size: another fylr's write is refused for it until the first commits", async () => {
     const other = openPool(databaseUrl, 4);
     try {
