@@ -102,7 +102,7 @@ export class Dispatcher {
     this.submits = new SubmitBatcher(this.store);
     this.control = new ItemControlStore(options.pool);
     this.fylrId = options.fylrId ?? randomUUID();
-    this.blobs = new BlobStore(options.blobPool ?? options.pool, storeConfig(options.store), this.fylrId);
+    this.blobs = new BlobStore(options.blobPool ?? options.pool, storeConfig(options.store), this.fylrId, options.pool);
     this.actions = options.actions ?? createDefaultActions();
     this.permits = new LocalPermits(effectiveLocalSlots(this.config));
     this.log = (options.logger ?? silentLogger).child({ component: "dispatcher", fylrId: this.fylrId });
@@ -175,6 +175,7 @@ export class Dispatcher {
   async start(signal?: AbortSignal): Promise<void> {
     if (this.currentState !== "idle") throw new IllegalTransitionError("dispatcher", this.currentState, "running");
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
+    await this.blobs.room.checkDiskPath();
     await this.store.registerFylr(this.registration());
     this.writes.wrote(performance.now());
     this.claims.localNotifies = await this.store.hasMigration(7);
