@@ -113,6 +113,8 @@ async function acceptUpload(dispatcher: Dispatcher, { req, res, expectContinue, 
   } catch (err) {
     const error = failed() ?? (err as Error);
     writer.destroy(error);
+    // A database that refuses writes (disk full, read-only) makes this fylr not ready.
+    dispatcher.noteWriteError(error);
     logger.info({ err: error.message }, "upload failed; nothing was stored");
     // The rest of the body is not read: the connection goes after this answer.
     sendText(res, statusFor(error), error.message, { connection: "close" });
