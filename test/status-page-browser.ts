@@ -34,9 +34,14 @@ export interface WatchedPage {
   readonly errors: string[];
 }
 
-/** Opens `url` in a fresh context (1280 px wide); closed by `releaseAll` (or `release(page.context())`). */
-export async function openPage(browser: Browser, url: string): Promise<WatchedPage> {
-  const context = closeLater(track(await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme: "light" }), `page ${url}`, (c) => c.close()));
+/**
+ * Opens `url` in a fresh context (1280 px wide), answering HTTP auth challenges with
+ * `httpCredentials` when given, as a user typing them would; closed by `releaseAll` (or
+ * `release(page.context())`).
+ */
+export async function openPage(browser: Browser, url: string, httpCredentials?: { username: string; password: string }): Promise<WatchedPage> {
+  const options = { viewport: { width: 1280, height: 900 }, colorScheme: "light" as const, ...(httpCredentials && { httpCredentials }) };
+  const context = closeLater(track(await browser.newContext(options), `page ${url}`, (c) => c.close()));
   const page = await context.newPage();
   const errors: string[] = [];
   page.on("pageerror", (err) => errors.push(`page error: ${err.message}`));

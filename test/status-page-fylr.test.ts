@@ -223,4 +223,43 @@ describe("fylr status page (headless Chromium, real Postgres and execserver)", f
     await screenshot(page, "fylr-cancelled");
     expect(errors).to.deep.equal([]);
   });
+
+  it("behind API auth: the browser asks for the token (Basic), the page polls with it, and only an admin token cancels", async () => {
+    const tokens = { reader: "page-reader-0123456789", ops: "page-ops-0123456789ab" };
+    const exec = await startTestServer(layout);
+    const fylr = await startTestFylr({
+      ...fylrConfig(databaseUrl, exec.grpcAddress, "page-auth"),
+      auth: {
+        tokens: [
+          { name: "reader", token: tokens.reader, scopes: ["read"] },
+          { name: "ops", token: tokens.ops, scopes: ["admin"] },
+        ],
+      },
+    });
+    const client = createQueueClient(fylr.url, { token: tokens.ops });
+    const queued = (await client.submit({ ...sleepCall(60), startAfter: timestampFromDate(new Date(Date.now() + 3_600_000)) })).item!.id;
+    const anonymous = await fetch(`${fylr.url}/status`, { headers: { accept: "text/html" } });
+    expect(anonymous.status).to.equal(401);
+    expect(anonymous.headers.get("www-authenticate")).to.match(/^Basic realm="slotbroker"/);
+    const button = `tr[data-item="${queued}"] button[data-cancel="${queued}"]`;
+
+    // A read token shows the page and its live updates; its cancel is refused, and says why.
+    const asReader = await openPage(browser, `${fylr.url}/status`, { username: "me", password: tokens.reader });
+    await until(asReader.page, `document.querySelector('${button}') !== null`);
+    // Submitted after the page loaded: only its poll of /status/view.json can show it.
+    const later = (await client.submit({ ...sleepCall(60), startAfter: timestampFromDate(new Date(Date.now() + 3_600_000)) })).item!.id;
+    await until(asReader.page, `document.querySelector('tr[data-item="${later}"]') !== null`);
+    await asReader.page.locator(button).click();
+    await until(asReader.page, `document.querySelector('${button}')?.dataset.result === "error"`);
+    expect(await attr(asReader.page, button, "title")).to.equal('token "reader" has read; this call needs the admin scope');
+    expect(ItemState[(await client.get({ id: queued })).item!.state]).to.equal("QUEUED");
+    expect(asReader.errors.filter((e) => !e.includes("403"))).to.deep.equal([]);
+
+    const asOps = await openPage(browser, `${fylr.url}/status`, { username: "me", password: tokens.ops });
+    await until(asOps.page, `document.querySelector('${button}') !== null`);
+    await asOps.page.locator(button).click();
+    await until(asOps.page, `document.querySelector('${button}')?.dataset.result === "cancelled" || document.querySelector('tr[data-item="${queued}"]')?.dataset.state === "cancelled"`);
+    expect(ItemState[(await client.get({ id: queued })).item!.state]).to.equal("CANCELLED");
+    expect(asOps.errors).to.deep.equal([]);
+  });
 });

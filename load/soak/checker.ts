@@ -50,6 +50,8 @@ export interface CheckInput {
   readonly crashes: readonly string[];
   /** Leftovers found at the end: slots, wants, job processes. */
   readonly leftovers: readonly string[];
+  /** Job directories found at the end in the execservers' temp directory (none runs a job then). */
+  readonly leftoverJobDirs: readonly string[];
 }
 
 export interface CheckResult {
@@ -86,7 +88,11 @@ const fylrFaults = new Set(["kill-fylr", "stop-fylr", "restart-postgres", "crash
 /** Checks every invariant; `violations` empty means the run passed. */
 export function check(input: CheckInput): CheckResult {
   // Crashes and leftovers first: they are the most telling, and the list is cut when printed.
-  const violations: string[] = [...input.crashes.map((c) => `a process crashed on its own: ${c}`), ...input.leftovers.map((l) => `left over: ${l}`)];
+  const violations: string[] = [
+    ...input.crashes.map((c) => `a process crashed on its own: ${c}`),
+    ...input.leftovers.map((l) => `left over: ${l}`),
+    ...input.leftoverJobDirs.map((d) => `left over: job directory ${d}`),
+  ];
   const runs = parseLedger(input.ledger);
   const rows = new Map(input.rows.map((r) => [r.tag, r]));
   const explained: Record<string, number> = {};
@@ -216,6 +222,7 @@ export function check(input: CheckInput): CheckResult {
     `faults injected: ${fmt(faults)}`,
     `crashes not caused by the soak: ${input.crashes.length}`,
     `leftovers (slots, wants, job processes): ${input.leftovers.length}`,
+    `leftover job directories: ${input.leftoverJobDirs.length}`,
     `longest wait for recovery: ${maxRecoveryMs} ms${maxRecoveryTag ? ` (${maxRecoveryTag})` : ""}`,
     `violations: ${violations.length}`,
   ];

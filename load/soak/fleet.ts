@@ -110,6 +110,8 @@ export interface Fleet {
   readonly execLogs: string[];
   /** "http://127.0.0.1:PORT" of each fylr. */
   readonly fylrUrls: string[];
+  /** The execservers' TMPDIR (shared, as on one host): their jobs' directories go there. */
+  readonly execTmp: string;
   readonly proxies: ChaosProxy[];
   readonly haproxy: Haproxy;
   restartPostgres(downMs: number): Promise<void>;
@@ -133,6 +135,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
 
   const execservers: ServerProcess[] = [];
   const execLogs: string[] = [];
+  const execTmp = join(o.dir, "exec-tmp");
+  mkdirSync(execTmp);
   const writeExecConfig = (i: number, listen: string): void =>
     writeFileSync(
       join(o.dir, `exec-${i}.yaml`),
@@ -150,7 +154,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     // At info an execserver logs how every job it stopped or saw killed ended (pid, signal,
     // reason): the checker's record of executions that died without writing their end.
     const logFile = join(o.dir, `execserver-${i}.log`);
-    const execEnv = { ...env, SLOTBROKER_LOG_LEVEL: moreVerbose(o.logLevel, "info") };
+    const execEnv = { ...env, SLOTBROKER_LOG_LEVEL: moreVerbose(o.logLevel, "info"), TMPDIR: execTmp };
     const path = join(o.dir, `exec-${i}.yaml`);
     execservers.push(new ServerProcess(`execserver-${i}`, [...nodeScript(cli), "execserver", "--config", path], /^execserver (\S+) listening (.+)$/m, { cwd: o.root, env: execEnv, logFile }));
     execLogs.push(logFile);
@@ -210,6 +214,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     execLogs,
     fylrs,
     fylrUrls,
+    execTmp,
     proxies,
     haproxy,
     async restartPostgres(downMs) {

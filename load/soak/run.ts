@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import pg from "pg";
 import { getStatus } from "../../test/support/execserver-process.js";
+import { jobDirsUnder } from "../../test/support/job-dirs.js";
 import { RUN_MARKER, sweepLeftovers } from "../processes.js";
 import { check, parseLedger, type ExecOutcome, type FinalRow } from "./checker.js";
 import { ChaosDriver } from "./driver.js";
@@ -208,10 +209,13 @@ async function main(): Promise<number> {
     }
     log(`drained: ${open} items still open`);
     // Slots and wants settle once the last DONE is processed; job processes once killed.
+    // Job directories go right after their DONE (and a dead execserver's with it).
     let left = await leftovers(fleet, jobScript);
-    for (let i = 0; i < 20 && left.length > 0; i++) {
+    let leftDirs = jobDirsUnder(fleet.execTmp);
+    for (let i = 0; i < 20 && left.length + leftDirs.length > 0; i++) {
       await sleep(500);
       left = await leftovers(fleet, jobScript);
+      leftDirs = jobDirsUnder(fleet.execTmp);
     }
 
     const rows = await query<FinalRow>(fleet.databaseUrl, `SELECT idempotency_key AS tag, state, attempts, error FROM queue_items`);
@@ -250,7 +254,7 @@ async function main(): Promise<number> {
     );
         // A crash explains the re-runs it causes (the crash itself is a violation).
     const crashFaults = [...fleet.fylrs, ...fleet.execservers].flatMap((p) => p.crashes.map((c) => ({ at: c.at, until: c.at + 5_000, kind: `crash-${p.name.replace(/-\d+$/, "")}`, target: p.name })));
-    const result = check({ items: accepted, rows, completions: new Map(done.map((d) => [d.tag, d.n])), ledger: ledgerText, faults: [...driver.events, ...crashFaults], execDeaths, execPaths, gone, outcomes, crashes, leftovers: left });
+    const result = check({ items: accepted, rows, completions: new Map(done.map((d) => [d.tag, d.n])), ledger: ledgerText, faults: [...driver.events, ...crashFaults], execDeaths, execPaths, gone, outcomes, crashes, leftovers: left, leftoverJobDirs: leftDirs });
     console.log("\n==> soak result");
     console.log(`seed: ${seed}; chaos ${minutes} min; wall time ${((Date.now() - started) / 1000).toFixed(0)} s; submits never accepted (no fylr answered in time): ${neverAccepted}`);
     for (const line of result.report) console.log(line);

@@ -11,9 +11,43 @@ import { sleep } from "../shared/abort.js";
 /** A QueueService client. */
 export type QueueClient = Client<typeof QueueService>;
 
-/** A client for the fylr at `baseUrl` ("http://host:port"). */
-export function createQueueClient(baseUrl: string): QueueClient {
-  return createClient(QueueService, createConnectTransport({ baseUrl, httpVersion: "1.1" }));
+/** How a client proves who it is to a fylr, and whom it trusts over https. */
+export interface ApiCredentials {
+  /** Sent as `authorization: Bearer TOKEN` on every call. */
+  readonly token?: string;
+  /** CA certificates to trust for an https fylr (default: the system's). */
+  readonly ca?: Buffer;
+  /** A client certificate and its key, for a fylr that maps certificates to scopes. */
+  readonly cert?: Buffer;
+  readonly key?: Buffer;
+}
+
+/** The `authorization` header for `credentials`, when they hold a token. */
+export function authorizationHeaders(credentials: ApiCredentials): Record<string, string> {
+  return credentials.token === undefined ? {} : { authorization: `Bearer ${credentials.token}` };
+}
+
+/** TLS options of node:https for `credentials` (only what they set). */
+export function tlsOptions(credentials: ApiCredentials): { ca?: Buffer; cert?: Buffer; key?: Buffer } {
+  const { ca, cert, key } = credentials;
+  return { ...(ca && { ca }), ...(cert && { cert }), ...(key && { key }) };
+}
+
+/** A client for the fylr at `baseUrl` ("http://host:port" or "https://…"). */
+export function createQueueClient(baseUrl: string, credentials: ApiCredentials = {}): QueueClient {
+  const headers = authorizationHeaders(credentials);
+  const transport = createConnectTransport({
+    baseUrl,
+    httpVersion: "1.1",
+    nodeOptions: tlsOptions(credentials),
+    interceptors: [
+      (next) => (req) => {
+        for (const [name, value] of Object.entries(headers)) req.header.set(name, value);
+        return next(req);
+      },
+    ],
+  });
+  return createClient(QueueService, transport);
 }
 
 /** True for an item in SUCCEEDED, FAILED or CANCELLED. */

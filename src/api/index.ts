@@ -5,5 +5,14 @@ export { buildPosition, estimateMs, formatMs, summaryWithoutTimes, type ExecLoad
 export { queueServiceImpl, registerQueueService, type QueueApiOptions } from "./queue-service.js";
 export { measuredBackend, RuntimeMeans } from "./runtime-means.js";
 export { watchItem, type WatchOptions } from "./watch.js";
-export { createQueueClient, followItem, itemFinished, type FollowOptions, type QueueClient } from "./client.js";
+export {
+  authorizationHeaders,
+  createQueueClient,
+  followItem,
+  itemFinished,
+  tlsOptions,
+  type ApiCredentials,
+  type FollowOptions,
+  type QueueClient,
+} from "./client.js";
 export { downloadOutput, uploadInput, type StoredUpload } from "./store-client.js";

@@ -11,6 +11,7 @@ import type { Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { Transform } from "node:stream";
 import { Code, SlotbrokerError } from "../shared/errors.js";
+import { authorizationHeaders, tlsOptions, type ApiCredentials } from "./client.js";
 
 /** What the fylr answers for a stored upload. */
 export interface StoredUpload {
@@ -20,24 +21,38 @@ export interface StoredUpload {
   readonly expiresAt: string;
 }
 
-function request(url: URL, options: http.RequestOptions): http.ClientRequest {
-  return (url.protocol === "https:" ? https : http).request(url, options);
+function request(url: URL, options: http.RequestOptions, credentials: ApiCredentials): http.ClientRequest {
+  const headers = { ...(options.headers as http.OutgoingHttpHeaders), ...authorizationHeaders(credentials) };
+  if (url.protocol === "https:") return https.request(url, { ...options, headers, ...tlsOptions(credentials) });
+  return http.request(url, { ...options, headers });
 }
 
 async function failure(res: http.IncomingMessage, what: string): Promise<SlotbrokerError> {
   let text = "";
   for await (const chunk of res as AsyncIterable<Buffer>) if (text.length < 2000) text += chunk.toString("utf8");
-  const code = res.statusCode === 404 ? Code.NotFound : res.statusCode === 413 || res.statusCode === 507 ? Code.ResourceExhausted : Code.FailedPrecondition;
+  const code = statusCodes[res.statusCode ?? 0] ?? Code.FailedPrecondition;
   return new SlotbrokerError(code, `${what}: HTTP ${res.statusCode}: ${text.trim() || res.statusMessage}`);
 }
 
+const statusCodes: Record<number, Code> = {
+  401: Code.Unauthenticated,
+  403: Code.PermissionDenied,
+  404: Code.NotFound,
+  413: Code.ResourceExhausted,
+  507: Code.ResourceExhausted,
+};
+
 /** Streams `source` to the fylr at `baseUrl` as one upload; `size` (when known) lets the fylr refuse early. */
-export function uploadInput(baseUrl: string, source: Readable, options: { size?: number; signal?: AbortSignal } = {}): Promise<StoredUpload> {
+export function uploadInput(
+  baseUrl: string,
+  source: Readable,
+  options: { size?: number; signal?: AbortSignal; credentials?: ApiCredentials } = {},
+): Promise<StoredUpload> {
   const url = new URL("/queue/inputs", baseUrl);
   return new Promise((resolve, reject) => {
     const headers: http.OutgoingHttpHeaders = { "content-type": "application/octet-stream" };
     if (options.size !== undefined) headers["content-length"] = options.size;
-    const req = request(url, { method: "POST", headers, signal: options.signal });
+    const req = request(url, { method: "POST", headers, signal: options.signal }, options.credentials ?? {});
     req.on("response", (res) => {
       if (res.statusCode !== 201) {
         source.destroy();
@@ -66,11 +81,11 @@ export function downloadOutput(
   id: string,
   target: Writable,
   /** `end: false` leaves `target` open (standard output). */
-  options: { signal?: AbortSignal; range?: string; end?: boolean } = {},
+  options: { signal?: AbortSignal; range?: string; end?: boolean; credentials?: ApiCredentials } = {},
 ): Promise<{ size: number; sha256: string; expectedSha256: string | undefined }> {
   const url = new URL(`/queue/items/${encodeURIComponent(id)}/output`, baseUrl);
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: "GET", signal: options.signal, headers: options.range ? { range: options.range } : {} });
+    const req = request(url, { method: "GET", signal: options.signal, headers: options.range ? { range: options.range } : {} }, options.credentials ?? {});
     req.on("error", reject);
     req.on("response", (res) => {
       if (res.statusCode !== 200 && res.statusCode !== 206) {

@@ -30,14 +30,19 @@ export interface StatusCallOptions {
 
 /** A GetStatus client for one address; close() when done. */
 export class ExecserverStatusClient {
-  private readonly client: grpc.Client;
+  private client: grpc.Client;
 
   constructor(
     readonly address: string,
     private readonly options: StatusCallOptions = {},
   ) {
-    const channel: grpc.ChannelOptions = options.tls?.serverName ? { "grpc.ssl_target_name_override": options.tls.serverName } : {};
-    this.client = new StatusClient(address, channelCredentials(options.tls), channel);
+    this.client = this.newClient();
+  }
+
+  // The TLS files are read here: a channel made after a failure presents a renewed certificate.
+  private newClient(): grpc.Client {
+    const channel: grpc.ChannelOptions = this.options.tls?.serverName ? { "grpc.ssl_target_name_override": this.options.tls.serverName } : {};
+    return new StatusClient(this.address, channelCredentials(this.options.tls), channel);
   }
 
   /** One GetStatus call; a failure names the address. */
@@ -49,6 +54,7 @@ export class ExecserverStatusClient {
       call({}, metadata, { deadline }, (err, response) => {
         if (!err) return resolve(response);
         const code = typeof err.code === "number" ? (err.code as number as Code) : Code.Unavailable;
+        if (code === Code.Unavailable && this.options.tls) this.renew();
         reject(new SlotbrokerError(code, `GetStatus ${this.address}: ${err.details || err.message}`, { cause: err }));
       }),
     );
@@ -57,6 +63,16 @@ export class ExecserverStatusClient {
   /** Closes the channel. */
   close(): void {
     this.client.close();
+  }
+
+  private renew(): void {
+    try {
+      const next = this.newClient();
+      this.client.close();
+      this.client = next;
+    } catch {
+      // The files cannot be read now: the current channel stays.
+    }
   }
 }
 

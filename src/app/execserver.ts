@@ -5,7 +5,7 @@
  */
 import { toJson } from "@bufbuild/protobuf";
 import { GetStatusResponseSchema, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import { Execserver, type AdminServer, type ExecserverConfig, type ExecserverState, type RunJob } from "../execserver/index.js";
+import { Execserver, type AdminHandler, type AdminServer, type ExecserverConfig, type ExecserverState, type RunJob } from "../execserver/index.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { execStatusPageRoutes } from "../status/index.js";
 
@@ -91,11 +91,15 @@ function dialable(host: string): string {
 }
 
 function installAdminRoutes(server: Execserver): void {
+  const ready: AdminHandler = (_req, res) => {
+    const ok = server.state === "serving";
+    res.writeHead(ok ? 200 : 503, { "content-type": "text/plain" }).end(ok ? "ok\n" : `${server.state}\n`);
+  };
   server.admin
-    .route("/healthz", (_req, res) => {
-      const ok = server.state === "serving";
-      res.writeHead(ok ? 200 : 503, { "content-type": "text/plain" }).end(ok ? "ok\n" : `${server.state}\n`);
-    })
+    .route("/healthz", ready)
+    // The same as /healthz, under the name the fylr's readiness has: an execserver is ready
+    // while it serves (not draining); it depends on nothing else.
+    .route("/readyz", ready)
     // Answers while the process does, draining included: a liveness probe must not kill a drain.
     .route("/livez", (_req, res) => {
       res.writeHead(200, { "content-type": "text/plain" }).end("alive\n");

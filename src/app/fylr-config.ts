@@ -6,17 +6,28 @@
  *   listen: 127.0.0.1:7700       # HTTP: QueueService, pipes, /healthz, /metrics, /status.json
  *   databaseUrl: postgres://…    # or DATABASE_URL (used only when the file has none)
  *   databasePoolSize: 10
- *   execserver: { addresses: [127.0.0.1:7600], token, tls: { caFile }, connectTimeout: 30s, … }
+ *   execserver: { addresses: [127.0.0.1:7600], token, tls: { caFile, certFile, keyFile }, connectTimeout: 30s, … }
  *   dispatcher: { headroom: 2, pollInterval: 1s, staleAfter: 15s, … }
  *   store: { maxItemBytes: 64GiB, retention: 7d, inlineBytes: 64KiB, … }
  *   api: { watchPoll: 500ms }
  *   http: { headersTimeout: 20s, idleTimeout: 60s, maxConnections: 4096, maxRequestBytes: 16MiB }
+ *   auth: { tokens: [{ name, token, scopes }], tokensFile, clients: [{ subject, scopes }] }
+ *   tls: { certFile, keyFile, clientCaFile }   # TLS on `listen`
  */
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { z } from "zod";
 import { dispatcherConfigSchema, storeConfigSchema, type DispatcherConfig, type StoreConfig } from "../dispatcher/index.js";
-import { brokerConfigSchema, compileBrokerConfig, type BrokerConfig } from "../fylr/index.js";
+import {
+  apiAuthSchema,
+  brokerConfigSchema,
+  compileApiAuth,
+  compileBrokerConfig,
+  fylrTlsSchema,
+  type ApiAuthConfig,
+  type BrokerConfig,
+  type FylrTlsConfig,
+} from "../fylr/index.js";
 import { applyEnvOverrides, durationMs, listenAddress, parseConfig, readYamlFile } from "../shared/config.js";
 import { ConfigError } from "../shared/errors.js";
 import { httpLimitsSchema, type HttpLimits } from "../shared/http-limits.js";
@@ -40,6 +51,10 @@ export const fylrConfigSchema = z.strictObject({
   api: z.strictObject({ watchPoll: durationMs.prefault("500ms") }).prefault({}),
   /** The HTTP port's limits against slow or greedy clients. */
   http: httpLimitsSchema.prefault({}),
+  /** Who may use QueueService, uploads, downloads and the status page; required off loopback. */
+  auth: apiAuthSchema.prefault({}),
+  /** TLS on `listen` (pipe URLs become https://), with client certificates by `clientCaFile`. */
+  tls: fylrTlsSchema.optional(),
 });
 
 /** The raw config as written in YAML. */
@@ -59,6 +74,9 @@ export interface FylrConfig {
   readonly watchPollMs: number;
   /** Header/idle deadlines, connection and request caps of the HTTP port. */
   readonly http: HttpLimits;
+  /** The API's credentials; undefined: open (only on a loopback `listen`). */
+  readonly auth: ApiAuthConfig | undefined;
+  readonly tls: FylrTlsConfig | undefined;
 }
 
 /** Environment variables that override config keys (DATABASE_URL only fills a gap). */
@@ -66,6 +84,8 @@ export const fylrEnvOverrides: Record<string, string> = {
   SLOTBROKER_TOKEN: "execserver.token",
   SLOTBROKER_LISTEN: "listen",
   SLOTBROKER_FYLR_NAME: "name",
+  SLOTBROKER_API_TOKENS: "auth.tokens",
+  SLOTBROKER_API_TOKENS_FILE: "auth.tokensFile",
 };
 
 /** Validates raw config (after env overrides); throws ConfigError naming the bad key. */
@@ -76,6 +96,7 @@ export function compileFylrConfig(raw: unknown, source = "config", env: NodeJS.P
   if (!c.databaseUrl) throw new ConfigError(`${source}: databaseUrl: required (or set DATABASE_URL)`);
   if (!/^postgres(ql)?:\/\//.test(c.databaseUrl)) throw new ConfigError(`${source}: databaseUrl: expected a postgres:// URL`);
   if (c.api.watchPoll <= 0) throw new ConfigError(`${source}: api.watchPoll: must be more than 0`);
+  const auth = compileApiAuth(c.auth, c.tls, c.listen, source);
   const id = `${c.name ?? hostname().replace(/[^A-Za-z0-9._-]/g, "-")}-${randomBytes(4).toString("hex")}`;
   const brokerInput = withEnv.execserver as Record<string, unknown>;
   const broker = compileBrokerConfig({ clientName: id, ...brokerInput }, `${source}: execserver`);
@@ -89,6 +110,8 @@ export function compileFylrConfig(raw: unknown, source = "config", env: NodeJS.P
     store: c.store,
     watchPollMs: c.api.watchPoll,
     http: c.http,
+    auth,
+    tls: c.tls,
   };
 }
 

@@ -9,7 +9,7 @@ import { StatsResponseSchema } from "../../gen/slotbroker/v1/queue_pb.js";
 import { statsToProto, type Dispatcher } from "../dispatcher/index.js";
 import { sendText, type BrokerClient, type RawRoute } from "../fylr/index.js";
 
-/** GET /metrics. */
+/** GET /metrics; open like /healthz (figures, no items and no credentials). */
 export function metricsRoute(registry: Registry): RawRoute {
   return {
     path: "/metrics",
@@ -50,6 +50,7 @@ export function statusRoute(dispatcher: Dispatcher, broker: BrokerClient): RawRo
   return {
     path: "/status.json",
     methods: ["GET"],
+    scope: "read",
     handle: async ({ res }) => {
       try {
         const body: FylrStatusJson = {

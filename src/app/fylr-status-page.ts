@@ -29,12 +29,14 @@ export function createFylrStatusPage(options: FylrStatusPageOptions): FylrStatus
     const body = renderFylrStatusPage(await source.snapshot(), { limits, pollMs: options.pollMs });
     res.writeHead(200, headers("text/html; charset=utf-8")).end(body);
   };
+  // The page shows items: it needs the read scope (a browser sends a token as Basic auth).
   const routes: RawRoute[] = [
-    { path: "/", methods: ["GET"], handle: page },
-    { path: "/status", methods: ["GET"], handle: page },
+    { path: "/", methods: ["GET"], scope: "read", handle: page },
+    { path: "/status", methods: ["GET"], scope: "read", handle: page },
     {
       path: fylrViewPath,
       methods: ["GET"],
+      scope: "read",
       handle: async ({ res }) => {
         res.writeHead(200, headers("application/json")).end(JSON.stringify(fylrViewJson(await source.snapshot(), limits)));
       },
@@ -42,6 +44,7 @@ export function createFylrStatusPage(options: FylrStatusPageOptions): FylrStatus
     {
       path: "/status/live.json",
       methods: ["GET"],
+      scope: "read",
       handle: async ({ res }) => {
         res.writeHead(200, headers("application/json")).end(JSON.stringify(await source.snapshot()));
       },

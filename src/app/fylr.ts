@@ -1,11 +1,26 @@
 /**
  * One fylr process, assembled: the database pool, the broker client (pools per execserver
- * address), the pipe registry, the HTTP port (pipes, QueueService, /healthz, /metrics,
+ * address), the pipe registry, the HTTP port (pipes, QueueService, /healthz, /readyz, /metrics,
  * /status.json, extra raw routes), the exec client and the dispatcher loop.
  */
 import { measuredBackend, registerQueueService, RuntimeMeans } from "../api/index.js";
 import { Dispatcher, ensureDatabase, migrate, type ExecBackend, type LocalActionRegistry } from "../dispatcher/index.js";
-import { BrokerClient, ExecClient, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type RawRoute } from "../fylr/index.js";
+import {
+  ApiAccess,
+  ApiTokens,
+  BrokerClient,
+  ExecClient,
+  PipeRegistry,
+  queueProcedureScopes,
+  readServerTls,
+  startFylrHttpServer,
+  TokenSet,
+  type FylrHttpServer,
+  type RawRoute,
+  type ReloadOutcome,
+} from "../fylr/index.js";
+import { isLoopbackHost, splitHostPort } from "../shared/config.js";
+import { ConfigError } from "../shared/errors.js";
 import { CleanupStack } from "../shared/cleanup.js";
 import { Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
@@ -13,6 +28,7 @@ import { brokerCapacity, execBackend } from "./exec-adapters.js";
 import { ExecserverLoad } from "./execserver-status.js";
 import type { FylrConfig } from "./fylr-config.js";
 import { createFylrMetrics } from "./fylr-metrics.js";
+import { fylrReadinessChecks, readinessRoute } from "./fylr-readiness.js";
 import { metricsRoute, statusRoute } from "./fylr-routes.js";
 import { createFylrStatusPage } from "./fylr-status-page.js";
 import { storeRoutes } from "./store-routes.js";
@@ -37,7 +53,7 @@ export interface FylrHandle {
   readonly id: string;
   /** The bound HTTP port (the real one when listening on port 0). */
   readonly port: number;
-  /** "http://host:port" of QueueService and the pipes. */
+  /** "http://host:port" ("https://" with tls) of QueueService and the pipes. */
   readonly url: string;
   /** "host:port" as bound. */
   readonly address: string;
@@ -45,6 +61,11 @@ export interface FylrHandle {
   readonly broker: BrokerClient;
   readonly http: FylrHttpServer;
   readonly state: FylrState;
+  /**
+   * Reads auth.tokensFile again now (SIGHUP); calls from then on are judged by its tokens.
+   * Undefined when there is no tokens file.
+   */
+  reloadAuth(): Promise<ReloadOutcome | undefined>;
   /**
    * Graceful: stops claiming, lets items finish within dispatcher.stopGrace (then gives the
    * rest back), closes the HTTP port, the broker and the database pool. Idempotent; a
@@ -61,6 +82,10 @@ export interface FylrHandle {
 export async function startFylr(config: FylrConfig, options: StartFylrOptions = {}): Promise<FylrHandle> {
   const logger = options.logger ?? silentLogger;
   const log = logger.child({ component: "fylr", fylrId: config.id });
+  if (!config.auth && !isLoopbackHost(splitHostPort(config.listen)?.host ?? config.listen)) {
+    throw new ConfigError(`auth: required when listen (${config.listen}) is not a loopback address`);
+  }
+  const serverTls = config.tls && readServerTls(config.tls);
   // One stack for a failed start and for close(): whatever was started is stopped, last
   // first, and every step that fails is reported.
   const stack = new CleanupStack(`fylr ${config.id}`);
@@ -117,12 +142,18 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     // The live status page at "/" and "/status" (it follows the dispatcher's items).
     const statusPage = createFylrStatusPage({ dispatcher, broker });
     stack.defer("status page", () => statusPage.close());
+    const access = config.auth && new ApiAccess(new TokenSet([]), config.auth.clients);
+    const tokens = config.auth && access && (await ApiTokens.start(config.auth, (set) => access.replaceTokens(set), logger));
+    if (tokens) stack.defer("api tokens", () => tokens.close());
     const http = await startFylrHttpServer({
       listen: config.listen,
       registry: pipes,
       limits: config.http,
       logger,
       closeTimeoutMs: 5000,
+      tls: serverTls,
+      access,
+      procedureScopes: queueProcedureScopes,
       connectRoutes: (router) =>
         registerQueueService(router, {
           dispatcher,
@@ -134,7 +165,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
           shutdown: shutdown.signal,
           logger,
         }),
-      rawRoutes: [metricsRoute(metrics), statusRoute(dispatcher, broker), ...storeRoutes(dispatcher), ...statusPage.routes, ...(options.rawRoutes ?? [])],
+      rawRoutes: [readinessRoute(fylrReadinessChecks(dispatcher, broker)), metricsRoute(metrics), statusRoute(dispatcher, broker), ...storeRoutes(dispatcher), ...statusPage.routes, ...(options.rawRoutes ?? [])],
       health: () => ({
         ok: dispatcher.state === "running",
         detail: dispatcher.state === "running" ? `ok (${broker.instances().length} execserver instance(s) connected)` : dispatcher.state,
@@ -144,12 +175,13 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     stack.defer("HTTP port", () => http.close());
     // With an allow-list of stdin URL prefixes, a redirect could lead anywhere: refused.
     const followRedirects = config.dispatcher.stdinUrlPrefixes.length === 0;
-    late.backend = execBackend(new ExecClient({ broker, pipes, pipePort: http.port, logger }), { followRedirects });
+    const pipeScheme = serverTls ? "https" : "http";
+    late.backend = execBackend(new ExecClient({ broker, pipes, pipePort: http.port, pipeScheme, logger }), { followRedirects });
     broker.start();
     // Stopped first: running items still need the HTTP port, the pipes and the broker.
     stack.defer("dispatcher", () => dispatcher.stop());
     await dispatcher.start();
-    return assemble({ config, log, stack, shutdown, dispatcher, broker, http });
+    return assemble({ config, log, stack, shutdown, dispatcher, broker, http, tokens });
   } catch (err) {
     await stack.run().catch((cleanupErr: unknown) => log.warn({ err: cleanupErr }, "cleaning up after a failed start"));
     throw err;
@@ -166,6 +198,8 @@ interface Parts {
   readonly dispatcher: Dispatcher;
   readonly broker: BrokerClient;
   readonly http: FylrHttpServer;
+  /** The API tokens; undefined on an open (loopback) fylr. */
+  readonly tokens: ApiTokens | undefined;
 }
 
 function assemble(p: Parts): FylrHandle {
@@ -192,13 +226,14 @@ function assemble(p: Parts): FylrHandle {
     id: p.config.id,
     port: p.http.port,
     url: p.http.url,
-    address: p.http.url.replace(/^http:\/\//, ""),
+    address: p.http.url.replace(/^https?:\/\//, ""),
     dispatcher: p.dispatcher,
     broker: p.broker,
     http: p.http,
     get state() {
       return state;
     },
+    reloadAuth: async () => (p.config.auth?.tokensFile === undefined ? undefined : p.tokens?.reload()),
     close,
     forceClose: () => {
       void p.dispatcher.stop({ graceMs: 0 }).catch(() => undefined);

@@ -73,6 +73,8 @@ export async function startLocalStack(options: LocalStackOptions): Promise<Local
         databaseUrl,
         execserver: { addresses: [started.execserver.grpcAddress], connectTimeout: "30s" },
         dispatcher: { stopGrace: "10s" },
+        // The embedded server's disk is this host's: uploads keep store.minFreeSpace free there.
+        ...(started.postgres ? { store: { diskPath: started.postgres.dataDir } } : {}),
       },
       "up: fylr",
     );

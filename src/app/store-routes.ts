@@ -5,7 +5,10 @@
  *   GET|HEAD /queue/items/{id}/output  an item's whole output, with Range
  *
  * An upload is one database transaction: a body that is cut off, refused by a limit or
- * abandoned (the fylr dies, the client stalls past store.stallTimeout) stores nothing. A
+ * abandoned (the fylr dies, the client stalls past store.stallTimeout) stores nothing.
+ * Every byte is reserved before it is written (store.maxTotalBytes, store.minFreeSpace):
+ * a Content-Length that does not fit is refused with 507 before the body is read, a
+ * chunked body the moment it would pass a limit. A
  * finished upload waits for a Submit to adopt it (stdin_upload) and is deleted after
  * store.orphanTtl if none does.
  */
@@ -34,8 +37,8 @@ export const INPUTS_PATH = "/queue/inputs";
 /** The store's routes for a fylr's HTTP port. */
 export function storeRoutes(dispatcher: Dispatcher): RawRoute[] {
   return [
-    { path: INPUTS_PATH, methods: ["POST", "PUT"], handlesContinue: true, handle: (call) => acceptUpload(dispatcher, call) },
-    { path: "/queue/items/:id/output", methods: ["GET", "HEAD"], handle: (call) => serveOutput(dispatcher, call) },
+    { path: INPUTS_PATH, methods: ["POST", "PUT"], handlesContinue: true, scope: "submit", handle: (call) => acceptUpload(dispatcher, call) },
+    { path: "/queue/items/:id/output", methods: ["GET", "HEAD"], scope: "read", handle: (call) => serveOutput(dispatcher, call) },
   ];
 }
 
@@ -66,8 +69,7 @@ async function acceptUpload(dispatcher: Dispatcher, { req, res, expectContinue, 
   writer.on("error", (err) => (failure ??= err));
   // Set from the writer's 'error' at any await; read through this so it is never narrowed away.
   const failed = (): Error | undefined => failure;
-  await writer.opened;
-  const refused = failed();
+  const refused = (await writer.opened) ?? failed();
   if (refused) return refuse(res, statusFor(refused), refused.message);
   // The client went away or stalled: the transaction is dropped, nothing stays.
   const stall = blobs.config.stallTimeoutMs;
@@ -111,6 +113,8 @@ async function acceptUpload(dispatcher: Dispatcher, { req, res, expectContinue, 
   } catch (err) {
     const error = failed() ?? (err as Error);
     writer.destroy(error);
+    // A database that refuses writes (disk full, read-only) makes this fylr not ready.
+    dispatcher.noteWriteError(error);
     logger.info({ err: error.message }, "upload failed; nothing was stored");
     // The rest of the body is not read: the connection goes after this answer.
     sendText(res, statusFor(error), error.message, { connection: "close" });
@@ -120,10 +124,13 @@ async function acceptUpload(dispatcher: Dispatcher, { req, res, expectContinue, 
   }
 }
 
-// Limits name their key; 413 for one item too large, 507 for a full store.
+// Limits name their key; 413 for one item too large, 507 for a full store or disk.
 function statusFor(err: unknown): number {
   if (err instanceof StoreLimitError) return err.limit === "store.maxItemBytes" ? 413 : 507;
-  const code = SlotbrokerError.from(err, Code.Internal).code;
+  const error = SlotbrokerError.from(err, Code.Internal);
+  // Postgres itself found its disk full (a remote server's disk, shared with others).
+  if (error.details.sqlState === "53100") return 507;
+  const code = error.code;
   if (code === Code.DeadlineExceeded) return 408;
   if (code === Code.Unavailable) return 503;
   return httpStatusFor(err);

@@ -3,52 +3,51 @@
  * Each id is one call; the exit code is 1 when any of them was refused.
  */
 import { parseArgs } from "node:util";
-import { ConnectError } from "@connectrpc/connect";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { ItemState, type Item } from "../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient, followItem, type QueueClient } from "../api/index.js";
-import { resolveApi } from "../app/index.js";
+import { apiOptions, apiOptionsHelp, describeApiError, resolveApiConnection, type ApiConnection, type ApiFlags } from "./api-options.js";
 import { stateName } from "./submit-progress.js";
 
 type Verb = "cancel" | "retry" | "delete";
 
 const helps: Record<Verb, string> = {
-  cancel: `usage: slotbroker cancel ID… [--wait] [--api URL]
+  cancel: `usage: slotbroker cancel ID… [--wait] [--api URL] [--token-file FILE]
 
 Stops items. A queued or claimed item is cancelled at once; a running one is stopped at its
 execserver (SIGTERM, then SIGKILL after the execserver's cancelGrace) through the fylr
 holding it, and is cancelled when its job has ended. A finished item is refused.
 
-  --wait       for a running item, wait until it is cancelled
-  --api URL    the fylr (default SLOTBROKER_API, else the running "slotbroker up",
-               else http://127.0.0.1:7700)
-  -h, --help   this text`,
-  retry: `usage: slotbroker retry ID… [--api URL]
+  --wait             for a running item, wait until it is cancelled
+${apiOptionsHelp}
+  -h, --help         this text
 
-Sends failed or cancelled items back to the queue with fresh attempts.
+The token needs the admin scope.`,
+  retry: `usage: slotbroker retry ID… [--api URL] [--token-file FILE]
 
-  --api URL    the fylr (default SLOTBROKER_API, else the running "slotbroker up",
-               else http://127.0.0.1:7700)
-  -h, --help   this text`,
-  delete: `usage: slotbroker delete ID… [--api URL]
+Sends failed or cancelled items back to the queue with fresh attempts. The token needs the
+admin scope.
+
+${apiOptionsHelp}
+  -h, --help         this text`,
+  delete: `usage: slotbroker delete ID… [--api URL] [--token-file FILE]
 
 Removes finished items (succeeded, failed or cancelled) and the inputs and outputs stored
-for them. Cancel an unfinished item first.
+for them. Cancel an unfinished item first. The token needs the admin scope.
 
-  --api URL    the fylr (default SLOTBROKER_API, else the running "slotbroker up",
-               else http://127.0.0.1:7700)
-  -h, --help   this text`,
+${apiOptionsHelp}
+  -h, --help         this text`,
 };
 
 /** The command for one verb. */
 export function controlCommand(verb: Verb): (argv: string[]) => Promise<number> {
   return async (argv) => {
-    let values: { api?: string; wait?: boolean; help?: boolean };
+    let values: { wait?: boolean; help?: boolean } & ApiFlags;
     let positionals: string[];
     try {
       ({ values, positionals } = parseArgs({
         args: argv,
-        options: { api: { type: "string" }, help: { type: "boolean", short: "h" }, wait: { type: "boolean" } },
+        options: { ...apiOptions, help: { type: "boolean", short: "h" }, wait: { type: "boolean" } },
         allowPositionals: true,
       }));
       if (values.wait && verb !== "cancel") throw new Error("--wait: only for cancel");
@@ -64,14 +63,21 @@ export function controlCommand(verb: Verb): (argv: string[]) => Promise<number> 
       process.stderr.write(`slotbroker ${verb}: give one or more item ids\n\n${helps[verb]}\n`);
       return 2;
     }
-    const client = createQueueClient(resolveApi(values.api).url);
+    let target: ApiConnection;
+    try {
+      target = resolveApiConnection(values);
+    } catch (err) {
+      process.stderr.write(`slotbroker ${verb}: ${(err as Error).message}\n`);
+      return 2;
+    }
+    const client = createQueueClient(target.url, target.credentials);
     let failures = 0;
     for (const id of positionals) {
       try {
         process.stdout.write(`${await once(client, verb, id, values.wait ?? false)}\n`);
       } catch (err) {
         failures++;
-        process.stderr.write(`slotbroker ${verb}: ${id}: ${ConnectError.from(err).rawMessage}\n`);
+        process.stderr.write(`slotbroker ${verb}: ${id}: ${describeApiError(err, target)}\n`);
       }
     }
     return failures > 0 ? 1 : 0;

@@ -9,7 +9,7 @@ import { parseConfigFlag, untilSignalled } from "./serve.js";
 const help = `usage: slotbroker execserver --config FILE
 
 Runs an execserver: serves slotbroker.v1.BrokerService (plus gRPC health and reflection)
-on "listen" and /healthz, /metrics, /status.json on "adminListen". With "legacy.enabled"
+on "listen" and /healthz, /readyz, /livez, /metrics, /status.json on "adminListen". With "legacy.enabled"
 it also serves the pre-broker token protocol (GET /token, PUT /job); with
 "brokerService: false" (legacy-only) "listen" serves only that, over plain HTTP.
 

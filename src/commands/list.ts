@@ -1,13 +1,12 @@
 /** `slotbroker list [--state S] [--service X]`: items of the queue, newest first. */
 import { parseArgs } from "node:util";
-import { ConnectError } from "@connectrpc/connect";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { ItemState, type Item } from "../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient } from "../api/index.js";
-import { resolveApi } from "../app/index.js";
+import { apiOptions, apiOptionsHelp, describeApiError, resolveApiConnection, type ApiConnection, type ApiFlags } from "./api-options.js";
 import { stateName } from "./submit-progress.js";
 
-const help = `usage: slotbroker list [--state S]… [--service X] [--limit N] [--page TOKEN] [--api URL]
+const help = `usage: slotbroker list [--state S]… [--service X] [--limit N] [--page TOKEN] [--api URL] [--token-file FILE]
 
 Lists items of the queue, newest first, one page at a time.
 
@@ -17,8 +16,7 @@ Lists items of the queue, newest first, one page at a time.
   --min-priority P only items with priority P or more
   --limit N        items per page (default 50, at most 500)
   --page TOKEN     the page after the one that printed TOKEN
-  --api URL        the fylr (default SLOTBROKER_API, else the running "slotbroker up",
-                   else http://127.0.0.1:7700)
+${apiOptionsHelp}
   -h, --help       this text`;
 
 const states: Record<string, ItemState> = {
@@ -32,7 +30,7 @@ const states: Record<string, ItemState> = {
 
 /** `slotbroker list`: resolves with the exit code. */
 export async function run(argv: string[]): Promise<number> {
-  let values: { state?: string[]; service?: string; "min-priority"?: string; limit?: string; page?: string; api?: string; help?: boolean };
+  let values: { state?: string[]; service?: string; "min-priority"?: string; limit?: string; page?: string; help?: boolean } & ApiFlags;
   try {
     ({ values } = parseArgs({
       args: argv,
@@ -42,7 +40,7 @@ export async function run(argv: string[]): Promise<number> {
         "min-priority": { type: "string" },
         limit: { type: "string" },
         page: { type: "string" },
-        api: { type: "string" },
+        ...apiOptions,
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -69,8 +67,15 @@ export async function run(argv: string[]): Promise<number> {
     if (!Number.isInteger(n)) throw new Error(`--${flag}: not a whole number: "${raw}"`);
     return n;
   };
+  let target: ApiConnection;
   try {
-    const page = await createQueueClient(resolveApi(values.api).url).list({
+    target = resolveApiConnection(values);
+  } catch (err) {
+    process.stderr.write(`slotbroker list: ${(err as Error).message}\n`);
+    return 2;
+  }
+  try {
+    const page = await createQueueClient(target.url, target.credentials).list({
       states: wanted,
       service: values.service ?? "",
       minPriority: number("min-priority", values["min-priority"]),
@@ -81,7 +86,7 @@ export async function run(argv: string[]): Promise<number> {
     if (page.nextPageToken) process.stderr.write(`more: slotbroker list … --page ${page.nextPageToken}\n`);
     return 0;
   } catch (err) {
-    process.stderr.write(`slotbroker list: ${err instanceof ConnectError ? err.rawMessage : (err as Error).message}\n`);
+    process.stderr.write(`slotbroker list: ${describeApiError(err, target)}\n`);
     return 1;
   }
 }

@@ -1,10 +1,9 @@
 import { createWriteStream } from "node:fs";
 import { rename, rm } from "node:fs/promises";
 import { parseArgs } from "node:util";
-import { ConnectError } from "@connectrpc/connect";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient, downloadOutput } from "../api/index.js";
-import { resolveApi } from "../app/index.js";
+import { apiOptions, apiOptionsHelp, describeApiError, resolveApiConnection, type ApiConnection } from "./api-options.js";
 
 const help = `usage: slotbroker output ID [-o FILE] [--api URL]
 
@@ -13,22 +12,22 @@ standard output, or to FILE (written next to it and renamed into place only when
 and its SHA-256 matches the item's). Exit code 1 when the item has no output or the bytes
 do not match.
 
-  -o, --output FILE   write to FILE instead of standard output
-  --api URL           the fylr (default SLOTBROKER_API, else the running "slotbroker up",
-                      else http://127.0.0.1:7700)
-  -h, --help          this text
+  -o, --output FILE  write to FILE instead of standard output
+${apiOptionsHelp}
+  -h, --help         this text
 
-The same bytes by HTTP, with Range:
-  curl -fsS -o out.bin http://127.0.0.1:7700/queue/items/ID/output`;
+The same bytes by HTTP, with Range (the token needs the read scope):
+  curl -fsS -H "authorization: Bearer $SLOTBROKER_API_TOKEN" -o out.bin \
+    http://127.0.0.1:7700/queue/items/ID/output`;
 
 /** `slotbroker output ID [-o FILE]`: resolves with the exit code. */
 export async function run(argv: string[]): Promise<number> {
-  let values: { output?: string; api?: string; help?: boolean };
+  let values: { output?: string; api?: string; help?: boolean; "token-file"?: string; ca?: string; cert?: string; key?: string };
   let positionals: string[];
   try {
     ({ values, positionals } = parseArgs({
       args: argv,
-      options: { output: { type: "string", short: "o" }, api: { type: "string" }, help: { type: "boolean", short: "h" } },
+      options: { output: { type: "string", short: "o" }, ...apiOptions, help: { type: "boolean", short: "h" } },
       allowPositionals: true,
     }));
   } catch (err) {
@@ -44,15 +43,22 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write(`slotbroker output: give exactly one item id\n\n${help}\n`);
     return 2;
   }
-  const api = resolveApi(values.api).url;
+  let target: ApiConnection;
   try {
-    const { item } = await createQueueClient(api).get({ id });
+    target = resolveApiConnection(values);
+  } catch (err) {
+    process.stderr.write(`slotbroker output: ${(err as Error).message}\n`);
+    return 2;
+  }
+  const { url: api, credentials } = target;
+  try {
+    const { item } = await createQueueClient(api, credentials).get({ id });
     if (!item || item.state !== ItemState.SUCCEEDED) throw new Error(`item ${id} has not succeeded; it has no output`);
     const file = values.output;
     const partial = file && `${file}.partial-${process.pid}`;
-    const target = partial ? createWriteStream(partial) : process.stdout;
+    const sink = partial ? createWriteStream(partial) : process.stdout;
     try {
-      const got = await downloadOutput(api, id, target, { end: partial !== undefined });
+      const got = await downloadOutput(api, id, sink, { end: partial !== undefined, credentials });
       if (got.sha256 !== item.outputSha256) throw new Error(`the output arrived with SHA-256 ${got.sha256}, the item says ${item.outputSha256}`);
       if (partial) await rename(partial, file);
       process.stderr.write(`item ${id}: ${got.size} bytes, sha256 ${got.sha256}${file ? ` → ${file}` : ""}\n`);
@@ -61,8 +67,7 @@ export async function run(argv: string[]): Promise<number> {
     }
     return 0;
   } catch (err) {
-    const message = err instanceof ConnectError ? err.rawMessage : (err as Error).message;
-    process.stderr.write(`slotbroker output: ${message}\n`);
+    process.stderr.write(`slotbroker output: ${describeApiError(err, target)}\n`);
     return 1;
   }
 }

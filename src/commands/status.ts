@@ -1,22 +1,26 @@
+import * as http from "node:http";
+import * as https from "node:https";
 import { parseArgs } from "node:util";
 import type { GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import { fetchExecserverStatus, resolveApi, type FylrStatusJson } from "../app/index.js";
-import { SlotbrokerError } from "../shared/errors.js";
+import { authorizationHeaders, tlsOptions } from "../api/index.js";
+import { fetchExecserverStatus, type FylrStatusJson } from "../app/index.js";
+import { apiOptions, apiOptionsHelp, describeApiError, resolveApiConnection, type ApiConnection } from "./api-options.js";
+import { Code, SlotbrokerError } from "../shared/errors.js";
 import { execserverSection, queueSection } from "./status-tables.js";
 
-const help = `usage: slotbroker status [--api URL] [--execserver ADDR]... [--token TOKEN]
+const help = `usage: slotbroker status [--api URL] [--token-file FILE] [--execserver ADDR]... [--token TOKEN]
 
 Prints, as text tables, each execserver's waitgroups (slots, running, offered, free,
 waiting), its want-book depth by priority and its connections, then the queue by state and
 the live fylrs.
 
 options:
-  --api URL           the fylr to ask for the queue and the execserver addresses
-                      (default SLOTBROKER_API, else the running "slotbroker up",
-                      else http://127.0.0.1:7700)
-  --execserver ADDR   ask this execserver (host:port) instead of the fylr's addresses (repeat)
-  --token TOKEN       bearer token for the execservers (default SLOTBROKER_TOKEN)
-  -h, --help          this text
+${apiOptionsHelp}
+                     (the fylr is asked for the queue and the execserver addresses; its
+                     token needs the read scope)
+  --execserver ADDR  ask this execserver (host:port) instead of the fylr's addresses (repeat)
+  --token TOKEN      bearer token for the execservers (default SLOTBROKER_TOKEN)
+  -h, --help         this text
 
 Exit code 1 when nothing could be reached.`;
 
@@ -27,7 +31,7 @@ export async function run(argv: string[]): Promise<number> {
     ({ values } = parseArgs({
       args: argv,
       options: {
-        api: { type: "string" },
+        ...apiOptions,
         execserver: { type: "string", multiple: true },
         token: { type: "string" },
         help: { type: "boolean", short: "h" },
@@ -42,12 +46,18 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${help}\n`);
     return 0;
   }
-  const target = resolveApi(values.api);
+  let target: ApiConnection;
+  try {
+    target = resolveApiConnection(values);
+  } catch (err) {
+    process.stderr.write(`slotbroker status: ${(err as Error).message}\n`);
+    return 2;
+  }
   const api = target.url;
   const token = values.token ?? process.env.SLOTBROKER_TOKEN;
   let reached = 0;
-  const fylr = await fetchFylrStatus(api).catch((err: unknown) => {
-    process.stderr.write(`slotbroker status: fylr at ${api} (from ${target.source}): ${SlotbrokerError.from(err).message}\n`);
+  const fylr = await fetchFylrStatus(target).catch((err: unknown) => {
+    process.stderr.write(`slotbroker status: fylr at ${api} (from ${target.source}): ${describeApiError(err, target)}\n`);
     return undefined;
   });
   const addresses = values.execserver ?? fylr?.execservers.addresses ?? [];
@@ -72,8 +82,28 @@ export async function run(argv: string[]): Promise<number> {
   return reached > 0 ? 0 : 1;
 }
 
-async function fetchFylrStatus(api: string): Promise<FylrStatusJson> {
-  const response = await fetch(`${api}/status.json`, { signal: AbortSignal.timeout(5000) });
-  if (!response.ok) throw new SlotbrokerError(14, `GET /status.json answered ${response.status}: ${(await response.text()).trim()}`);
-  return (await response.json()) as FylrStatusJson;
+// node:http(s) rather than fetch: an https fylr may need its own CA and a client certificate.
+function fetchFylrStatus(target: ApiConnection): Promise<FylrStatusJson> {
+  const url = new URL("/status.json", target.url);
+  const options = { headers: authorizationHeaders(target.credentials), signal: AbortSignal.timeout(5000) };
+  return new Promise((resolve, reject) => {
+    const onResponse = (res: http.IncomingMessage): void => {
+      let body = "";
+      res.setEncoding("utf8").on("data", (chunk: string) => (body += chunk));
+      res.on("error", reject);
+      res.on("end", () => {
+        if (res.statusCode !== 200) {
+          const code = res.statusCode === 401 ? Code.Unauthenticated : res.statusCode === 403 ? Code.PermissionDenied : Code.Unavailable;
+          return reject(new SlotbrokerError(code, code === Code.Unavailable ? `GET /status.json answered ${res.statusCode}: ${body.trim()}` : body.trim()));
+        }
+        try {
+          resolve(JSON.parse(body) as FylrStatusJson);
+        } catch (err) {
+          reject(err instanceof Error ? err : new Error(String(err)));
+        }
+      });
+    };
+    const req = url.protocol === "https:" ? https.get(url, { ...options, ...tlsOptions(target.credentials) }, onResponse) : http.get(url, options, onResponse);
+    req.on("error", reject);
+  });
 }

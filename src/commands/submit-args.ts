@@ -12,6 +12,7 @@ import { ExecCallSchema, LocalActionSchema, SubmitRequestSchema, type ExecCall, 
 import { parseArgs } from "node:util";
 import { parseDuration } from "../shared/duration.js";
 import { durationFromMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { apiOptions, type ApiFlags } from "./api-options.js";
 
 /** What the command line asks for. */
 export interface SubmitPlan {
@@ -20,6 +21,8 @@ export interface SubmitPlan {
   /** `--stdin FILE` ("-" is standard input), for the first call or the local action. */
   readonly stdinPath: string | undefined;
   readonly api: string | undefined;
+  /** --api and the credential flags (--token-file, --ca, --cert, --key). */
+  readonly apiFlags: ApiFlags;
   readonly wait: boolean;
   readonly json: boolean;
   readonly help: boolean;
@@ -39,7 +42,7 @@ const options = {
   "idempotency-key": { type: "string" },
   "start-after": { type: "string" },
   "max-attempts": { type: "string" },
-  api: { type: "string" },
+  ...apiOptions,
   wait: { type: "boolean", short: "w" },
   json: { type: "boolean" },
   help: { type: "boolean", short: "h" },
@@ -109,7 +112,7 @@ export function parseSubmitArgs(argv: readonly string[], now: Date = new Date())
         once[name] = value;
     }
   }
-  if (once.help) return { request: create(SubmitRequestSchema), stdinPath: undefined, api: undefined, wait: false, json: false, help: true };
+  if (once.help) return { request: create(SubmitRequestSchema), stdinPath: undefined, api: undefined, apiFlags: {}, wait: false, json: false, help: true };
   if (calls.length === 0 && !local) throw new Error("give --service SERVICE (or --local ACTION)");
   if (stdinUrl !== undefined) {
     if (local) throw new Error("--stdin-url: a local action takes its input from --stdin FILE");
@@ -127,6 +130,7 @@ export function parseSubmitArgs(argv: readonly string[], now: Date = new Date())
     request,
     stdinPath,
     api: typeof once.api === "string" ? once.api : undefined,
+    apiFlags: Object.fromEntries(Object.keys(apiOptions).flatMap((flag) => (typeof once[flag] === "string" ? [[flag, once[flag]]] : []))),
     wait: once.wait === true,
     json: once.json === true,
     help: false,

@@ -5,7 +5,7 @@
  */
 import { createReadStream, readFileSync, statSync } from "node:fs";
 import { Readable } from "node:stream";
-import { uploadInput, type StoredUpload } from "../api/index.js";
+import { uploadInput, type ApiCredentials, type StoredUpload } from "../api/index.js";
 
 /** Inputs up to this size ride inside the Submit (under the fylr's 4 MiB inline default). */
 export const INLINE_INPUT_BYTES = 1 << 20;
@@ -14,11 +14,15 @@ export const INLINE_INPUT_BYTES = 1 << 20;
 export type PreparedInput = { readonly inline: Uint8Array } | { readonly upload: StoredUpload };
 
 /** Reads or uploads `path` ("-" = standard input); `local` inputs are always inline. */
-export async function prepareInput(path: string, api: string, options: { local: boolean; signal?: AbortSignal }): Promise<PreparedInput> {
+export async function prepareInput(
+  path: string,
+  api: string,
+  options: { local: boolean; signal?: AbortSignal; credentials?: ApiCredentials },
+): Promise<PreparedInput> {
   if (path !== "-") {
     const size = statSync(path).size;
     if (options.local || size <= INLINE_INPUT_BYTES) return { inline: readFileSync(path) };
-    return { upload: await uploadInput(api, createReadStream(path, { highWaterMark: 1 << 20 }), { size, signal: options.signal }) };
+    return { upload: await uploadInput(api, createReadStream(path, { highWaterMark: 1 << 20 }), { size, signal: options.signal, credentials: options.credentials }) };
   }
   const head: Buffer[] = [];
   let headBytes = 0;
@@ -39,5 +43,5 @@ export async function prepareInput(path: string, api: string, options: { local: 
     })(),
     { objectMode: false },
   );
-  return { upload: await uploadInput(api, rest, { signal: options.signal }) };
+  return { upload: await uploadInput(api, rest, { signal: options.signal, credentials: options.credentials }) };
 }

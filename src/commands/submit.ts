@@ -2,7 +2,7 @@ import { toJson } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ItemSchema, ItemState, type Item, type SubmitRequest, type WatchResponse } from "../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient, downloadOutput, followItem } from "../api/index.js";
-import { resolveApi } from "../app/index.js";
+import { apiOptionsHelp, describeApiError, resolveApiConnection, type ApiConnection } from "./api-options.js";
 import { parseSubmitArgs, withStdin, type SubmitPlan } from "./submit-args.js";
 import { prepareInput, type PreparedInput } from "./submit-input.js";
 import { progressLine, receiptLines, stateName } from "./submit-progress.js";
@@ -37,12 +37,13 @@ item:
   --max-attempts N     attempts before the item fails (default: the fylr's, 3)
 
 output:
-  --api URL            the fylr (default SLOTBROKER_API, else the running
-                       "slotbroker up", else http://127.0.0.1:7700)
   -w, --wait           follow the item to its end and print its output (streamed, any
                        size; checked against the item's SHA-256)
   --json               print the item as JSON instead of its id / its output
   -h, --help           this text
+
+the fylr:
+${apiOptionsHelp}
 
 examples:
   slotbroker submit --service sha256sum --stdin photo.jpg --wait
@@ -63,18 +64,25 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${help}\n`);
     return 0;
   }
-  const target = resolveApi(plan.api);
+  let target: ApiConnection;
+  try {
+    target = resolveApiConnection(plan.apiFlags);
+  } catch (err) {
+    process.stderr.write(`slotbroker submit: ${(err as Error).message}\n`);
+    return 2;
+  }
   const api = target.url;
-  const client = createQueueClient(api);
+  const credentials = target.credentials;
+  const client = createQueueClient(api, credentials);
   const abort = new AbortController();
   const onSignal = (): void => abort.abort();
   process.once("SIGINT", onSignal);
   let input: PreparedInput | undefined;
   try {
-    input = plan.stdinPath === undefined ? undefined : await prepareInput(plan.stdinPath, api, { local: plan.request.local !== undefined, signal: abort.signal });
+    input = plan.stdinPath === undefined ? undefined : await prepareInput(plan.stdinPath, api, { local: plan.request.local !== undefined, signal: abort.signal, credentials });
   } catch (err) {
     process.off("SIGINT", onSignal);
-    process.stderr.write(`slotbroker submit: --stdin ${plan.stdinPath}: ${(err as Error).message}\n`);
+    process.stderr.write(`slotbroker submit: --stdin ${plan.stdinPath}: ${describeApiError(err, target)}\n`);
     return (err as { code?: unknown }).code === "ENOENT" ? 2 : 1;
   }
   try {
@@ -94,21 +102,21 @@ export async function run(argv: string[]): Promise<number> {
       onRetry: (err, attempt) => progress.note(`lost the watch (${err.rawMessage}); watching again (${attempt})`),
     });
     progress.done();
-    return await report(final, plan.json, api, abort.signal);
+    return await report(final, plan.json, target, abort.signal);
   } catch (err) {
     if (abort.signal.aborted) {
       process.stderr.write(`\nslotbroker submit: stopped waiting; the item stays in the queue\n`);
       return 130;
     }
     const e = ConnectError.from(err);
-    process.stderr.write(`slotbroker submit: ${e.rawMessage} (${api} from ${target.source}, ${codeName(e)})\n`);
+    process.stderr.write(`slotbroker submit: ${describeApiError(err, target)} (${api} from ${target.source}, ${codeName(e)})\n`);
     return 1;
   } finally {
     process.off("SIGINT", onSignal);
   }
 }
 
-async function report(item: Item, json: boolean, api: string, signal: AbortSignal): Promise<number> {
+async function report(item: Item, json: boolean, target: ApiConnection, signal: AbortSignal): Promise<number> {
   for (const line of receiptLines(item)) process.stderr.write(`${line}\n`);
   const failed = item.state !== ItemState.SUCCEEDED;
   if (failed) process.stderr.write(`item ${item.id} failed after ${item.attempts} attempt(s): ${item.error || "no reason given"}\n`);
@@ -121,7 +129,7 @@ async function report(item: Item, json: boolean, api: string, signal: AbortSigna
     return failed ? 1 : 0;
   }
   // A stored output streams from the fylr's store straight to standard output.
-  const got = await downloadOutput(api, item.id, process.stdout, { signal, end: false });
+  const got = await downloadOutput(target.url, item.id, process.stdout, { signal, end: false, credentials: target.credentials });
   if (got.sha256 !== item.outputSha256) {
     process.stderr.write(`slotbroker submit: the output of item ${item.id} arrived with SHA-256 ${got.sha256}, the item says ${item.outputSha256}\n`);
     return 1;

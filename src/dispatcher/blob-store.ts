@@ -11,10 +11,14 @@ import { pipeline } from "node:stream";
 import type pg from "pg";
 import { to as copyTo } from "pg-copy-streams";
 import { Code, SlotbrokerError } from "../shared/errors.js";
+import { StoreLimitError, StoreRoom } from "./blob-room.js";
 import * as sql from "./blob-sql.js";
 import { CopyBinaryDecoder } from "./copy-binary.js";
 import { fromPgError } from "./pg-errors.js";
 import type { StoreConfig } from "./store-config.js";
+import { nextAsk, openingAsk, type ReservationAsk } from "./store-quota.js";
+
+export { StoreLimitError, type StoreLimit } from "./blob-room.js";
 
 /** What a blob holds: an uploaded input, an item's output, or stdout between two chained calls. */
 export type BlobRole = "input" | "output" | "intermediate";
@@ -45,22 +49,8 @@ export interface BlobWriteOptions {
   readonly role: BlobRole;
   /** The owning item; unset for an upload until a Submit adopts it. */
   readonly itemId?: string;
-  /** The size announced up front (Content-Length): checked against the limits before any byte is stored. */
+  /** The size announced up front (Content-Length): reserved, and so checked against the limits, before any byte is stored. */
   readonly expectedBytes?: number;
-}
-
-/** The limit a refused write ran into, for the HTTP status and the message. */
-export type StoreLimit = "store.maxItemBytes" | "store.maxTotalBytes";
-
-/** A write refused by a configured limit; `limit` names the key. */
-export class StoreLimitError extends SlotbrokerError {
-  override name = "StoreLimitError";
-  constructor(
-    readonly limit: StoreLimit,
-    message: string,
-  ) {
-    super(Code.ResourceExhausted, message, { details: { limit } });
-  }
 }
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -83,12 +73,19 @@ interface BlobRow {
 
 /** Typed access to blobs and blob_chunks over a pool of its own (long transfers must not starve the dispatcher). */
 export class BlobStore {
+  /** Reservations against the limits, the disk check, the VACUUM of rolled-back writes. */
+  readonly room: StoreRoom;
+
   constructor(
     readonly pool: pg.Pool,
     readonly config: StoreConfig,
-    /** Recorded as created_by, for operators. */
+    /** Recorded as created_by, for operators; owns this store's reservations. */
     readonly fylrId?: string,
-  ) {}
+    /** For reservations (short statements); default `pool`. */
+    control: pg.Pool = pool,
+  ) {
+    this.room = new StoreRoom(control, pool, config, fylrId);
+  }
 
   /** A Writable that stores what is written as one blob, committed when it ends; `result` then describes it. */
   createWriter(options: BlobWriteOptions): BlobWriter {
@@ -176,7 +173,9 @@ export class BlobStore {
   /** Deletes blobs that are due (expired orphans, data past the retention); up to `limit` per call. */
   async sweep(limit = 100): Promise<{ blobs: number; bytes: number }> {
     const rows = (await this.query<{ size: string }>("sweep stored data", sql.sweepBlobs, [this.config.retentionMs, limit])).rows;
-    return { blobs: rows.length, bytes: rows.reduce((sum, r) => sum + Number(r.size), 0) };
+    const bytes = rows.reduce((sum, r) => sum + Number(r.size), 0);
+    this.room.noteDead(bytes);
+    return { blobs: rows.length, bytes };
   }
 
   /** Bytes and blobs stored now. */
@@ -185,20 +184,10 @@ export class BlobStore {
     return { bytes: Number(row?.bytes ?? 0), blobs: Number(row?.blobs ?? 0) };
   }
 
-  /** Refuses a write of `bytes` (more to come when `final` is false) that passes a limit. */
-  async checkLimits(bytes: number, final: boolean): Promise<void> {
-    const { maxItemBytes, maxTotalBytes } = this.config;
-    if (bytes > maxItemBytes) {
-      throw new StoreLimitError("store.maxItemBytes", `${bytes} bytes, over the ${maxItemBytes}-byte limit per item (store.maxItemBytes)`);
-    }
-    if (maxTotalBytes <= 0 || (!final && bytes === 0)) return;
-    const used = (await this.usage()).bytes;
-    if (used + bytes > maxTotalBytes) {
-      throw new StoreLimitError(
-        "store.maxTotalBytes",
-        `the store holds ${used} of its ${maxTotalBytes}-byte limit (store.maxTotalBytes); ${bytes} more bytes do not fit`,
-      );
-    }
+  /** Refuses an announced size over store.maxItemBytes. */
+  checkItemSize(bytes: number): void {
+    const max = this.config.maxItemBytes;
+    if (bytes > max) throw new StoreLimitError("store.maxItemBytes", `${bytes} bytes, over the ${max}-byte limit per item (store.maxItemBytes)`);
   }
 
   private async query<R extends pg.QueryResultRow>(what: string, text: string, params: unknown[] = []): Promise<pg.QueryResult<R>> {
@@ -240,16 +229,23 @@ export class BlobWriter extends Writable {
   private filled = 0;
   private seq = 0;
   private bytes = 0;
+  // Bytes handed to the database: what a rollback leaves as dead rows.
+  private sent = 0;
+  // Bytes this write's reservation holds; every byte is reserved before it is taken.
+  private reserved = 0;
+  // Set once a reservation was asked for: it must be ended, after the last ask settled.
+  private reserving: Promise<unknown> | undefined;
   private readonly hash = createHash("sha256");
   private inflight: Promise<unknown> = Promise.resolve();
   private committed = false;
-  private openedResolve!: () => void;
+  private openedResolve!: (error: Error | undefined) => void;
   /**
-   * Resolves once the write transaction is open and the limits passed (an announced size
-   * that does not fit fails the writer before any byte is taken: await this before
-   * accepting a body). Never rejects; errors arrive as the writer's 'error'.
+   * Resolves once the write transaction is open and its first reservation was granted (an
+   * announced size that does not fit fails the writer before any byte is taken: await
+   * this before accepting a body). Never rejects: resolves with the error that failed the
+   * opening (it also arrives as the writer's 'error', but only on a later tick).
    */
-  readonly opened = new Promise<void>((resolve) => (this.openedResolve = resolve));
+  readonly opened = new Promise<Error | undefined>((resolve) => (this.openedResolve = resolve));
   private written: WrittenBlob | undefined;
 
   constructor(
@@ -275,17 +271,20 @@ export class BlobWriter extends Writable {
     this.open().then(
       () => {
         callback();
-        this.openedResolve();
+        this.openedResolve(undefined);
       },
       (err: unknown) => {
         callback(err as Error);
-        this.openedResolve();
+        this.openedResolve(err as Error);
       },
     );
   }
 
   private async open(): Promise<void> {
-    await this.store.checkLimits(this.options.expectedBytes ?? 0, false);
+    const { expectedBytes } = this.options;
+    if (expectedBytes !== undefined) this.store.checkItemSize(expectedBytes);
+    const ask = openingAsk(expectedBytes, this.store.room.step, this.store.config.maxItemBytes);
+    if (ask) await this.hold(ask);
     const client = await this.store.pool.connect().catch((err: unknown) => {
       throw fromPgError(err, "store data: connect");
     });
@@ -306,6 +305,8 @@ export class BlobWriter extends Writable {
     this.bytes += data.length;
     const max = this.store.config.maxItemBytes;
     if (this.bytes > max) throw new StoreLimitError("store.maxItemBytes", `more than ${max} bytes, over the limit per item (store.maxItemBytes)`);
+    const ask = nextAsk(this.bytes, this.reserved, this.store.room.step, max);
+    if (ask) await this.hold(ask);
     this.hash.update(data);
     let offset = 0;
     while (offset < data.length) {
@@ -317,12 +318,19 @@ export class BlobWriter extends Writable {
     }
   }
 
+  private async hold(ask: ReservationAsk): Promise<void> {
+    const asked = this.store.room.reserve(this.id, ask, this.reserved);
+    this.reserving = asked.catch(() => undefined);
+    this.reserved = await asked;
+  }
+
   // One insert in flight while the next chunk fills: the pipe keeps moving, memory stays at two chunks.
   private async flushChunk(): Promise<void> {
     await this.inflight;
     const full = this.filled === this.chunk.length ? this.chunk : this.chunk.subarray(0, this.filled);
     [this.chunk, this.spare] = [this.spare, this.chunk];
     this.filled = 0;
+    this.sent += full.length;
     const insert = this.run("store data", sql.insertChunk, [this.id, this.seq++, full]);
     insert.catch(() => undefined);
     this.inflight = insert;
@@ -335,9 +343,8 @@ export class BlobWriter extends Writable {
   private async commit(): Promise<void> {
     if (this.filled > 0) await this.flushChunk();
     await this.inflight;
-    await this.store.checkLimits(this.bytes, true);
     const sha256 = this.hash.digest("hex");
-    await this.run("store data", sql.finishBlob, [this.id, this.bytes, sha256]);
+    await this.run("store data", this.reserving ? sql.finishReservedBlob : sql.finishBlob, [this.id, this.bytes, sha256]);
     await this.run("store data: commit", "COMMIT");
     this.committed = true;
     this.client?.removeAllListeners("error");
@@ -355,6 +362,12 @@ export class BlobWriter extends Writable {
       // Dropping the connection rolls the transaction back on the server, also while an
       // insert is still in flight.
       client.release(error ?? new Error("the write was abandoned"));
+    }
+    if (!this.committed) {
+      const { room } = this.store;
+      room.noteDead(this.sent);
+      // After the last ask settled, or a grant landing late would outlive the write.
+      if (this.reserving) void this.reserving.then(() => room.release(this.id));
     }
     callback(error);
   }

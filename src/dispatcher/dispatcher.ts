@@ -37,6 +37,7 @@ import { storeConfig } from "./store-config.js";
 import { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
 import type { QueueItem, SubmitInput } from "./types.js";
 import { Wakeup } from "./wakeup.js";
+import { refusesWrites, WriteHealth, writeHealthMaxAgeMs } from "./write-health.js";
 import { ClaimPass } from "./claim-pass.js";
 import { SubmitBatcher } from "./submit-batcher.js";
 
@@ -93,6 +94,7 @@ export class Dispatcher {
   private listener: QueueListener | undefined;
   private readonly followers: ItemFollowers;
   private readonly cancels: CancelWatch;
+  private readonly writes: WriteHealth;
 
   constructor(private readonly options: DispatcherOptions) {
     this.config = dispatcherConfig(options.config);
@@ -100,7 +102,7 @@ export class Dispatcher {
     this.submits = new SubmitBatcher(this.store);
     this.control = new ItemControlStore(options.pool);
     this.fylrId = options.fylrId ?? randomUUID();
-    this.blobs = new BlobStore(options.blobPool ?? options.pool, storeConfig(options.store), this.fylrId);
+    this.blobs = new BlobStore(options.blobPool ?? options.pool, storeConfig(options.store), this.fylrId, options.pool);
     this.actions = options.actions ?? createDefaultActions();
     this.permits = new LocalPermits(effectiveLocalSlots(this.config));
     this.log = (options.logger ?? silentLogger).child({ component: "dispatcher", fylrId: this.fylrId });
@@ -145,6 +147,17 @@ export class Dispatcher {
     });
     completer.rider = this.claims;
     this.cancels = new CancelWatch({ control: this.control, tasks: this.tasks, events: this.events, log: this.log, cancelBoundMs: this.config.cancelBoundMs });
+    this.writes = new WriteHealth(writeHealthMaxAgeMs(this.config.heartbeatIntervalMs), performance.now());
+  }
+
+  /** Whether the database takes this fylr's writes (heartbeat, refused writes), for readiness. */
+  databaseWritable(): { readonly ok: boolean; readonly detail: string } {
+    return this.writes.report(performance.now());
+  }
+
+  /** A write failed: one the database refused (disk full, read-only, no privilege) fails readiness for a while. */
+  noteWriteError(err: unknown): void {
+    if (refusesWrites(err)) this.writes.refused(err, performance.now());
   }
 
   /** The lifecycle state. */
@@ -162,7 +175,9 @@ export class Dispatcher {
   async start(signal?: AbortSignal): Promise<void> {
     if (this.currentState !== "idle") throw new IllegalTransitionError("dispatcher", this.currentState, "running");
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
+    await this.blobs.room.checkDiskPath();
     await this.store.registerFylr(this.registration());
+    this.writes.wrote(performance.now());
     this.claims.localNotifies = await this.store.hasMigration(7);
     this.setState("running");
     this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify("capacity"));
@@ -243,6 +258,9 @@ export class Dispatcher {
       // With LISTEN up the insert's own notification wakes this loop (a second wake cost an empty pass).
       if (result.created && !this.listening) this.wakeup.notify("submit");
       return result;
+    } catch (err) {
+      this.noteWriteError(err);
+      throw err;
     } finally {
       place?.();
     }
@@ -385,6 +403,7 @@ export class Dispatcher {
         log: this.log,
         held: () => this.tasks.heldIds(),
         cancelCheck: () => this.cancels.check(),
+        writes: this.writes,
         rejoin: async () => {
           this.tasks.abortAll(new AbortReason("disconnected", "this fylr was declared dead; its claims were requeued"));
           // A stopping fylr's row is removed right after; it does not come back.

@@ -1,6 +1,7 @@
 /**
  * The dispatcher's second loop: this fylr's heartbeat and the sweep of dead siblings'
- * claims every heartbeat interval, the sweep of expired stored data when it is due. It
+ * claims every heartbeat interval, the sweep of expired stored data when it is due, and
+ * the VACUUM that gives the space of rolled-back writes back. It
  * runs apart from the claim loop, so a slow claim pass (a busy database, a large batch)
  * never delays the heartbeat towards the stale threshold, and it runs on while a stopping
  * dispatcher lets its items finish: a graceful stop longer than the threshold must not
@@ -15,6 +16,7 @@ import type { DispatcherEvents } from "./events.js";
 import type { DispatcherCounters } from "./settle.js";
 import type { QueueStore } from "./store.js";
 import { SweepGate } from "./sweep-gate.js";
+import type { WriteHealth } from "./write-health.js";
 import { lostClaimAgeMs, releaseLostClaims } from "./lost-claims.js";
 
 /** What the housekeeping loop works with. */
@@ -35,6 +37,8 @@ export interface HousekeepingDeps {
   readonly rejoin: () => Promise<void>;
   /** Held items cancelled meanwhile (a missed notification) and cancels past the bound (see cancels.ts). */
   readonly cancelCheck?: () => Promise<void>;
+  /** Told each heartbeat's outcome (readiness: can the database be written?). */
+  readonly writes?: WriteHealth;
 }
 
 /** Runs until `signal` aborts; resolves once the last beat and any sweep still running ended. */
@@ -47,6 +51,7 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
   const blobSweep = new Background(log, "sweep of stored data");
   const cancelCheck = new Background(log, "cancel check");
   const lostClaims = new Background(log, "audit of held claims");
+  const vacuum = new Background(log, "vacuum of the store");
   let lastBlobSweepAt = -Infinity;
   let lastAuditAt = performance.now();
   const gate = new SweepGate(config.staleAfterMs, performance.now());
@@ -54,11 +59,13 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
     const startedAt = performance.now();
     try {
       await heartbeat(deps);
+      deps.writes?.wrote(performance.now());
       if (failures > 0) log.info({ failures }, "database reachable again (heartbeat)");
       failures = 0;
       gate.healthy(performance.now());
     } catch (err) {
       if (signal.aborted) break;
+      deps.writes?.failed(err);
       gate.unhealthy();
       failures += 1;
       // Staged: the first failure and every 30th are warnings, the rest debug noise.
@@ -71,6 +78,7 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
     if (performance.now() - lastBlobSweepAt >= deps.blobs.config.sweepIntervalMs && blobSweep.runUnlessBusy(() => sweepBlobs(deps))) {
       lastBlobSweepAt = performance.now();
     }
+    if (deps.blobs.room.vacuumDue()) vacuum.runUnlessBusy(() => vacuumStore(deps));
     const wait = config.heartbeatIntervalMs - (performance.now() - startedAt);
     await sleep(Math.max(0, wait), signal).catch(() => undefined);
   }
@@ -78,6 +86,7 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
   await blobSweep.idle();
   await cancelCheck.idle();
   await lostClaims.idle();
+  await vacuum.idle();
 }
 
 // One background task of a kind at a time; its failures are logged, staged.
@@ -132,6 +141,18 @@ async function sweepStaleClaims(deps: HousekeepingDeps): Promise<void> {
       "requeued the claims of fylrs whose heartbeat went stale",
     );
   }
+  // Their writes died with them: what they reserved is free again.
+  if (reaped.deadFylrs.length > 0) await reclaimRoom(deps);
+}
+
+async function reclaimRoom(deps: HousekeepingDeps): Promise<void> {
+  const reclaimed = await deps.blobs.room.reclaim();
+  if (reclaimed.reservations > 0) deps.log.warn(reclaimed, "ended the store reservations of fylrs that are gone (their writes were rolled back)");
+}
+
+async function vacuumStore(deps: HousekeepingDeps): Promise<void> {
+  const report = await deps.blobs.room.vacuum();
+  deps.log.info({ ...report, freedBytes: report.beforeBytes - report.afterBytes }, "vacuumed the store after rolled-back or deleted writes");
 }
 
 // Stored data past its expiry or retention. Any fylr may do it; a row deleted by two
@@ -144,6 +165,7 @@ async function sweepBlobs(deps: HousekeepingDeps): Promise<void> {
     if (swept.blobs < 100) break;
   }
   if (total.blobs > 0) deps.log.info(total, "deleted stored data past its expiry or retention");
+  await reclaimRoom(deps);
 }
 
 async function auditClaims(deps: HousekeepingDeps): Promise<void> {

@@ -12,9 +12,11 @@ export {
   type StoreLimit,
   type WrittenBlob,
 } from "./blob-store.js";
+export { StoreRoom, type ReclaimedRoom, type StoreQuota, type VacuumReport } from "./blob-room.js";
 export { CopyBinaryDecoder } from "./copy-binary.js";
 export { inlineOutput, OutputSink, readOutput, type ItemOutput, type OutputSinkOptions } from "./output-sink.js";
-export { compileStoreConfig, storeConfig, storeConfigSchema, type StoreConfig } from "./store-config.js";
+export { compileStoreConfig, storeConfig, storeConfigSchema, type FreeSpaceFloor, type StoreConfig } from "./store-config.js";
+export { capToDisk, diskBytesPerByte, floorBytes, nextAsk, openingAsk, VacuumPacer, type DiskSpace, type ReservationAsk } from "./store-quota.js";
 export { execAdmission, instanceShare, reservedForHigh, type ExecAdmission, type InstanceShare } from "./admission.js";
 export { ManualCapacitySource, type CapacitySource, type ExecInstance } from "./capacity.js";
 export { compileDispatcherConfig, dispatcherConfig, dispatcherConfigSchema, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
@@ -58,3 +60,4 @@ export {
 } from "./store.js";
 export type { CallResult, ClaimedItem, ExecCallSpec, Fence, ItemKind, ItemState, LocalActionSpec, QueueItem, StdinSource, SubmitInput } from "./types.js";
 export { Wakeup } from "./wakeup.js";
+export { refusesWrites, WriteHealth, writeHealthMaxAgeMs } from "./write-health.js";

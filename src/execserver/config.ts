@@ -39,6 +39,8 @@ export const execserverConfigSchema = z.strictObject({
   tls: z
     .strictObject({ certFile: z.string().min(1), keyFile: z.string().min(1), clientCaFile: z.string().min(1).optional() })
     .optional(),
+  /** How jobs reach the fylrs' pipe URLs: the CA that signs an https fylr's certificate. */
+  pipes: z.strictObject({ caFile: z.string().min(1).optional() }).prefault({}),
   offerTimeout: durationMs.prefault("5s"),
   drainTimeout: durationMs.prefault("30s"),
   cancelGrace: durationMs.prefault("2s"),
@@ -86,6 +88,8 @@ export interface ExecserverConfig {
   /** Bearer token every BrokerService call must carry; undefined = no auth (loopback only). */
   readonly token: string | undefined;
   readonly tls: { readonly certFile: string; readonly keyFile: string; readonly clientCaFile?: string } | undefined;
+  /** CA file trusted for https pipe URLs instead of the system's CAs; undefined: the system's. */
+  readonly pipeCaFile: string | undefined;
   readonly offerTimeoutMs: number;
   readonly drainTimeoutMs: number;
   /** After a Cancel frame: SIGTERM to the job's process group, SIGKILL this much later. */
@@ -158,6 +162,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     adminListen: input.adminListen,
     token: input.token,
     tls: input.tls,
+    pipeCaFile: input.pipes.caFile,
     offerTimeoutMs: input.offerTimeout,
     drainTimeoutMs: input.drainTimeout,
     cancelGraceMs: input.cancelGrace,

@@ -26,6 +26,8 @@ export interface EffectsOptions {
   /** SIGTERM → SIGKILL delay for a job stopped by a Cancel frame. */
   readonly cancelGraceMs: number;
   readonly logger: Logger;
+  /** CA certificates for https pipe URLs (pipes.caFile); undefined: the system's. */
+  readonly pipeCa?: Buffer;
   /** Runs command services; default: the process runner in ./runner. */
   readonly runJob: RunJob | undefined;
   /** Monotonic ms clock. */
@@ -116,6 +118,7 @@ export class BrokerIo implements CoreEffects {
       stdinUrl: job.stdinUrl,
       stdinInline: job.stdinInline,
       stdoutUrl: job.stdoutUrl,
+      pipeCa: this.options.pipeCa,
       cancelGraceMs: this.options.cancelGraceMs,
       signal: controller.signal,
       onSpawn: (pid) => (record.jobPid = pid),

@@ -28,7 +28,7 @@ import { HelloBroadcast } from "./hello-broadcast.js";
 import { IdleWaiters } from "./idle-waiters.js";
 import { LegacyTokens, LegacyTransport } from "./legacy/index.js";
 import { ExecserverMetrics } from "./metrics.js";
-import { createRunJob, jobDirsRemoved, sharedJobLauncher, type RunJob } from "./runner/index.js";
+import { createRunJob, jobDirRoot, jobDirsRemoved, readPipeCa, sharedJobLauncher, sweepLeftoverJobs, type RunJob } from "./runner/index.js";
 import { Session, type SessionHost } from "./session.js";
 import { buildStatus, helloWaitgroups } from "./status.js";
 
@@ -131,6 +131,7 @@ export class Execserver implements SessionHost {
       cancelGraceMs: config.cancelGraceMs,
       logger: this.logger,
       runJob,
+      pipeCa: config.pipeCaFile === undefined ? undefined : readPipeCa(config.pipeCaFile),
       now: () => this.now(),
       jobFinished: () => this.idle.jobFinished(),
     });
@@ -180,6 +181,9 @@ export class Execserver implements SessionHost {
     if (!this.config.token && !isLoopbackHost(host)) {
       throw new ConfigError(`token: required when listen (${this.config.listen}) is not a loopback address`);
     }
+    // What dead execservers left goes before a listener is bound, so before any slot is
+    // offered: a restarted execserver never runs its jobs beside orphans of the last one.
+    if (!this.options.runJob) await sweepLeftoverJobs(jobDirRoot(undefined), this.logger);
     try {
       if (this.config.brokerService) this.grpcPort = await bindServer(this.grpcServer, this.config.listen, serverCredentials(this.config.tls));
       this.adminPort = await this.admin.listen(this.config.adminListen);

@@ -18,6 +18,8 @@ export interface ExecClientOptions {
   readonly pipes: PipeRegistry;
   /** Port of this fylr's HTTP server (the one serving `pipes`). */
   readonly pipePort: number;
+  /** "https" when that port serves TLS (default "http"). */
+  readonly pipeScheme?: "http" | "https";
   /**
    * Host for pipe URLs instead of this fylr's local address on the broker connection
    * (NAT). Default: the broker config's pipeHost, else the connection's local address.
@@ -144,7 +146,7 @@ export class ExecClient {
       const inline = inlineStdin(options.stdin, slot);
       inPipe = options.stdin === undefined || inline ? undefined : this.options.pipes.createInPipe(options.stdin);
       outPipe = this.options.pipes.createOutPipe(sink);
-      const urls = pipeUrls(host, this.options.pipePort, { in: inPipe?.id, out: outPipe.id });
+      const urls = pipeUrls(host, this.options.pipePort, { in: inPipe?.id, out: outPipe.id }, this.options.pipeScheme);
       const spec = create(JobSpecSchema, {
         args: [...(options.args ?? [])],
         env: { ...options.env },

@@ -1,7 +1,6 @@
 // `slotbroker up` as a child process: it comes up, `submit --wait` prints the right digest,
 // `status` prints tables, and SIGTERM stops everything, Postgres included.
 import { expect } from "chai";
-import { spawn, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
@@ -9,70 +8,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient } from "../../src/api/index.js";
-import { slotbrokerArgs } from "../../harness/node-children.js";
 import { waitFor } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release, track } from "../support/resources.js";
-import { root, slotbroker, waitForLine } from "../integration/support.js";
-
-interface Up {
-  readonly child: ChildProcess;
-  readonly api: string;
-  readonly grpc: string;
-  readonly admin: string;
-  readonly banner: string;
-  stderr(): string;
-  /** Sends SIGTERM and waits; resolves with the exit code. */
-  stop(): Promise<number | null>;
-}
-
-/** `slotbroker up --port-base 0`; `detached` makes it lead a process group, like a shell job. */
-async function startUp(env: NodeJS.ProcessEnv, detached = false): Promise<Up> {
-  const child = spawn(process.execPath, slotbrokerArgs(["up", "--port-base", "0"]), { cwd: root, env, detached, stdio: ["ignore", "pipe", "pipe"] });
-  let log = "";
-  child.stderr.setEncoding("utf8").on("data", (s: string) => (log += s));
-  const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));
-  const stop = async (): Promise<number | null> => {
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
-    return exited;
-  };
-  const handle = { child, stderr: () => log, stop } as { -readonly [K in keyof Up]: Up[K] };
-  track(handle, "slotbroker up", async () => {
-    for (const pid of await descendants(child.pid!)) killQuietly(pid);
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-  });
-  const m = await waitForLine(child, /^[\s\S]*api=(\S+)[\s\S]*Ctrl-C/, 120_000, () => log);
-  handle.banner = m[0];
-  handle.api = /api=(\S+)/.exec(m[0])![1]!;
-  handle.grpc = /grpc=(\S+)/.exec(m[0])![1]!;
-  handle.admin = /admin=(\S+)/.exec(m[0])![1]!;
-  return handle;
-}
-
-/** Every process below `pid`, to check that nothing outlives `up`. */
-async function descendants(pid: number): Promise<number[]> {
-  const { stdout } = await slotbrokerFree(["pgrep", "-P", String(pid)]);
-  const children = stdout.split("\n").filter(Boolean).map(Number);
-  const below = await Promise.all(children.map(descendants));
-  return [...children, ...below.flat()];
-}
-
-function killQuietly(pid: number): void {
-  try {
-    process.kill(pid, "SIGKILL");
-  } catch {
-    // gone already
-  }
-}
-
-async function slotbrokerFree(argv: string[]): Promise<{ stdout: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(argv[0]!, argv.slice(1), { stdio: ["ignore", "pipe", "ignore"] });
-    let stdout = "";
-    child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
-    child.once("close", () => resolve({ stdout }));
-  });
-}
+import { release } from "../support/resources.js";
+import { descendants, startUp } from "../support/up-process.js";
+import { slotbroker } from "../integration/support.js";
 
 /** Running, and not a zombie waiting to be reaped (Linux /proc). */
 function alive(pid: number): boolean {

@@ -1,12 +1,17 @@
 // The store for inputs and outputs of any size, against a real Postgres: chunked writes in
-// one transaction, binary COPY reads of any byte range, limits, adoption, expiry, retention.
+// one transaction, binary COPY reads of any byte range, limits (reserved before a byte is
+// written, across stores of several fylrs), the disk floor, the VACUUM of rolled-back
+// writes, adoption, expiry, retention.
 import { createHash, randomBytes } from "node:crypto";
+import { statfsSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { Readable } from "node:stream";
 import { finished, pipeline } from "node:stream/promises";
 import { expect } from "chai";
 import type pg from "pg";
 import { BlobStore, CopyBinaryDecoder, migrate, OutputSink, QueueStore, StoreLimitError, normalizeSubmit, createDefaultActions, storeConfig, inlineOutput, type StoreConfig } from "../../src/dispatcher/index.js";
 import { parseRange } from "../../src/app/index.js";
+import { waitFor } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool } from "./support.js";
 
@@ -31,15 +36,16 @@ function* pieces(bytes: Buffer, size: number): Generator<Buffer> {
 
 describe("blob store", () => {
   let pool: pg.Pool;
+  let databaseUrl: string;
   const make = (overrides: Partial<StoreConfig> = {}): BlobStore => new BlobStore(pool, storeConfig({ chunkBytes: 64 * KiB, ...overrides }), "test-fylr");
 
   before(async () => {
-    const url = await createTestDatabase("blobs");
-    await migrate(url);
-    pool = openPool(url, 6);
+    databaseUrl = await createTestDatabase("blobs");
+    await migrate(databaseUrl);
+    pool = openPool(databaseUrl, 6);
   });
   beforeEach(async () => {
-    await pool.query("TRUNCATE queue_items, fylrs, blobs CASCADE");
+    await pool.query("TRUNCATE queue_items, fylrs, blobs, blob_reservations CASCADE");
   });
   after(async () => {
     await closeAll(pool);
@@ -91,16 +97,151 @@ describe("blob store", () => {
     expect((await store.usage()).blobs).to.equal(0);
   });
 
-  it("refuses a write that would pass maxTotalBytes, naming the limit", async () => {
+  it("refuses a write that would pass maxTotalBytes, naming the limit and the numbers", async () => {
     const store = make({ maxTotalBytes: 300 * KiB });
     await write(store, randomBytes(200 * KiB));
     const early = store.createWriter({ role: "input", expectedBytes: 200 * KiB });
     const err = (await finished(early).then(() => undefined, (e: unknown) => e)) as StoreLimitError;
     expect(err.limit).to.equal("store.maxTotalBytes");
-    expect(err.message).to.match(/the store holds 204800 of its 307200-byte limit \(store\.maxTotalBytes\)/);
+    expect(err.message).to.equal("204800 bytes more do not fit under store.maxTotalBytes (307200 bytes): the store holds 204800 bytes and writes in progress reserve 0 bytes");
     const unannounced = (await write(store, randomBytes(200 * KiB)).then(() => undefined, (e: unknown) => e)) as StoreLimitError;
     expect(unannounced.limit).to.equal("store.maxTotalBytes");
     expect((await store.usage()).blobs).to.equal(1);
+  });
+
+  it("a full store refuses a body of unknown size before its first byte", async () => {
+    const store = make({ maxTotalBytes: 200 * KiB });
+    await write(store, randomBytes(200 * KiB));
+    const writer = store.createWriter({ role: "input" });
+    writer.on("error", () => undefined);
+    const refused = await writer.opened;
+    expect(refused?.message).to.equal("1 byte more does not fit under store.maxTotalBytes (204800 bytes): the store holds 204800 bytes and writes in progress reserve 0 bytes");
+    expect(writer.size).to.equal(0);
+  });
+
+  it("a write in progress holds its announced size: another fylr's write is refused for it until the first commits", async () => {
+    const other = openPool(databaseUrl, 4);
+    try {
+      const a = make({ maxTotalBytes: 300 * KiB });
+      const b = new BlobStore(other, storeConfig({ chunkBytes: 64 * KiB, maxTotalBytes: 300 * KiB }), "other-fylr");
+      const first = a.createWriter({ role: "input", expectedBytes: 200 * KiB });
+      const bytes = randomBytes(200 * KiB);
+      first.write(bytes.subarray(0, 100 * KiB));
+      await first.opened;
+      expect(await b.room.quota()).to.deep.equal({ stored: 0, reserved: 200 * KiB, writes: 1 });
+      const refused = b.createWriter({ role: "input", expectedBytes: 150 * KiB });
+      const err = (await finished(refused).then(() => undefined, (e: unknown) => e)) as StoreLimitError;
+      expect(err.message).to.equal("153600 bytes more do not fit under store.maxTotalBytes (307200 bytes): the store holds 0 bytes and writes in progress reserve 204800 bytes");
+      first.end(bytes.subarray(100 * KiB));
+      await finished(first);
+      // The commit moved the bytes from reserved to stored in one step.
+      expect(await b.room.quota()).to.deep.equal({ stored: 200 * KiB, reserved: 0, writes: 0 });
+      await write(b, randomBytes(100 * KiB));
+      expect(await b.room.quota()).to.deep.equal({ stored: 300 * KiB, reserved: 0, writes: 0 });
+    } finally {
+      await closeAll(other);
+    }
+  });
+
+  it("a body of unknown size is refused the moment it would pass maxTotalBytes; nothing of it stays, nor its reservation", async () => {
+    const store = make({ maxTotalBytes: 300 * KiB });
+    await write(store, randomBytes(100 * KiB));
+    const writer = store.createWriter({ role: "input" });
+    const err = (await pipeline(Readable.from(pieces(randomBytes(2048 * KiB), 7777)), writer).then(() => undefined, (e: unknown) => e)) as StoreLimitError;
+    expect(err.limit).to.equal("store.maxTotalBytes");
+    expect(err.message).to.match(/^\d+ bytes more do not fit under store\.maxTotalBytes \(307200 bytes\): the store holds 102400 bytes/);
+    // Refused when it crossed the limit, not at its end.
+    expect(writer.size).to.be.at.most(200 * KiB + 7777);
+    await waitFor("the reservation ended", async () => (await store.room.quota()).writes === 0, 10_000);
+    expect(await store.room.quota()).to.deep.equal({ stored: 100 * KiB, reserved: 0, writes: 0 });
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blobs")).rows[0]!.n).to.equal(1);
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blob_chunks")).rows[0]!.n).to.equal(2);
+  });
+
+  it("ends the reservations of a fylr that is gone, and no others", async () => {
+    await pool.query("INSERT INTO fylrs (id, hostname, pid) VALUES ('live-fylr', 'h', 1)");
+    const gone = new BlobStore(pool, storeConfig({ chunkBytes: 64 * KiB }), "gone-fylr");
+    const live = new BlobStore(pool, storeConfig({ chunkBytes: 64 * KiB }), "live-fylr");
+    const dead = gone.createWriter({ role: "input", expectedBytes: 200 * KiB });
+    const running = live.createWriter({ role: "input", expectedBytes: 100 * KiB });
+    await Promise.all([dead.opened, running.opened]);
+    expect(await live.room.reclaim()).to.deep.equal({ fylrs: ["gone-fylr"], reservations: 1, bytes: 200 * KiB });
+    expect(await live.room.quota()).to.deep.equal({ stored: 0, reserved: 100 * KiB, writes: 1 });
+    dead.destroy();
+    running.end(randomBytes(100 * KiB));
+    await finished(running);
+    await finished(dead).catch(() => undefined);
+    await waitFor("every reservation ended", async () => (await live.room.quota()).writes === 0, 10_000);
+  });
+
+  it("counts committed bytes through commits, deletes, the sweep, an item's cascade and a TRUNCATE", async () => {
+    const store = make({ orphanTtlMs: 100 });
+    const stored = async (): Promise<number> => (await store.room.quota()).stored;
+    const one = await write(store, randomBytes(70 * KiB));
+    const two = await write(store, randomBytes(30 * KiB));
+    expect(await stored()).to.equal(100 * KiB);
+    await store.delete(two);
+    expect(await stored()).to.equal(70 * KiB);
+    const queue = new QueueStore(pool);
+    const { item } = await queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+    await write(store, randomBytes(10 * KiB), { role: "output", itemId: item.id });
+    expect(await stored()).to.equal(80 * KiB);
+    await pool.query("DELETE FROM queue_items WHERE id = $1", [item.id]);
+    expect(await stored()).to.equal(70 * KiB);
+    // Time passing is the thing under test: past the orphan TTL.
+    await new Promise((r) => setTimeout(r, 200));
+    expect((await store.sweep()).blobs).to.equal(1);
+    expect(await store.info(one)).to.equal(undefined);
+    expect(await stored()).to.equal(0);
+    await write(store, randomBytes(5 * KiB));
+    await pool.query("TRUNCATE queue_items, blobs CASCADE");
+    expect(await stored()).to.equal(0);
+  });
+
+  it("refuses a write that would leave less than store.minFreeSpace free on the database's filesystem", async () => {
+    const dir = tmpdir();
+    const fs = statfsSync(dir);
+    const free = fs.bavail * fs.bsize;
+    const tight = make({ diskPath: dir, minFreeSpace: { bytes: free + 1024 * 1024 * KiB } });
+    const err = (await finished(tight.createWriter({ role: "input", expectedBytes: 10 * KiB })).then(() => undefined, (e: unknown) => e)) as StoreLimitError;
+    expect(err.limit).to.equal("store.minFreeSpace");
+    expect(err.message).to.match(new RegExp(`^10240 bytes more would leave less than store\\.minFreeSpace \\(\\d+ bytes \\(\\d+\\.\\d MiB\\)\\) free on the database's filesystem at ${dir}: \\d+ bytes .* are free`));
+    // A body of unknown size is refused before its first byte too.
+    const chunked = (await write(tight, randomBytes(10 * KiB)).then(() => undefined, (e: unknown) => e)) as StoreLimitError;
+    expect(chunked.limit).to.equal("store.minFreeSpace");
+    const share = make({ diskPath: dir, minFreeSpace: { percent: 99.999 } });
+    expect(((await write(share, randomBytes(10 * KiB)).then(() => undefined, (e: unknown) => e)) as Error).message).to.match(/store\.minFreeSpace \(99\.999% of \d+ bytes/);
+    const roomy = make({ diskPath: dir, minFreeSpace: { bytes: 0 } });
+    expect((await roomy.info(await write(roomy, randomBytes(10 * KiB))))?.size).to.equal(10 * KiB);
+    await waitFor("every reservation ended", async () => (await roomy.room.quota()).writes === 0, 10_000);
+    const missing = make({ diskPath: "/nonexistent/slotbroker" });
+    expect(((await missing.room.checkDiskPath().then(() => undefined, (e: unknown) => e)) as Error).message).to.match(/^store\.diskPath: cannot read the free space at \/nonexistent\/slotbroker/);
+  });
+
+  it("a VACUUM after a rolled-back write gives its space back to the filesystem", async () => {
+    const store = make({ vacuumAfterBytes: 1024 * KiB, vacuumIntervalMs: 60_000 });
+    const size = async (): Promise<number> => Number((await pool.query<{ n: string }>("SELECT pg_table_size('blob_chunks') AS n")).rows[0]!.n);
+    await pool.query("VACUUM blob_chunks");
+    const before = await size();
+    const writer = store.createWriter({ role: "input" });
+    writer.on("error", () => undefined);
+    for (let i = 0; i < 64; i++) writer.write(randomBytes(64 * KiB));
+    await waitFor("2 MiB of chunks written", async () => (await size()) > before + 2048 * KiB, 20_000);
+    expect(store.room.vacuumDue()).to.equal(false);
+    writer.destroy(new Error("cut off"));
+    await finished(writer).catch(() => undefined);
+    expect(store.room.vacuumDue()).to.equal(true);
+    // The server ends the write once it sees the connection gone; a VACUUM cannot truncate the table while that transaction holds it.
+    const open = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL";
+    await waitFor("the write rolled back", async () => (await pool.query<{ n: number }>(open)).rows[0]!.n === 0, 10_000);
+    const report = await store.room.vacuum();
+    expect(report.noted).to.be.at.least(2048 * KiB);
+    // Its free-space and visibility maps stay (a few pages).
+    expect(report.afterBytes).to.be.at.most(before + 256 * KiB);
+    expect(await size()).to.be.at.most(before + 256 * KiB);
+    // At most one per vacuumInterval.
+    store.room.noteDead(2048 * KiB);
+    expect(store.room.vacuumDue()).to.equal(false);
   });
 
   it("a submit adopts an upload once; an unadopted upload expires; an adopted one outlives its expiry", async () => {

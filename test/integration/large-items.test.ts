@@ -155,7 +155,7 @@ describe(`large items through the queue (${Math.round(size / MiB)} MiB)`, functi
   beforeEach(async () => {
     pool = openPool(databaseUrl);
     // The first fylr migrates; later tests start from empty tables.
-    await pool.query("DO $$ BEGIN IF to_regclass('blobs') IS NOT NULL THEN TRUNCATE queue_items, fylrs, blobs CASCADE; END IF; END $$");
+    await pool.query("DO $$ BEGIN IF to_regclass('blob_reservations') IS NOT NULL THEN TRUNCATE queue_items, fylrs, blobs, blob_reservations CASCADE; END IF; END $$");
     exec = await spawnExecserver({
       instanceId: "exec-large",
       waitgroups: { files: { processes: 4 } },

@@ -9,6 +9,8 @@ import { spawnExecserver, type ExecserverProcess } from "../support/execserver-p
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, root, runCommand, spawnFylr, type FylrProcess } from "./support.js";
 
+const apiToken = "recipes-api-token-0123456789";
+
 describe("docs/protocol.md: files of any size with curl", () => {
   let exec: ExecserverProcess | undefined;
   let fylr: FylrProcess | undefined;
@@ -21,7 +23,8 @@ describe("docs/protocol.md: files of any size with curl", () => {
     pool = openPool(url);
     dir = mkdtempSync(join(tmpdir(), "slotbroker-recipes-"));
     exec = await spawnExecserver({ instanceId: "exec-recipes", waitgroups: { files: { processes: 2 } }, services: { cat: { waitgroup: "files", command: ["cat"] } } });
-    fylr = await spawnFylr(fastFylrConfig(url, [exec.grpcAddress]), "recipes");
+    // The recipes send $SLOTBROKER_API_TOKEN: the fylr requires it.
+    fylr = await spawnFylr(fastFylrConfig(url, [exec.grpcAddress], { auth: { tokens: [{ name: "recipes", token: apiToken, scopes: ["submit", "read"] }] } }), "recipes");
   });
   after(async () => {
     await closeAll(fylr, exec, pool);
@@ -37,7 +40,7 @@ describe("docs/protocol.md: files of any size with curl", () => {
     const address = fylr!.url.replace(/^http:\/\//, "");
     const script = ["set -euo pipefail", ...blocks].join("\n").replaceAll("127.0.0.1:7700", address).replaceAll("/tmp/", `${dir}/`);
     expect(script).to.not.include("7700");
-    const r = await runCommand(["bash", "-c", script], { timeoutMs: 80_000 });
+    const r = await runCommand(["bash", "-c", script], { timeoutMs: 80_000, env: { SLOTBROKER_API_TOKEN: apiToken } });
     expect(r.code, r.stderr).to.equal(0);
     const lines = r.stdout.toString().trim().split("\n");
     expect(lines[0]).to.match(/^uploaded [0-9a-f-]{36}$/);

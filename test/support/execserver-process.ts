@@ -32,6 +32,11 @@ export interface ExecserverProcess {
   status(): Promise<GetStatusResponse>;
   /** Kills the process (SIGKILL by default: a crash) and waits for it to exit. */
   kill(signal?: NodeJS.Signals): Promise<void>;
+  /**
+   * Sends `signal` to the process's whole process group (`kill -- -PGID`, as a shell or
+   * supervisord's `killasgroup` does) and waits for the execserver to exit. Needs `ownGroup`.
+   */
+  killGroup(signal?: NodeJS.Signals): Promise<void>;
   /** Kills and starts it again on the same ports with the same config (or `config`, same ports). */
   restart(signal?: NodeJS.Signals, config?: SpawnExecserverConfig): Promise<void>;
 }
@@ -42,7 +47,15 @@ export type SpawnExecserverConfig = Omit<ExecserverConfigInput, "listen" | "admi
 /** Starts an execserver child process; `config` is written to a YAML file in a temp dir. */
 export async function spawnExecserver(
   config: SpawnExecserverConfig,
-  options: { name?: string; startTimeoutMs?: number; logLevel?: string } = {},
+  options: {
+    name?: string;
+    startTimeoutMs?: number;
+    logLevel?: string;
+    /** Started as the leader of a process group (and session) of its own, as a shell or supervisor would. */
+    ownGroup?: boolean;
+    /** Added to the environment (e.g. TMPDIR: where its jobs' directories go). */
+    env?: NodeJS.ProcessEnv;
+  } = {},
 ): Promise<ExecserverProcess> {
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-exec-"));
   let listen = config.listen ?? "";
@@ -59,7 +72,8 @@ export async function spawnExecserver(
     child = spawn(process.execPath, slotbrokerArgs(["execserver", "--config", configPath]), {
       cwd: root,
       stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, SLOTBROKER_LOG_LEVEL: options.logLevel ?? process.env.SLOTBROKER_EXEC_LOG_LEVEL ?? "warn" },
+      env: { ...process.env, SLOTBROKER_LOG_LEVEL: options.logLevel ?? process.env.SLOTBROKER_EXEC_LOG_LEVEL ?? "warn", ...options.env },
+      detached: options.ownGroup ?? false,
     });
     child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
       log = (log + chunk).slice(-20_000);
@@ -94,6 +108,15 @@ export async function spawnExecserver(
     await exited;
   };
 
+  const killGroup = async (signal: NodeJS.Signals = "SIGKILL"): Promise<void> => {
+    const c = child;
+    if (!options.ownGroup) throw new Error("killGroup() needs an execserver spawned with ownGroup");
+    if (c.exitCode !== null || c.signalCode !== null) return;
+    const exited = new Promise<void>((done) => c.once("exit", () => done()));
+    process.kill(-c.pid!, signal);
+    await exited;
+  };
+
   const handle: ExecserverProcess = {
     get instanceId() {
       return instanceId;
@@ -114,6 +137,7 @@ export async function spawnExecserver(
     stderr: () => log,
     status: () => getStatus(grpcAddress, config.token),
     kill,
+    killGroup,
     restart: async (signal, next) => {
       await kill(signal);
       if (next) writeFileSync(configPath, stringify({ ...next, listen, adminListen }));

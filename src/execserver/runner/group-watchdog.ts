@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { performance } from "node:perf_hooks";
 
 // One `sh` per execserver process reads lines from a pipe whose only writer is the
 // execserver (builtins only: no process per line):
@@ -6,35 +7,48 @@ import { spawn, type ChildProcess } from "node:child_process";
 //          known yet);
 //   +PGID  the job's process group, once spawn() returned;
 //   =DIR   DIR is covered by its +PGID (or the spawn failed);
-//   -PGID  the job is over.
+//   -PGID  the job is over;
+//   @DIR   the execserver's own directory of job directories: removed at the end.
 // Its read returns EOF only when the execserver closed the pipe or died (the kernel closes
 // a dead process's descriptors, even after SIGKILL); then it kills every group still in
-// the set, and every process whose working directory is a DIR still pending: an execserver
-// killed in the middle of a fork never got to write the +PGID.
+// the set, and every process whose working directory is a DIR still pending (an execserver
+// killed in the middle of a fork never got to write the +PGID) or a job directory in an
+// @DIR (what left its job's group, a job whose launcher died before it told its pid).
+// Then it removes the @DIRs.
+// It runs in a session (and process group) of its own and ignores HUP, INT and TERM, so
+// whatever reaches the execserver's group does not reach it: `kill -9 -- -PGID` (a
+// shell's or supervisord's group kill), a terminal's hang-up, a Ctrl-C.
 const REAPER_SCRIPT = `set -f
+trap '' HUP INT TERM
 nl='
 '
 groups=" "
 pending=""
+dirs=""
 while IFS= read -r line; do
   case $line in
     +*) groups="$groups\${line#+} " ;;
     -*) g=\${line#-}; case $groups in *" $g "*) groups="\${groups%% $g *} \${groups#* $g }" ;; esac ;;
     [?]*) pending="$pending\${line#?}$nl" ;;
     =*) d=\${line#=}; rest=""; IFS=$nl; for p in $pending; do [ "$p" = "$d" ] || rest="$rest$p$nl"; done; unset IFS; pending=$rest ;;
+    @*) dirs="$dirs\${line#@}$nl" ;;
   esac
 done
 for g in $groups; do kill -s KILL -- "-$g" 2>/dev/null; done
-[ -n "$pending" ] || exit 0
-set +f
 IFS=$nl
-for p in $pending; do
+set +f
+scan=$pending
+for d in $dirs; do for j in "$d"/slotbroker-job-*; do [ -d "$j" ] && scan="$scan$j$nl"; done; done
+for p in $scan; do
   for proc in /proc/[0-9]*; do
     [ "$proc/cwd" -ef "$p" ] || continue
     pid=\${proc#/proc/}
     kill -s KILL -- "-$pid" 2>/dev/null || kill -s KILL "$pid" 2>/dev/null
   done
-done`;
+done
+set -f
+for d in $dirs; do rm -rf -- "$d" 2>/dev/null || { sleep 1; rm -rf -- "$d" 2>/dev/null; }; done
+exit 0`;
 
 type OnError = (err: Error) => void;
 
@@ -43,6 +57,7 @@ class GroupReaper {
   #child: ChildProcess | undefined;
   readonly #watched = new Set<number>();
   readonly #pending = new Set<string>();
+  readonly #owned = new Set<string>();
   // Lines held while batching (see batch()); undefined otherwise.
   #held: string | undefined;
 
@@ -63,6 +78,13 @@ class GroupReaper {
   settle(dir: string): void {
     if (!this.#pending.delete(dir) || !this.#child) return;
     this.#write(this.#child, `=${dir}\n`);
+  }
+
+  /** `dir` is removed once the execserver is gone (after its jobs were killed). */
+  own(dir: string, onError: OnError): void {
+    const child = this.#ensure(onError);
+    this.#owned.add(dir);
+    if (child) this.#write(child, `@${dir}\n`);
   }
 
   remove(pgid: number): void {
@@ -96,17 +118,22 @@ class GroupReaper {
     if (this.#child) return this.#child;
     let child: ChildProcess;
     try {
-      child = spawn("/bin/sh", ["-c", REAPER_SCRIPT, "slotbroker-job-reaper"], { stdio: ["pipe", "ignore", "ignore"] });
+      // detached: a session and process group of its own (see REAPER_SCRIPT).
+      child = spawn("/bin/sh", ["-c", REAPER_SCRIPT, "slotbroker-job-reaper"], { stdio: ["pipe", "ignore", "ignore"], detached: true });
     } catch (err) {
       onError(err as Error);
       return undefined;
     }
+    const startedAt = performance.now();
     child.on("error", onError);
     child.stdin!.on("error", () => undefined);
-    // A reaper that died (killed by hand) is replaced at the next job, told of every group
-    // still running. The jobs in between run unwatched.
+    // A reaper that died (killed by hand) is replaced at once while jobs run, told of every
+    // group still running; one that died within a second of its start (it would again) at
+    // the next job.
     child.once("exit", () => {
-      if (this.#child === child) this.#child = undefined;
+      if (this.#child !== child) return;
+      this.#child = undefined;
+      if (this.#watched.size + this.#pending.size > 0 && performance.now() - startedAt > 1_000) this.#ensure(onError);
     });
     child.unref();
     (child.stdin as unknown as { unref?: () => void }).unref?.();
@@ -115,6 +142,7 @@ class GroupReaper {
     if (this.#held !== undefined) this.#held = "";
     for (const pgid of this.#watched) child.stdin!.write(`+${pgid}\n`);
     for (const dir of this.#pending) child.stdin!.write(`?${dir}\n`);
+    for (const dir of this.#owned) child.stdin!.write(`@${dir}\n`);
     return child;
   }
 }
@@ -160,4 +188,13 @@ export function watchForkIn(dir: string, onError: OnError): () => void {
   if (dir.includes("\n")) return () => undefined;
   reaper.expect(dir, onError);
   return () => reaper.settle(dir);
+}
+
+/**
+ * Has the reaper remove `dir` (the execserver's own directory of job directories) once
+ * the execserver is gone, however it ends. A name holding a line break is left to the
+ * next execserver's sweep (see leftover-jobs.ts).
+ */
+export function removeWhenGone(dir: string, onError: OnError): void {
+  if (!dir.includes("\n")) reaper.own(dir, onError);
 }

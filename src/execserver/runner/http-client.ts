@@ -1,10 +1,24 @@
+import { readFileSync } from "node:fs";
 import http from "node:http";
 import https from "node:https";
+import { ConfigError } from "../../shared/errors.js";
 
-/** Starts an HTTP(S) request to a pipe URL: no keep-alive agent, since each pipe is used once. */
-export function pipeRequest(url: URL, options: http.RequestOptions, onResponse: (res: http.IncomingMessage) => void): http.ClientRequest {
-  const send = url.protocol === "https:" ? https.request : http.request;
-  return send(url, { ...options, agent: false }, onResponse);
+/** Reads the execserver's pipes.caFile; a file that cannot be read is a ConfigError naming the key. */
+export function readPipeCa(path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    throw new ConfigError(`pipes.caFile: cannot read ${path}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/**
+ * Starts an HTTP(S) request to a pipe URL: no keep-alive agent, since each pipe is used
+ * once. `ca` (the execserver's pipes.caFile) is trusted for https instead of the system's CAs.
+ */
+export function pipeRequest(url: URL, options: http.RequestOptions, onResponse: (res: http.IncomingMessage) => void, ca?: Buffer): http.ClientRequest {
+  if (url.protocol === "https:") return https.request(url, { ...options, agent: false, ...(ca && { ca }) }, onResponse);
+  return http.request(url, { ...options, agent: false }, onResponse);
 }
 
 /** True for a 2xx status. */

@@ -9,12 +9,18 @@
 // - the upload ends cleanly only after exit code 0 and no runner failure; anything else
 //   destroys it, so the receiver sees an aborted body.
 // - when the job is over, whatever is left in its process group is SIGKILLed.
+// - a job never outlives its execserver: a reaper outside the execserver's process group
+//   and session (group-watchdog.ts) kills every running job's group when the execserver
+//   dies, and removes its directory of job directories; an execserver that starts sweeps
+//   what dead ones left when their reaper died too (leftover-jobs.ts).
 // - on Linux the fork happens in the job launcher (job-launcher.ts), a small node process:
 //   forking copies the forking process's page tables and blocks it until the child has
 //   exec'd, which from the execserver cost milliseconds per job. The launcher passes the
 //   job's pipes back over its IPC channel, so the runner streams them itself as before.
 export { createRunJob, runJob, type RunnerOptions } from "./run-job.js";
-export { jobDirsRemoved } from "./job-dir.js";
+export { readPipeCa } from "./http-client.js";
+export { jobDirRoot, jobDirsRemoved } from "./job-dir.js";
+export { sweepLeftoverJobs, type SweepOptions, type SweepResult } from "./leftover-jobs.js";
 export { JobLauncher, sharedJobLauncher, type JobLauncherOptions } from "./job-launcher.js";
 export type { JobProcess, RunJob, RunRequest, StdoutSink } from "./types.js";
 export { childEnv, FALLBACK_PATH } from "./child-env.js";

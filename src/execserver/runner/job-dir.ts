@@ -1,19 +1,61 @@
-import { mkdtempSync, rmdir } from "node:fs";
+import { mkdtempSync, rmdir, rmSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "../../shared/log.js";
+import { thisProcess } from "./job-dir-owner.js";
+import { removeWhenGone } from "./group-watchdog.js";
+
+/** Names of the directories of one execserver process's job directories: "slotbroker-jobs-PID-XXXXXX". */
+export const OWNER_DIR_PREFIX = "slotbroker-jobs-";
+// Names of job directories, inside their execserver's directory (the reaper's script and
+// the soak's leftover check know it too).
+const JOB_DIR_PREFIX = "slotbroker-job-";
+/** The file in an execserver's directory that says who made it (see DirOwner). */
+export const OWNER_FILE = "owner.json";
 
 // os.tmpdir() reads the environment on every call; the execserver's does not change.
 let defaultRoot: string | undefined;
+// root → this process's directory of job directories there.
+const ownDirs = new Map<string, string>();
 
 /**
- * Makes a job's fresh working directory under `root` (default os.tmpdir()). Synchronous on
- * purpose: one mkdir(2), far cheaper than a round trip through libuv's thread pool, which
- * on a busy machine added milliseconds to every job.
+ * Makes a job's fresh working directory under this process's own directory in `root`
+ * (default os.tmpdir()), made with the first job. Synchronous on purpose: one mkdir(2),
+ * far cheaper than a round trip through libuv's thread pool, which on a busy machine
+ * added milliseconds to every job.
  */
-export function makeJobDir(root: string | undefined): string {
-  return mkdtempSync(join(jobDirRoot(root), "slotbroker-job-"));
+export function makeJobDir(root: string | undefined, onError: (err: Error) => void): string {
+  const base = jobDirRoot(root);
+  const own = ownDirs.get(base);
+  if (own) {
+    try {
+      return mkdtempSync(join(own, JOB_DIR_PREFIX));
+    } catch (err) {
+      // Removed from under us (a cleaner of old temp files): make a new one.
+      if ((err as { code?: unknown }).code !== "ENOENT") throw err;
+      ownDirs.delete(base);
+    }
+  }
+  return mkdtempSync(join(makeOwnDir(base, onError), JOB_DIR_PREFIX));
+}
+
+/**
+ * Makes this process's directory of job directories in `base`, with the owner file that
+ * lets the next execserver tell it from a live one's (see leftover-jobs.ts), and has the
+ * reaper remove it once this process is gone, however it ends.
+ */
+function makeOwnDir(base: string, onError: (err: Error) => void): string {
+  const dir = mkdtempSync(join(base, `${OWNER_DIR_PREFIX}${process.pid}-`));
+  try {
+    writeFileSync(join(dir, OWNER_FILE), `${JSON.stringify(thisProcess())}\n`, { mode: 0o600 });
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  ownDirs.set(base, dir);
+  removeWhenGone(dir, onError);
+  return dir;
 }
 
 /** Where job directories go: `root`, or else os.tmpdir(). */

@@ -51,7 +51,7 @@ async function runInTempDir(request: RunRequest, log: Logger, hostPath: string |
   }
   let cwd: string;
   try {
-    cwd = makeJobDir(request.tempRoot);
+    cwd = makeJobDir(request.tempRoot, (err) => log.warn({ err }, "cannot start the job reaper"));
   } catch (err) {
     return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: `cannot create a working directory under ${jobDirRoot(request.tempRoot)}: ${String(err)}` });
   }

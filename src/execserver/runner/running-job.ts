@@ -45,7 +45,7 @@ export class RunningJob {
     this.#watchdog = new GroupWatchdog(child.pid, (err) => this.#log.warn({ err }, "cannot watch the job's process group"));
     const stdoutUrl = request.stdoutUrl ? parsePipeUrl(request.stdoutUrl) : undefined;
     const onFail = (message: string): void => this.fail(ErrorKind.PIPE_FAILED, message);
-    this.#upload = stdoutUrl ? new StdoutUpload(stdoutUrl, onFail) : request.stdout && new StreamSink(request.stdout, onFail);
+    this.#upload = stdoutUrl ? new StdoutUpload(stdoutUrl, onFail, request.pipeCa) : request.stdout && new StreamSink(request.stdout, onFail);
   }
 
   // A child logger costs more than most of a quick job's bookkeeping, and most jobs log nothing.
@@ -139,7 +139,7 @@ export class RunningJob {
       stdin.end();
       return;
     }
-    this.#stdin = pipeStdin(url, stdin, onFail, this.#log);
+    this.#stdin = pipeStdin(url, stdin, onFail, this.#log, this.#request.pipeCa);
   }
 
   /**

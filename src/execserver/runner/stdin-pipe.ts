@@ -15,7 +15,7 @@ type StdinState = "connecting" | "streaming" | "done" | "failed" | "stopped";
  * body. A non-2xx answer, a connection error or a body that breaks off calls `onFail`.
  * A child that stops reading (EPIPE) just ends the download: that is its business.
  */
-export function pipeStdin(url: URL, stdin: Writable, onFail: (message: string) => void, log: Logger): StdinPipe {
+export function pipeStdin(url: URL, stdin: Writable, onFail: (message: string) => void, log: Logger, ca?: Buffer): StdinPipe {
   let state: StdinState = "connecting";
   let received = 0;
   const fail = (message: string): void => {
@@ -45,7 +45,7 @@ export function pipeStdin(url: URL, stdin: Writable, onFail: (message: string) =
       if (!res.complete) fail(`stdin download broke off after ${received} bytes`);
     });
     res.pipe(stdin);
-  });
+  }, ca);
   req.on("error", (err) => fail(`stdin URL failed: ${describeNetError(err)}`));
   req.end();
 

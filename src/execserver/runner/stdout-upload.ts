@@ -19,6 +19,8 @@ export class StdoutUpload {
   constructor(
     readonly url: URL,
     private readonly onFail: (message: string) => void,
+    /** CA certificates for an https URL (default: the system's). */
+    private readonly ca?: Buffer,
   ) {}
 
   /** True once the request was opened (stdout passed the buffer). */
@@ -83,7 +85,7 @@ export class StdoutUpload {
       }
       this.#accepted = true;
       this.#maybeDone();
-    });
+    }, this.ca);
     req.on("error", (err) => this.#fail(`stdout upload failed: ${describeNetError(err)}`));
     req.on("close", () => {
       if (!this.#accepted) this.#fail("stdout upload failed: connection closed without an answer");

@@ -22,6 +22,8 @@ export interface RunRequest {
   readonly stdinInline?: Uint8Array;
   /** HTTP(S) URL to PUT stdout to (chunked) once it passes the 4000-byte buffer. */
   readonly stdoutUrl?: string;
+  /** CA certificates trusted for https pipe URLs instead of the system's (pipes.caFile). */
+  readonly pipeCa?: Buffer;
   /** stdin from a stream instead of a URL (the legacy transport's request body); read to its end. */
   readonly stdin?: Readable;
   /**

@@ -1,9 +1,9 @@
 import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { readFileSync } from "node:fs";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { Events } from "../../shared/events.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
+import { currentTlsMaterial } from "./channel-setup.js";
 import type { BrokerConfig } from "./config.js";
 import type { BrokerConnection } from "./connection.js";
 import type { ParkedWantInfo } from "./connection-options.js";
@@ -70,11 +70,12 @@ export class BrokerClient {
     this.unwants = new UnwantQueue(config.unwantGraceMs);
     this.grace = new StartupGrace(config.startupGraceMs, () => this.addressPools.every((pool) => pool.settled));
     const connection = { token: config.token, clientName: config.clientName, tls: config.tls, timings: config.timings };
+    // Read once here, so an unreadable file or a certificate without its key is a ConfigError at start.
+    const material = config.tls ? currentTlsMaterial(config.tls) : undefined;
     const polling = (address: string): PoolPolling | undefined => {
       const p = config.polling;
       if (!p) return undefined;
-      const ca = config.tls?.caFile === undefined ? undefined : readFileSync(config.tls.caFile);
-      return { endpoint: { url: p.urls[address]!, token: config.token, ca }, parallel: p.parallel, reprobeMs: p.reprobeMs };
+      return { endpoint: { url: p.urls[address]!, token: config.token, ...material }, parallel: p.parallel, reprobeMs: p.reprobeMs };
     };
     this.addressPools = config.addresses.map(
       (address) => new AddressPool({ address, connection, growth: config.growth, polling: polling(address), logger: options.logger }),

@@ -30,7 +30,16 @@ export const brokerConfigSchema = z.strictObject({
   token: z.string().min(1).optional(),
   /** This fylr's name in the execservers' status (slotbroker-client metadata). */
   clientName: z.string().min(1).max(200).optional(),
-  tls: z.strictObject({ caFile: z.string().min(1).optional(), serverName: z.string().min(1).optional() }).optional(),
+  /** TLS to the execservers: the CA to trust, the name to verify, the client certificate (mutual TLS). */
+  tls: z
+    .strictObject({
+      caFile: z.string().min(1).optional(),
+      serverName: z.string().min(1).optional(),
+      /** PEM certificate chain presented to execservers that require one (their clientCaFile); with keyFile. */
+      certFile: z.string().min(1).optional(),
+      keyFile: z.string().min(1).optional(),
+    })
+    .optional(),
   /** How long a want waits for an offer before it gives up with "no slot". */
   connectTimeout: durationMs.prefault("30s"),
   /** A want parked this long without an offer is backpressure: the pool may grow. */
@@ -121,6 +130,11 @@ export function compileBrokerConfig(raw: unknown, source = "execserver"): Broker
     throw new ConfigError(`${source}: reconnectMax: must not be less than reconnectInitial`);
   }
   if (new Set(c.addresses).size !== c.addresses.length) throw new ConfigError(`${source}: addresses: listed twice`);
+  // The files themselves are read when the broker client starts (see readTlsMaterial).
+  if (c.tls && (c.tls.certFile === undefined) !== (c.tls.keyFile === undefined)) {
+    const missing = c.tls.certFile === undefined ? "certFile" : "keyFile";
+    throw new ConfigError(`${source}: tls.${missing}: required with tls.${missing === "certFile" ? "keyFile" : "certFile"} (a client certificate needs both)`);
+  }
   const polling = compilePolling(c, source);
   return {
     addresses: c.addresses,

@@ -214,7 +214,15 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     this.localAddressPromise = undefined;
     const { token, clientName, tls } = this.options;
     const { keepaliveTimeMs, keepaliveTimeoutMs } = this.timings;
-    const { client, call } = openConnectStream({ address: this.address, token, clientName, tls, keepaliveTimeMs, keepaliveTimeoutMs });
+    let opened: ReturnType<typeof openConnectStream>;
+    try {
+      opened = openConnectStream({ address: this.address, token, clientName, tls, keepaliveTimeMs, keepaliveTimeoutMs });
+    } catch (err) {
+      // TLS files that cannot be used (and never could): a failed attempt, retried with backoff.
+      this.restart(SlotbrokerError.from(err, Code.FailedPrecondition));
+      return;
+    }
+    const { client, call } = opened;
     this.client = client;
     this.call = call;
     call.on("data", (response: ConnectResponse) => {

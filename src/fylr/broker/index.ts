@@ -10,7 +10,7 @@ export {
   type BrokerTlsOptions,
   type ConnectionTimings,
 } from "./connection.js";
-export { callMetadata, channelCredentials, channelOptions } from "./channel-setup.js";
+export { callMetadata, channelCredentials, channelOptions, currentTlsMaterial, readTlsMaterial, type TlsMaterial } from "./channel-setup.js";
 export { canTransition, checkTransition, type ConnectionState } from "./connection-state.js";
 export { ConnectionLostError, JobRejectedError, NoSlotError, UnknownServiceError } from "./errors.js";
 export {
@@ -34,3 +34,4 @@ export { Slot, brokerSlot, type SlotState } from "./slot.js";
 export { PolledSlot, type PolledSlotState } from "./polled-slot.js";
 export { answersHttp1 } from "./http-probe.js";
 export { RaceBook, WantRace, type OfferVerdict, type RaceState } from "./want-race.js";
+export { describeTlsProblem, tlsHandshakeProblem } from "./tls-probe.js";

@@ -5,6 +5,7 @@ import { silentLogger, type Logger } from "../../shared/log.js";
 import type { TokenEndpoint } from "../legacy/token-http.js";
 import { BrokerConnection, type BrokerConnectionOptions } from "./connection.js";
 import { answersHttp1 } from "./http-probe.js";
+import { tlsHandshakeProblem } from "./tls-probe.js";
 import { decideGrowth, isCovered, type GrowthDecision, type GrowthPolicy } from "./pool-policy.js";
 
 /**
@@ -24,6 +25,8 @@ export interface PoolPolling {
   readonly reprobeMs: number;
 }
 
+// A failing TLS connection is diagnosed at most this often.
+const TLS_DIAGNOSIS_MS = 30_000;
 // A service an address answered 404 for is not polled there again for this long.
 const UNKNOWN_SERVICE_MS = 30_000;
 
@@ -114,6 +117,7 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
   // An HTTP probe is deciding whether a failed connect means "old execserver".
   private checking = false;
   private reprobeTimer: NodeJS.Timeout | undefined;
+  private tls: { diagnosing: boolean; at: number; problem: string | undefined } = { diagnosing: false, at: -Infinity, problem: undefined };
   private readonly unknownServices = new Map<string, number>();
   /** The latest growth decision, for status and tests. */
   lastDecision: GrowthDecision | undefined;
@@ -172,6 +176,11 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
   /** The polling address answered 404 for the service: stop asking it for a while. */
   markUnknown(service: string, now = Date.now()): void {
     this.unknownServices.set(service, now + UNKNOWN_SERVICE_MS);
+  }
+
+  /** Why TLS to the address fails (a refused client certificate, an untrusted server), until a connection works. */
+  get tlsProblem(): string | undefined {
+    return this.tls.problem;
   }
 
   /** True while the covered mark stops growth. */
@@ -250,6 +259,7 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
     conn.on("state", (state, previous) => {
       // Before the instances event, so listeners see the pool's new transport.
       if (state === "ready" && this.transportValue === "polling") this.backToBroker(conn);
+      if (state === "ready") this.tls.problem = undefined;
       if (state === "backoff" && previous === "connecting") this.connectFailed(conn);
       if (state === "closed") {
         this.members.delete(conn);
@@ -266,8 +276,10 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
   // UNIMPLEMENTED (a gRPC server without BrokerService, or an HTTP 404) says so at once;
   // UNAVAILABLE is checked with one plain HTTP request. While polling, the re-probe failed.
   private connectFailed(conn: BrokerConnection): void {
+    if (this.abort.signal.aborted) return;
+    this.diagnoseTls(conn);
     const polling = this.options.polling;
-    if (!polling || this.abort.signal.aborted) return;
+    if (!polling) return;
     if (this.transportValue === "polling") {
       conn.close("re-probe: the address still does not serve BrokerService");
       this.scheduleReprobe();
@@ -277,12 +289,25 @@ export class AddressPool extends EventEmitter<AddressPoolEvents> {
     if (code === Code.Unimplemented) return this.fallBack(conn.lastError!.message);
     if (code !== Code.Unavailable || this.checking) return;
     this.checking = true;
-    void answersHttp1(polling.endpoint.url, 2000, polling.endpoint.ca).then((http1) => {
+    void answersHttp1(polling.endpoint.url, 2000, polling.endpoint).then((http1) => {
       this.checking = false;
       const reached = [...this.members].some((c) => c.state === "ready");
       if (http1 && !reached && this.transportValue === "broker" && !this.abort.signal.aborted) {
         this.fallBack(`a plain HTTP server answers at ${polling.endpoint.url.origin}`);
       } else this.emit("instances");
+    });
+  }
+
+  // A TLS connection that fails to connect: one handshake of our own (at most every 30 s)
+  // says why, in the log at warn level and in the fylr's readiness.
+  private diagnoseTls(conn: BrokerConnection): void {
+    const options = this.options.connection.tls;
+    const code = conn.lastError instanceof SlotbrokerError ? conn.lastError.code : undefined;
+    if (!options || code !== Code.Unavailable || this.tls.diagnosing || Date.now() - this.tls.at < TLS_DIAGNOSIS_MS) return;
+    this.tls.diagnosing = true;
+    void tlsHandshakeProblem(this.address, options).then((problem) => {
+      this.tls = { diagnosing: false, at: Date.now(), problem };
+      if (problem && !this.abort.signal.aborted) this.logger.warn({ err: conn.lastError?.message }, problem);
     });
   }
 

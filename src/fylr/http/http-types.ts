@@ -29,5 +29,19 @@ export interface RawRoute {
   readonly methods: readonly string[];
   /** When true the handler sends "100 Continue" itself, after deciding to take the body. */
   readonly handlesContinue?: boolean;
+  /** The scope a caller needs when the server has access control; undefined: open to all. */
+  readonly scope?: string;
   readonly handle: (call: RawCall) => void | Promise<void>;
+}
+
+/** Why a request was refused: no usable credential, or one without the scope needed. */
+export interface AccessRefusal {
+  readonly code: "unauthenticated" | "permission_denied";
+  /** Names what was wrong; never contains a credential. */
+  readonly message: string;
+}
+
+/** Decides, as a request starts, whether its caller holds `scope`. */
+export interface AccessControl {
+  check(req: HttpRequest, scope: string): AccessRefusal | undefined;
 }

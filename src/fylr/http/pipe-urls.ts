@@ -17,11 +17,12 @@ export interface PipeUrls {
 
 /**
  * The URLs a job's execserver uses for its pipes on this fylr, e.g.
- * `http://10.0.0.5:7700/pipe/in/ID`. `host` is the fylr's address as the execserver
- * reaches it (IPv6 literals are bracketed, zone ids percent-encoded).
+ * `http://10.0.0.5:7700/pipe/in/ID` (`https://` when the port serves TLS). `host` is the
+ * fylr's address as the execserver reaches it (IPv6 literals are bracketed, zone ids
+ * percent-encoded).
  */
-export function pipeUrls(host: string, port: number, ids: PipeIds): PipeUrls {
-  const base = `http://${urlHost(host)}:${port}`;
+export function pipeUrls(host: string, port: number, ids: PipeIds, scheme: "http" | "https" = "http"): PipeUrls {
+  const base = `${scheme}://${urlHost(host)}:${port}`;
   return {
     ...(ids.in === undefined ? {} : { in: `${base}${PIPE_IN_PREFIX}${encodeURIComponent(ids.in)}` }),
     ...(ids.out === undefined ? {} : { out: `${base}${PIPE_OUT_PREFIX}${encodeURIComponent(ids.out)}` }),

@@ -1,20 +1,22 @@
 import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
+import * as tls from "node:tls";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { splitHostPort } from "../../shared/config.js";
 import { ConnectionDeadlines } from "../../shared/connection-deadlines.js";
 import { ConfigError } from "../../shared/errors.js";
 import { defaultHttpLimits, type HttpLimits } from "../../shared/http-limits.js";
-import { silentLogger, type Logger } from "../../shared/log.js";
+import { LogBudget, silentLogger, type Logger } from "../../shared/log.js";
 import type { PipeRegistry } from "../pipes/index.js";
-import type { HttpRequest, HttpResponse, RawRoute } from "./http-types.js";
+import type { AccessControl, AccessRefusal, HttpRequest, HttpResponse, RawRoute } from "./http-types.js";
 import { connectAdapter } from "./connect-adapter.js";
 import { answerUnknownRoute, registerIntrospection } from "./introspection.js";
 import { nodeRequestContext } from "./node-request.js";
 import { pipeRawRoutes } from "./pipe-routes.js";
 import { registerPipeService } from "./pipe-service.js";
 import { sniffProtocol, type WireProtocol } from "./protocol-sniff.js";
+import { answerRefusal } from "./refusal.js";
 import { matchPath } from "./route-match.js";
 import { sendText } from "./responses.js";
 import { urlHost } from "./pipe-urls.js";
@@ -35,6 +37,20 @@ export interface FylrHttpServerOptions {
   readonly connectRoutes?: (router: ConnectRouter) => void;
   /** More raw routes (status page, /metrics); matched before Connect, in order. */
   readonly rawRoutes?: readonly RawRoute[];
+  /**
+   * Who may use what: raw routes with a `scope`, and the procedures in `procedureScopes`,
+   * are refused (before their body is read) to callers without that scope. Without it,
+   * everything is open.
+   */
+  readonly access?: AccessControl;
+  /** Request path of a Connect procedure ("/pkg.Service/Method") → the scope it needs. */
+  readonly procedureScopes?: ReadonlyMap<string, string>;
+  /**
+   * TLS on the port (ALPN h2 and http/1.1). With `ca`, clients are asked for a certificate
+   * signed by it; one without (an execserver fetching a pipe) is still served, and
+   * `access` decides what a certificate is worth.
+   */
+  readonly tls?: ServerTls;
   /** Extra health check behind `/healthz`. */
   readonly health?: () => HealthReport;
   /** Graceful close waits this long for in-flight requests before destroying them (default 10 s). */
@@ -46,13 +62,21 @@ export interface FylrHttpServerOptions {
   readonly logger?: Logger;
 }
 
+/** The PEM files of the port's TLS, as read. */
+export interface ServerTls {
+  readonly cert: Buffer;
+  readonly key: Buffer;
+  /** CA certificates client certificates must chain to. */
+  readonly ca?: Buffer;
+}
+
 /** A running fylr HTTP server. */
 export interface FylrHttpServer {
   /** The bound port (the real one when listening on port 0). */
   readonly port: number;
   /** The bound host as configured, e.g. "127.0.0.1". */
   readonly address: string;
-  /** "http://host:port", for clients and tests. */
+  /** "http://host:port" ("https://" with TLS), for clients and tests. */
   readonly url: string;
   /**
    * Stops accepting, lets in-flight requests finish within `closeTimeoutMs`, then
@@ -116,6 +140,19 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     logger,
   });
 
+  const access = options.access;
+  const refusals = new LogBudget();
+  // True when the caller may go on; otherwise the refusal is answered (and logged, a few per 10 s).
+  const admitted = (req: HttpRequest, res: HttpResponse, scope: string | undefined): boolean => {
+    if (!access || scope === undefined) return true;
+    const refusal: AccessRefusal | undefined = access.check(req, scope);
+    if (!refusal) return true;
+    const notLogged = refusals.take();
+    if (notLogged !== undefined) logger.info({ path: req.url, peer: req.socket?.remoteAddress, code: refusal.code, reason: refusal.message, notLogged }, "api call refused");
+    answerRefusal(req, res, refusal, limits.maxRequestBytes);
+    return false;
+  };
+
   const dispatch = (req: HttpRequest, res: HttpResponse, expectContinue: boolean): void => {
     // While closing, HTTP/1.1 connections are told to go away after this response.
     if (state !== "listening" && !("stream" in res)) res.setHeader("connection", "close");
@@ -123,6 +160,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     for (const route of routes) {
       const params = matchPath(route.path, path);
       if (!params) continue;
+      if (!admitted(req, res, route.scope)) return;
       const method = req.method ?? "";
       if (!route.methods.includes(method)) {
         sendText(res, 405, `method ${method} is not allowed here; use ${route.methods.join(", ")}`, {
@@ -134,6 +172,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
       runRoute(route, { req, res, params, expectContinue, logger }, logger);
       return;
     }
+    if (!admitted(req, res, options.procedureScopes?.get(path.split("?", 1)[0]!))) return;
     if (expectContinue) res.writeContinue();
     connectHandler(req, res);
   };
@@ -189,14 +228,18 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     else socket.destroy();
   });
 
-  const listener = net.createServer((socket) => {
+  const accept = (socket: net.Socket): void => {
+    // A TLS handshake that ends after closing began finds no server to serve it.
+    if (state !== "listening") return void socket.destroy();
     sockets.set(socket, "sniffing");
     socket.once("close", () => {
       sockets.delete(socket);
       h1Busy.delete(socket);
     });
     // A connection that sends nothing at all is a slow-header client too.
-    sniffProtocol(socket, options.firstBytesTimeoutMs ?? limits.headersTimeoutMs, (protocol) => {
+    sniffProtocol(socket, firstBytesMs, (protocol) => {
+      // Node's HTTP/2 server takes a TLS connection only when ALPN chose h2.
+      if (protocol === "h2" && socket instanceof tls.TLSSocket && socket.alpnProtocol !== "h2") return void socket.destroy();
       sockets.set(socket, protocol);
       if (protocol === "h2") {
         h2.emit("connection", socket);
@@ -206,7 +249,9 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
         socket.resume();
       }
     });
-  });
+  };
+  const firstBytesMs = options.firstBytesTimeoutMs ?? limits.headersTimeoutMs;
+  const listener = options.tls ? tlsListener(options.tls, firstBytesMs, accept, logger) : net.createServer(accept);
   // Past the cap new connections are closed at once; those open keep being served.
   listener.maxConnections = limits.maxConnections;
   await new Promise<void>((resolve, reject) => {
@@ -218,7 +263,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
   });
   listener.on("error", (err: Error) => logger.error({ err: err.message }, "listener error"));
   const port = (listener.address() as net.AddressInfo).port;
-  logger.info({ host: where.host, port }, "fylr http listening");
+  logger.info({ host: where.host, port, tls: !!options.tls, clientCertificates: !!options.tls?.ca }, "fylr http listening");
 
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {
@@ -243,7 +288,24 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
     return closing;
   };
 
-  return { port, address: where.host, url: `http://${urlHost(where.host)}:${port}`, close };
+  return { port, address: where.host, url: `${options.tls ? "https" : "http"}://${urlHost(where.host)}:${port}`, close };
+}
+
+// TLS first, then the same sniffing as cleartext on the decrypted stream. ALPN offers h2
+// and http/1.1, so gRPC clients (which insist on h2), Connect and curl all find theirs.
+function tlsListener(options: ServerTls, handshakeMs: number, accept: (socket: net.Socket) => void, logger: Logger): tls.Server {
+  const server = tls.createServer(
+    {
+      cert: options.cert,
+      key: options.key,
+      ALPNProtocols: ["h2", "http/1.1"],
+      handshakeTimeout: handshakeMs,
+      ...(options.ca && { ca: options.ca, requestCert: true, rejectUnauthorized: false }),
+    },
+    accept,
+  );
+  server.on("tlsClientError", (err: Error) => logger.debug({ err: err.message }, "tls handshake failed"));
+  return server;
 }
 
 function healthRoute(report: () => HealthReport): RawRoute {

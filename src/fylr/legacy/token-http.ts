@@ -1,5 +1,6 @@
 import http from "node:http";
 import https from "node:https";
+import { isIP } from "node:net";
 import type { Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { create, toJsonString } from "@bufbuild/protobuf";
@@ -28,6 +29,18 @@ export interface TokenEndpoint {
   readonly token?: string;
   /** Trusted CA for https, PEM. */
   readonly ca?: Buffer;
+  /** Client certificate chain and key for https (mutual TLS), PEM. */
+  readonly cert?: Buffer;
+  readonly key?: Buffer;
+}
+
+/** The TLS options of an https request to `url` (CA, client certificate); SNI only for a host name, as RFC 6066 wants. */
+export function endpointTls(url: URL, tls: Pick<TokenEndpoint, "ca" | "cert" | "key">): https.RequestOptions {
+  return {
+    ...(tls.ca ? { ca: tls.ca } : {}),
+    ...(tls.cert && tls.key ? { cert: tls.cert, key: tls.key } : {}),
+    ...(isIP(url.hostname.replace(/^\[|\]$/g, "")) ? { servername: "" } : {}),
+  };
 }
 
 /** The answer to GET /token/{service}. */
@@ -155,7 +168,7 @@ function send(
   return new Promise((resolve, reject) => {
     const headers: http.OutgoingHttpHeaders = {};
     if (endpoint.token) headers.authorization = `Bearer ${endpoint.token}`;
-    const options: https.RequestOptions = { method, headers, agent: false, signal, ...(endpoint.ca ? { ca: endpoint.ca } : {}) };
+    const options: https.RequestOptions = { method, headers, agent: false, signal, ...endpointTls(url, endpoint) };
     const req = (url.protocol === "https:" ? https.request : http.request)(url, options, resolve);
     req.on("error", (err) => reject(transportError(method, url, err, signal)));
     if (body === undefined) req.end();

@@ -1,12 +1,13 @@
 import { expect } from "chai";
 import { createHash, randomBytes } from "node:crypto";
-import { chmod, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { createRunJob, jobDirsRemoved, runJob, sharedJobLauncher, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
 import { freePort } from "../../../src/shared/free-port.js";
 import { startPipeServer } from "./pipe-server.js";
+import { jobDirsUnder } from "../../support/job-dirs.js";
 import { isGone } from "../../support/process-liveness.js";
 
 const sha256 = (data: Buffer): string => createHash("sha256").update(data).digest("hex");
@@ -317,7 +318,7 @@ describe(`runner: runJob, ${mode}`, () => {
         );
         expect(receipts.map((r) => r.exitCode)).to.deep.equal([0, 0, 0]);
         await jobDirsRemoved();
-        expect(await readdir(root)).to.deep.equal([]);
+        expect(jobDirsUnder(root)).to.deep.equal([]);
       } finally {
         await rm(root, { recursive: true, force: true });
       }
@@ -334,10 +335,16 @@ describe(`runner: runJob, ${mode}`, () => {
         const receipt = await run({ command: ["sh", "-c", "pwd; touch leftover"], tempRoot: root });
         expect(receipt.exitCode).to.equal(0);
         const cwd = Buffer.from(receipt.stdoutPrefix).toString().trim();
-        expect(cwd.startsWith(join(root, "slotbroker-job-"))).to.equal(true);
+        // In this process's own directory there, which says who made it.
+        const own = dirname(cwd);
+        expect(dirname(own)).to.equal(root);
+        expect(basename(own)).to.match(new RegExp(`^slotbroker-jobs-${process.pid}-`));
+        expect(basename(cwd)).to.match(/^slotbroker-job-/);
+        expect(JSON.parse(await readFile(join(own, "owner.json"), "utf8"))).to.include({ pid: process.pid });
         // Removed after the receipt, off the event loop; jobDirsRemoved() sees it through.
         await jobDirsRemoved();
-        expect(await readdir(root)).to.deep.equal([]);
+        expect(await readdir(root)).to.deep.equal([basename(own)]);
+        expect(await readdir(own)).to.deep.equal(["owner.json"]);
       } finally {
         await rm(root, { recursive: true, force: true });
       }

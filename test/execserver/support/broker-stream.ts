@@ -28,6 +28,8 @@ export interface ClientOptions {
   authorization?: string;
   /** Channel credentials (default: insecure). */
   credentials?: grpc.ChannelCredentials;
+  /** More channel options, e.g. grpc.ssl_target_name_override. */
+  channelOptions?: grpc.ChannelOptions;
 }
 
 const Client = grpcClientConstructor(BrokerService);
@@ -73,7 +75,7 @@ export class BrokerStream {
   private endStatus: grpc.StatusObject | undefined;
 
   private constructor(address: string, options: ClientOptions) {
-    this.client = new Client(address, options.credentials ?? grpc.credentials.createInsecure(), channelOptions);
+    this.client = new Client(address, options.credentials ?? grpc.credentials.createInsecure(), { ...channelOptions, ...options.channelOptions });
     const connect = (this.client as unknown as { connect: (m: grpc.Metadata) => grpc.ClientDuplexStream<ConnectRequest, ConnectResponse> }).connect;
     this.call = connect.call(this.client, metadataFor(options));
     this.call.on("data", (frame: ConnectResponse) => this.onFrame(frame));
