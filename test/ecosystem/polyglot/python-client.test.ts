@@ -8,10 +8,10 @@ import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse } from "yaml";
-import type { ExecserverConfigInput } from "../../src/execserver/index.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
-import { closeAll, root } from "../integration/support.js";
-import { requireTool } from "../support/system-tools.js";
+import type { ExecserverConfigInput } from "../../../src/execserver/index.js";
+import { spawnExecserver, type ExecserverProcess } from "../../support/execserver-process.js";
+import { closeAll, root } from "../../integration/support.js";
+import { requireTool } from "../../support/system-tools.js";
 import { run, type Run } from "./support.js";
 
 const dir = join(root, "examples/clients/python");

@@ -5,8 +5,8 @@
 import { expect } from "chai";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
-import { closeAll, root } from "../integration/support.js";
+import { spawnExecserver, type ExecserverProcess } from "../../support/execserver-process.js";
+import { closeAll, root } from "../../integration/support.js";
 import { goTools, run, type Run } from "./support.js";
 
 const readme = readFileSync(join(root, "examples/clients/go/README.md"), "utf8");
