@@ -15,6 +15,8 @@ import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/exe
 import { startReplica, stopReplica } from "../support/fylr-replica.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "../integration/support.js";
+import { curl, statusAndBody, tempDir } from "../fylr/pipes-support.js";
+import { release } from "../support/resources.js";
 
 async function submitError(fylr: FylrProcess, request: Parameters<FylrProcess["client"]["submit"]>[0]): Promise<ConnectError> {
   try {
@@ -97,18 +99,29 @@ describe("reliability: hostile input at the fylr's doors", () => {
     expect(ok.created).to.equal(true);
   });
 
-  it("finding 4: a QueueService request body over http.maxRequestBytes is refused before it is parsed", async function () {
+  it("finding 4: a QueueService request body over http.maxRequestBytes is refused before it is parsed, with 413", async function () {
     this.timeout(60_000);
-    await start({ http: { maxRequestBytes: "1MiB" } });
-    const body = JSON.stringify({ calls: [{ service: "echo", stdinData: Buffer.alloc(3 << 20).toString("base64") }] });
-    const response = await fetch(`${fylr!.url}/slotbroker.v1.QueueService/Submit`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body,
-    });
+    // The default limit (16 MiB) and a 20 MB body, as curl and fetch send it.
+    await start();
+    const body = JSON.stringify({ calls: [{ service: "echo", stdinData: Buffer.alloc(15 << 20).toString("base64") }] });
+    expect(body.length).to.be.greaterThan(20_000_000);
+    const url = `${fylr!.url}/slotbroker.v1.QueueService/Submit`;
+    const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });
     const answer = (await response.json()) as { code: string; message: string };
     expect(answer.code, answer.message).to.equal("resource_exhausted");
-    expect(response.status).to.equal(429);
+    expect(answer.message).to.equal("request body: larger than the 16777216 bytes a request message may have here (http.maxRequestBytes)");
+    expect(response.status).to.equal(413);
+    const dir = tempDir();
+    const file = dir.file("submit.json", Buffer.from(body));
+    for (const extra of [[], ["-H", "transfer-encoding: chunked"]]) {
+      const result = await curl(["-w", "\n%{http_code}", "-H", "content-type: application/json", ...extra, "--data-binary", `@${file}`, url]);
+      expect(statusAndBody(result).status, `${extra.join(" ")} ${result.stderr}`).to.equal(413);
+      expect(JSON.parse(statusAndBody(result).body)).to.deep.equal(answer);
+    }
+    await release(dir);
+    // A Connect client learns the code from the body.
+    const err = await submitError(fylr!, { calls: [{ service: "echo", stdin: { case: "stdinData", value: Buffer.alloc(17 << 20) } }] });
+    expect(err.code).to.equal(Code.ResourceExhausted);
     // And a normal submit still works.
     const ok = await fylr!.client.submit({ calls: [{ service: "echo", args: ["hi"] }] });
     expect(ok.created).to.equal(true);
