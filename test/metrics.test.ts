@@ -7,7 +7,7 @@ import { createTestDatabase } from "./support/postgres.js";
 import { release, track } from "./support/resources.js";
 import { createPgPool } from "../src/shared/postgres.js";
 import { readFileSync } from "node:fs";
-import { metricFamilies, metricNameProblems } from "./support/metric-names.js";
+import { metricFamilies, metricNameProblems, ownFamilies, runtimeFamilyName } from "./support/metric-names.js";
 import { spawnExecserver } from "./support/execserver-process.js";
 
 /** One sample of the Prometheus text format. */
@@ -47,19 +47,15 @@ async function scrape(url: string): Promise<Sample[]> {
 
 const operatorGuide = readFileSync(new URL("../docs/operator-guide.md", import.meta.url), "utf8");
 
-// The Node.js runtime families keep prom-client's standard names (dashboards look for them);
-// the guide documents them as groups.
-const runtimeFamily = /^(process|nodejs)_/;
-
 /** Every family a real /metrics serves follows the Prometheus naming rules and is documented. */
 async function checkNames(url: string): Promise<void> {
   const all = metricFamilies(await (await fetch(url)).text());
-  const runtime = all.filter((f) => runtimeFamily.test(f.name));
+  const runtime = all.filter((f) => runtimeFamilyName.test(f.name));
   for (const name of ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "nodejs_eventloop_lag_seconds", "nodejs_heap_size_used_bytes", "nodejs_gc_duration_seconds"]) {
     expect(runtime.map((f) => f.name), "runtime families").to.include(name);
   }
   expect(operatorGuide).to.include("`process_*`").and.include("`nodejs_*`");
-  const families = all.filter((f) => !runtimeFamily.test(f.name));
+  const families = ownFamilies(all);
   expect(families.length).to.be.greaterThan(3);
   expect(families.flatMap((f) => metricNameProblems(f))).to.deep.equal([]);
   const undocumented = families.filter((f) => !operatorGuide.includes(`\`${f.name}\``)).map((f) => f.name);

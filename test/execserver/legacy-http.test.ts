@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { compileExecserverConfig, type ExecserverConfigInput } from "../../src/execserver/index.js";
 import { decodeReceiptHeader, RECEIPT_HEADER } from "../../src/shared/legacy-protocol.js";
 import { ConfigError } from "../../src/shared/errors.js";
-import { metricFamilies, metricNameProblems } from "../support/metric-names.js";
+import { metricFamilies, metricNameProblems, ownFamilies } from "../support/metric-names.js";
 import { BrokerStream, eventually, releaseAll } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
 
@@ -352,7 +352,7 @@ describe("legacy token protocol (execserver)", () => {
   it("names its metrics by the Prometheus rules and documents every family in the operator guide", async () => {
     const server = await startTestServer({ ...layout, legacy: { enabled: true } });
     await put(server.legacyUrl!, await token(server.legacyUrl!, "noop"), undefined);
-    const families = metricFamilies(await (await fetch(`${server.adminUrl}/metrics`)).text());
+    const families = ownFamilies(metricFamilies(await (await fetch(`${server.adminUrl}/metrics`)).text()));
     expect(families.map((f) => f.name)).to.include.members([
       "slotbroker_legacy_requests_total",
       "slotbroker_legacy_tokens_total",
