@@ -40,6 +40,8 @@ export const execserverConfigSchema = z.strictObject({
     .strictObject({ certFile: z.string().min(1), keyFile: z.string().min(1), clientCaFile: z.string().min(1).optional() })
     .optional(),
   offerTimeout: durationMs.prefault("5s"),
+  /** A gRPC connection must finish its TLS handshake and send its HTTP/2 preface within this. */
+  handshakeTimeout: durationMs.prefault("10s"),
   drainTimeout: durationMs.prefault("30s"),
   cancelGrace: durationMs.prefault("2s"),
   /** Fork jobs from a small launcher process (Linux) instead of the execserver itself. */
@@ -87,6 +89,8 @@ export interface ExecserverConfig {
   readonly token: string | undefined;
   readonly tls: { readonly certFile: string; readonly keyFile: string; readonly clientCaFile?: string } | undefined;
   readonly offerTimeoutMs: number;
+  /** A gRPC connection must finish its TLS handshake and send its HTTP/2 preface and first frame within this. */
+  readonly handshakeTimeoutMs: number;
   readonly drainTimeoutMs: number;
   /** After a Cancel frame: SIGTERM to the job's process group, SIGKILL this much later. */
   readonly cancelGraceMs: number;
@@ -146,6 +150,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     throw new ConfigError(`${source}: token: required when listen (${input.listen}) is not a loopback address (or set SLOTBROKER_TOKEN)`);
   }
   if (input.offerTimeout <= 0) throw new ConfigError(`${source}: offerTimeout: must be more than 0`);
+  if (input.handshakeTimeout <= 0) throw new ConfigError(`${source}: handshakeTimeout: must be more than 0`);
   const legacy = compileLegacy(input, source);
   // The admin port shows every connection's details: the same rule as the gRPC port.
   const admin = splitHostPort(input.adminListen)!;
@@ -159,6 +164,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     token: input.token,
     tls: input.tls,
     offerTimeoutMs: input.offerTimeout,
+    handshakeTimeoutMs: input.handshakeTimeout,
     drainTimeoutMs: input.drainTimeout,
     cancelGraceMs: input.cancelGrace,
     jobLauncher: input.jobLauncher,
