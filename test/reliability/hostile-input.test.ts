@@ -221,6 +221,31 @@ describe("reliability: hostile input at the fylr's doors", () => {
     expect(key.rawMessage).to.equal("idempotency_key: must not contain a NUL character");
   });
 
+  it("an item id of 10 KB is refused with a short invalid_argument by every call that takes one, never echoed", async function () {
+    this.timeout(60_000);
+    await start();
+    const id = "a".repeat(10_240);
+    const expected = `id: not a UUID: "${"a".repeat(40)}"… (10240 characters)`;
+    for (const method of ["Cancel", "Get", "Position", "Retry", "Delete"]) {
+      const res = await fetch(`${fylr!.url}/slotbroker.v1.QueueService/${method}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ id }) });
+      const text = await res.text();
+      expect(res.status, method).to.equal(400);
+      expect(text.length, `${method}: ${text.slice(0, 200)}`).to.be.lessThan(200);
+      expect(JSON.parse(text)).to.deep.equal({ code: "invalid_argument", message: expected });
+    }
+    // Watch (a server stream) and the output route too.
+    let watched: ConnectError | undefined;
+    try {
+      for await (const _ of fylr!.client.watch({ id })) break;
+    } catch (err) {
+      watched = ConnectError.from(err);
+    }
+    expect([watched?.code, watched?.rawMessage]).to.deep.equal([Code.InvalidArgument, expected]);
+    const output = await fetch(`${fylr!.url}/queue/items/${id}/output`);
+    expect(output.status).to.equal(400);
+    expect((await output.text()).length).to.be.lessThan(200);
+  });
+
   it("finding 7: stdin_url outside dispatcher.stdinUrlPrefixes is refused at submit", async function () {
     this.timeout(60_000);
     await start({ dispatcher: { stdinUrlPrefixes: ["https://files.example.com/"] } });
