@@ -8,6 +8,7 @@ import { ReceiptSchema } from "../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { checkArgs, checkEnvSize } from "../shared/job-limits.js";
 import type { LocalActionRegistry } from "./local-actions.js";
+import { stdinUrlRefusal } from "./stdin-url.js";
 import type { CallResult, ExecCallSpec, ItemKind, ItemState, LocalActionSpec, QueueItem, StdinSource, SubmitInput } from "./types.js";
 
 /** A validated submit, ready for the insert query. */
@@ -103,9 +104,8 @@ function validateCall(call: ExecCallSpec, i: number, stdinUrlPrefixes: readonly 
       throw invalid(`${at}.stdin_url: not a URL: "${stdin.url}"`);
     }
     if (url.protocol !== "http:" && url.protocol !== "https:") throw invalid(`${at}.stdin_url: must be http(s), got ${url.protocol}`);
-    if (stdinUrlPrefixes.length > 0 && !stdinUrlPrefixes.some((prefix) => url.href.startsWith(prefix))) {
-      throw invalid(`${at}.stdin_url: not under an allowed prefix (dispatcher.stdinUrlPrefixes): "${url.href.slice(0, 200)}"`);
-    }
+    const refused = stdinUrlRefusal(url, stdinUrlPrefixes);
+    if (refused) throw invalid(`${at}.stdin_url: ${refused}: "${url.href.slice(0, 200)}"`);
   }
   return stdin?.kind === "data" ? stdin.data.length : 0;
 }

@@ -252,6 +252,18 @@ describe("reliability: hostile input at the fylr's doors", () => {
     const err = await submitError(fylr!, { calls: [{ service: "echo", stdin: { case: "stdinUrl", value: "http://169.254.169.254/latest/meta-data/" } }] });
     expect(err.code).to.equal(Code.InvalidArgument);
     expect(err.rawMessage).to.match(/^calls\[0\]\.stdin_url: not under an allowed prefix \(dispatcher\.stdinUrlPrefixes\)/);
+    // Inside the prefix only as text: escapes a server decodes and resolves lead elsewhere.
+    for (const url of [
+      "https://files.example.com/..%2f..%2flatest/meta-data",
+      "https://files.example.com/a/%2e%2e%2f%2e%2e%2fadmin",
+      "https://files.example.com/a/..%5c..%5cadmin",
+      "https://files.example.com/a/%252e%252e/admin",
+      "https://files.example.com/a/..;/admin",
+    ]) {
+      const hostile = await submitError(fylr!, { calls: [{ service: "echo", stdin: { case: "stdinUrl", value: url } }] });
+      expect(hostile.code, url).to.equal(Code.InvalidArgument);
+      expect(hostile.rawMessage, url).to.match(/^calls\[0\]\.stdin_url: its path .*(cannot be checked against dispatcher\.stdinUrlPrefixes|';' parameter)/);
+    }
     const ok = await fylr!.client.submit({ calls: [{ service: "echo", stdin: { case: "stdinUrl", value: "https://files.example.com/a.txt" } }], maxAttempts: 1 });
     expect(ok.created).to.equal(true);
   });
