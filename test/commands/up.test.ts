@@ -12,7 +12,7 @@ import { createQueueClient } from "../../src/api/index.js";
 import { waitFor } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../support/resources.js";
-import { cli, root, slotbroker, waitForLine } from "../integration/support.js";
+import { cli, root, runCommand, slotbroker, waitForLine } from "../integration/support.js";
 
 interface Up {
   readonly child: ChildProcess;
@@ -119,6 +119,13 @@ describe("slotbroker up", () => {
       expect(plain.code, plain.stderr).to.equal(0);
       expect(plain.stdout.toString().trim()).to.equal(String(content.length));
       expect(up.banner).to.contain(`export SLOTBROKER_API=${up.api}`);
+
+      // docs/protocol.md's first recipe finds the stack's addresses (ports picked by
+      // --port-base 0) in the same state file; its grpcurl and curl recipes then use them.
+      const doc = readFileSync(join(root, "docs/protocol.md"), "utf8");
+      const setup = /```sh\n(STATE=[\s\S]*?)```/.exec(doc)![1]!;
+      const addresses = await runCommand(["bash", "-c", `set -euo pipefail\n${setup}\nfor url in "$API/healthz" "$ADMIN/healthz"; do curl -sf -o /dev/null -w '%{http_code}\\n' "$url"; done`], { env: { SLOTBROKER_STATE_FILE: stateFile } });
+      expect(addresses.stdout.toString().split("\n").slice(0, 3), addresses.stderr).to.deep.equal([`API=${up.api} EXEC=${up.grpc} ADMIN=${up.admin}`, "200", "200"]);
 
       const status = await slotbroker(["status"], found);
       expect(status.code, status.stderr).to.equal(0);

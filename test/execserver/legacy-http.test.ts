@@ -268,9 +268,11 @@ describe("legacy token protocol (execserver)", () => {
     const dir = mkdtempSync(join(tmpdir(), "slotbroker-legacy-recipe-"));
     try {
       writeFileSync(join(dir, "input.bin"), Buffer.alloc(10_000, "r"));
-      const script = ["set -euo pipefail", blocks[0]!.replaceAll("EXEC:7601", server.legacyUrl!.replace(/^http:\/\//, ""))].join("\n");
+      // As written: the legacy base URL comes in as $ADMIN (see the top of protocol.md).
+      const script = ["set -euo pipefail", blocks[0]!].join("\n");
+      expect(script).to.not.match(/:760\d|127\.0\.0\.1/);
       const out = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-        const child = spawn("bash", ["-c", script], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+        const child = spawn("bash", ["-c", script], { cwd: dir, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ADMIN: server.legacyUrl! } });
         let stdout = "";
         let stderr = "";
         child.stdout.setEncoding("utf8").on("data", (t: string) => (stdout += t));
