@@ -26,7 +26,9 @@ describe("docs/protocol.md: files of any size with curl", () => {
     dir = mkdtempSync(join(tmpdir(), "slotbroker-recipes-"));
     exec = await spawnExecserver({ instanceId: "exec-recipes", waitgroups: { files: { processes: 2 } }, services: { cat: { waitgroup: "files", command: ["cat"] } } });
     // The recipes send $SLOTBROKER_API_TOKEN: the fylr requires it.
-    fylr = await spawnFylr(fastFylrConfig(url, [exec.grpcAddress], { auth: { tokens: [{ name: "recipes", token: apiToken, scopes: ["submit", "read"] }] } }), "recipes");
+    fylr = await spawnFylr(fastFylrConfig(url, [exec.grpcAddress], { auth: { tokens: [{ name: "recipes", token: apiToken, scopes: ["submit", "read"] }] } }), "recipes", {
+      credentials: { token: apiToken },
+    });
   });
   after(async () => {
     await closeAll(fylr, exec, pool);
@@ -63,7 +65,7 @@ describe("docs/protocol.md: files of any size with curl", () => {
     expect(item.state).to.equal(ItemState.SUCCEEDED);
     const url = `${fylr!.url}/queue/items/${item.id}/output`;
     const get = async (...headers: string[]): Promise<{ status: number; body: string; head: string }> => {
-      const r = await runCommand(["curl", "-sS", "-D", "-", "-r", "2-4", ...headers.flatMap((h) => ["-H", h]), url]);
+      const r = await runCommand(["curl", "-sS", "-D", "-", "-r", "2-4", "-H", `authorization: Bearer ${apiToken}`, ...headers.flatMap((h) => ["-H", h]), url]);
       expect(r.code, r.stderr).to.equal(0);
       const text = r.stdout.toString();
       const cut = text.indexOf("\r\n\r\n");
