@@ -4,10 +4,11 @@ import { compileFylrConfig, startFylr, type FylrHandle } from "../src/app/index.
 import { BrokerStream, closeLater, eventually, releaseAll } from "./execserver/support/broker-stream.js";
 import { startTestServer } from "./execserver/support/server.js";
 import { createTestDatabase } from "./support/postgres.js";
-import { track } from "./support/resources.js";
+import { release, track } from "./support/resources.js";
 import { createPgPool } from "../src/shared/postgres.js";
 import { readFileSync } from "node:fs";
-import { metricFamilies, metricNameProblems } from "./support/metric-names.js";
+import { metricFamilies, metricNameProblems, ownFamilies, runtimeFamilyName } from "./support/metric-names.js";
+import { spawnExecserver } from "./support/execserver-process.js";
 
 /** One sample of the Prometheus text format. */
 interface Sample {
@@ -48,7 +49,13 @@ const operatorGuide = readFileSync(new URL("../docs/operator-guide.md", import.m
 
 /** Every family a real /metrics serves follows the Prometheus naming rules and is documented. */
 async function checkNames(url: string): Promise<void> {
-  const families = metricFamilies(await (await fetch(url)).text());
+  const all = metricFamilies(await (await fetch(url)).text());
+  const runtime = all.filter((f) => runtimeFamilyName.test(f.name));
+  for (const name of ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "nodejs_eventloop_lag_seconds", "nodejs_heap_size_used_bytes", "nodejs_gc_duration_seconds"]) {
+    expect(runtime.map((f) => f.name), "runtime families").to.include(name);
+  }
+  expect(operatorGuide).to.include("`process_*`").and.include("`nodejs_*`");
+  const families = ownFamilies(all);
   expect(families.length).to.be.greaterThan(3);
   expect(families.flatMap((f) => metricNameProblems(f))).to.deep.equal([]);
   const undocumented = families.filter((f) => !operatorGuide.includes(`\`${f.name}\``)).map((f) => f.name);
@@ -131,6 +138,28 @@ describe("metrics", function () {
     expect(sample(m, "slotbroker_jobs_done_total", { waitgroup: "one" })).to.equal(3);
     await checkNames(`${server.adminUrl}/metrics`);
   });
+
+  it("a spawned execserver's /metrics carries its own process's runtime families (process_*, nodejs_*)", async () => {
+    const exec = await spawnExecserver({ waitgroups: { one: { processes: 1 } }, services: { noop: { waitgroup: "one", builtin: "noop" } } });
+    try {
+      await checkRuntime(exec.adminAddress);
+    } finally {
+      await release(exec);
+    }
+  });
+
+  async function checkRuntime(adminAddress: string): Promise<void> {
+    const m = await scrape(`http://${adminAddress}/metrics`);
+    expect(sample(m, "process_resident_memory_bytes")).to.be.greaterThan(10 * 1024 * 1024);
+    expect(sample(m, "process_open_fds")).to.be.greaterThan(3);
+    expect(sample(m, "nodejs_version_info", { version: process.version })).to.equal(1);
+    // The child's own start, not this test process's.
+    const started = sample(m, "process_start_time_seconds");
+    expect(started * 1000).to.be.greaterThan(performance.timeOrigin + 1000);
+    // Runtime series describe the process: no instance_id label on them.
+    expect(m.filter((s) => /^(process|nodejs)_/.test(s.name) && "instance_id" in s.labels)).to.deep.equal([]);
+    await checkNames(`http://${adminAddress}/metrics`);
+  }
 
   it("fylr: pool size, claims, requeues and orphan rescues", async () => {
     const exec = await startTestServer({ waitgroups: { one: { processes: 1 }, two: { processes: 2 }, slow: { processes: 1 } } });

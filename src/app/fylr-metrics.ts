@@ -4,6 +4,7 @@
  * wakeups and connection drops are counted from their events as they happen.
  */
 import { Counter, Gauge, Registry } from "prom-client";
+import { runtimeMetrics } from "../shared/runtime-metrics.js";
 import type { Dispatcher, DispatcherCounters } from "../dispatcher/index.js";
 import type { BrokerClient } from "../fylr/index.js";
 import { registerFylrBrokerMetrics } from "./fylr-broker-metrics.js";
@@ -12,6 +13,7 @@ import { registerFylrBrokerMetrics } from "./fylr-broker-metrics.js";
 export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker: BrokerClient): Registry {
   const registry = new Registry();
   registry.setDefaultLabels({ fylr_id: fylrId });
+  runtimeMetrics();
   const registers = [registry];
   const counter = (name: string, help: string, key: keyof DispatcherCounters): void => {
     new Counter({

@@ -8,14 +8,15 @@ import type { Registry } from "prom-client";
 import { StatsResponseSchema } from "../../gen/slotbroker/v1/queue_pb.js";
 import { statsToProto, type Dispatcher } from "../dispatcher/index.js";
 import { sendText, type BrokerClient, type RawRoute } from "../fylr/index.js";
+import { renderWithRuntime } from "../shared/runtime-metrics.js";
 
-/** GET /metrics; open like /healthz (figures, no items and no credentials). */
+/** GET /metrics, open like /healthz (figures, no items and no credentials): the fylr's families, then the process's runtime ones. */
 export function metricsRoute(registry: Registry): RawRoute {
   return {
     path: "/metrics",
     methods: ["GET"],
     handle: async ({ res }) => {
-      const body = await registry.metrics();
+      const body = await renderWithRuntime(registry);
       res.writeHead(200, { "content-type": registry.contentType }).end(body);
     },
   };

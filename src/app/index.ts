@@ -12,7 +12,7 @@ export { startFylr, type FylrHandle, type FylrState, type StartFylrOptions } fro
 export { compileFylrConfig, fylrConfigSchema, fylrEnvOverrides, loadFylrConfig, type FylrConfig, type FylrConfigInput } from "./fylr-config.js";
 export { createFylrMetrics } from "./fylr-metrics.js";
 export { metricsRoute, statusRoute, type FylrStatusJson } from "./fylr-routes.js";
-export { INPUTS_PATH, parseRange, storeRoutes, type UploadAnswer } from "./store-routes.js";
+export { ifRangeHolds, INPUTS_PATH, parseRange, storeRoutes, type UploadAnswer } from "./store-routes.js";
 export { demoExecserverConfig, onPath } from "./demo-services.js";
 export { stackDataDir, startLocalStack, type LocalStack, type LocalStackOptions, type LocalStackPorts } from "./local-stack.js";
 export { checkPortsFree, type PortClaim } from "./ports.js";

@@ -141,26 +141,31 @@ function refuse(res: HttpResponse, status: number, message: string): void {
 }
 
 async function serveOutput(dispatcher: Dispatcher, { req, res, params, logger }: RawCall): Promise<void> {
-  let body: { size: number; sha256: string; open: (start: number, end: number) => Readable | Buffer };
+  let body: { size: number; sha256: string; lastModified: string | undefined; open: (start: number, end: number) => Readable | Buffer };
   try {
     const item = await dispatcher.get(params.id ?? "");
     if (!item) return sendText(res, 404, `item ${params.id} not found`);
     if (item.state !== "succeeded") return sendText(res, 409, `item ${item.id} is ${item.state}: it has no output (yet)`);
     const inline = item.output ?? Buffer.alloc(0);
+    const lastModified = item.finishedAt?.toUTCString();
     if (!item.outputBlob) {
-      body = { size: inline.length, sha256: item.outputSha256 ?? "", open: (start, end) => inline.subarray(start, end) };
+      body = { size: inline.length, sha256: item.outputSha256 ?? "", lastModified, open: (start, end) => inline.subarray(start, end) };
     } else {
       const info = await dispatcher.blobs.info(item.outputBlob);
       if (!info) {
         return sendText(res, 410, `the output of item ${item.id} was deleted (store.retention is ${Math.round(dispatcher.blobs.config.retentionMs / 3_600_000)} h)`);
       }
       const stallMs = dispatcher.blobs.config.stallTimeoutMs;
-      body = { size: info.size, sha256: info.sha256, open: (start, end) => dispatcher.blobs.read(info, { start, end, stallMs }) };
+      body = { size: info.size, sha256: info.sha256, lastModified, open: (start, end) => dispatcher.blobs.read(info, { start, end, stallMs }) };
     }
   } catch (err) {
     return sendText(res, statusFor(err), (err as Error).message);
   }
-  const range = parseRange(req.headers.range, body.size);
+  const etag = body.sha256 ? `"${body.sha256}"` : undefined;
+  // A Range under an If-Range that does not hold is ignored: the whole (changed) body, 200.
+  const ifRange = req.headers["if-range"];
+  const ranged = !Array.isArray(ifRange) && ifRangeHolds(ifRange, etag, body.lastModified) ? req.headers.range : undefined;
+  const range = parseRange(ranged, body.size);
   if (range === "invalid") {
     return sendText(res, 416, `range ${String(req.headers.range)} is not within the ${body.size} bytes`, { "content-range": `bytes */${body.size}` });
   }
@@ -170,7 +175,8 @@ async function serveOutput(dispatcher: Dispatcher, { req, res, params, logger }:
     "content-length": end - start,
     "accept-ranges": "bytes",
     "cache-control": "no-store",
-    ...(body.sha256 ? { etag: `"${body.sha256}"`, "repr-digest": `sha-256=:${Buffer.from(body.sha256, "hex").toString("base64")}:` } : {}),
+    ...(etag ? { etag, "repr-digest": `sha-256=:${Buffer.from(body.sha256, "hex").toString("base64")}:` } : {}),
+    ...(body.lastModified ? { "last-modified": body.lastModified } : {}),
     ...(range ? { "content-range": `bytes ${start}-${end - 1}/${body.size}` } : {}),
   };
   writeHead(res, range ? 206 : 200, headers);
@@ -185,6 +191,20 @@ async function serveOutput(dispatcher: Dispatcher, { req, res, params, logger }:
     logger.info({ err: (err as Error).message, item: params.id }, "output download cut off");
     if (!isGone(res)) abortResponse(res, err as Error);
   }
+}
+
+/**
+ * Whether a Range may be served under this If-Range (RFC 9110 §13.1.5): true without one;
+ * with an entity tag, when it is strongly the same as `etag` (a weak tag never is); with a
+ * date, when it is exactly the Last-Modified the answer carries. Anything else (another
+ * tag, another date, a value that is neither) asks for the whole body.
+ */
+export function ifRangeHolds(header: string | undefined, etag: string | undefined, lastModified: string | undefined): boolean {
+  if (header === undefined) return true;
+  const value = header.trim();
+  if (value.startsWith('"') || value.startsWith("W/")) return etag !== undefined && value === etag;
+  const date = Date.parse(value);
+  return lastModified !== undefined && !Number.isNaN(date) && date === Date.parse(lastModified);
 }
 
 /** One byte range of an RFC 9110 Range header; undefined for none (or one we ignore), "invalid" for 416. */

@@ -9,6 +9,7 @@
 import { availableParallelism } from "node:os";
 import { z } from "zod";
 import { durationMs, parseConfig } from "../shared/config.js";
+import { normalizeUrlPrefix } from "./stdin-url.js";
 
 /** The compiled dispatcher configuration. */
 export interface DispatcherConfig {
@@ -76,7 +77,19 @@ export const dispatcherConfigSchema = z
     maxClaimBatch: positiveInt.max(10_000).default(100),
     cancelBound: durationMs.prefault("30s"),
     runningMarkDelay: durationMs.prefault("100ms"),
-    stdinUrlPrefixes: z.array(z.string().regex(/^https?:\/\/[^/]+\//i, "expected an http(s) URL prefix ending in a path, e.g. https://files.example.com/")).default([]),
+    stdinUrlPrefixes: z
+      .array(
+        z
+          .string()
+          .regex(/^https?:\/\/[^/]+\//i, "expected an http(s) URL prefix ending in a path, e.g. https://files.example.com/")
+          .transform((prefix, ctx) => {
+            const normalized = normalizeUrlPrefix(prefix);
+            if ("prefix" in normalized) return normalized.prefix;
+            ctx.addIssue({ code: "custom", message: normalized.error });
+            return z.NEVER;
+          }),
+      )
+      .default([]),
   })
   .superRefine((c, ctx) => {
     if (c.pollInterval <= 0) ctx.addIssue({ code: "custom", path: ["pollInterval"], message: "must be longer than 0" });

@@ -190,9 +190,17 @@ const errorKinds: Record<ErrorKind, string> = {
 /** "exited with code 1: <stderr line>", "timed out: …", "killed by SIGKILL". */
 export function describeFailure(receipt: Receipt): string {
   const detail = receipt.errorMessage || receipt.stderrLine;
-  const suffix = detail ? `: ${detail}` : "";
-  if (receipt.error !== ErrorKind.UNSPECIFIED) return `${errorKinds[receipt.error] ?? "failed"}${suffix}`;
-  if (receipt.signal) return `killed by ${receipt.signal}${suffix}`;
-  if (receipt.exitCode !== undefined) return `exited with code ${receipt.exitCode}${suffix}`;
-  return `failed without an exit code${suffix}`;
+  const head = failureHead(receipt);
+  // A detail that already opens with what the head says (an execserver's "killed by
+  // SIGKILL", an older one's "exited with code 3; …") is not said twice.
+  if (!detail || detail === head) return head;
+  if (detail.startsWith(`${head}; `) || detail.startsWith(`${head}: `)) return detail;
+  return `${head}: ${detail}`;
+}
+
+function failureHead(receipt: Receipt): string {
+  if (receipt.signal && (receipt.error === ErrorKind.UNSPECIFIED || receipt.error === ErrorKind.KILLED)) return `killed by ${receipt.signal}`;
+  if (receipt.error !== ErrorKind.UNSPECIFIED) return errorKinds[receipt.error] ?? "failed";
+  if (receipt.exitCode !== undefined) return `exited with code ${receipt.exitCode}`;
+  return "failed without an exit code";
 }

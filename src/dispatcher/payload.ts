@@ -6,8 +6,9 @@ import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { z } from "zod";
 import { ReceiptSchema } from "../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
-import { checkArgs, checkEnvSize } from "../shared/job-limits.js";
+import { checkArgs, checkEnvSize, checkNoNul } from "../shared/job-limits.js";
 import type { LocalActionRegistry } from "./local-actions.js";
+import { stdinUrlRefusal } from "./stdin-url.js";
 import type { CallResult, ExecCallSpec, ItemKind, ItemState, LocalActionSpec, QueueItem, StdinSource, SubmitInput } from "./types.js";
 
 /** A validated submit, ready for the insert query. */
@@ -85,10 +86,8 @@ function validateCall(call: ExecCallSpec, i: number, stdinUrlPrefixes: readonly 
   // a NUL cannot be stored in the database's text, nor passed to a process.
   const tooBig = checkArgs(call.args, `${at}.args`) ?? checkEnvSize(call.env, `${at}.env`);
   if (tooBig) throw invalid(`${tooBig} (the execserver's limit)`);
-  call.args.forEach((arg, k) => {
-    if (arg.includes("\0")) throw invalid(`${at}.args[${k}]: must not contain a NUL character`);
-  });
-  for (const [name, value] of Object.entries(call.env)) if (value.includes("\0")) throw invalid(`${at}.env.${name}: must not contain a NUL character`);
+  const nul = checkNoNul(call.args, call.env, at);
+  if (nul) throw invalid(nul);
   const stdin = call.stdin;
   if (stdin?.kind === "previous" && i === 0) throw invalid(`${at}.stdin_from_previous: the first call has no previous call`);
   if (stdin?.kind === "upload") {
@@ -103,9 +102,8 @@ function validateCall(call: ExecCallSpec, i: number, stdinUrlPrefixes: readonly 
       throw invalid(`${at}.stdin_url: not a URL: "${stdin.url}"`);
     }
     if (url.protocol !== "http:" && url.protocol !== "https:") throw invalid(`${at}.stdin_url: must be http(s), got ${url.protocol}`);
-    if (stdinUrlPrefixes.length > 0 && !stdinUrlPrefixes.some((prefix) => url.href.startsWith(prefix))) {
-      throw invalid(`${at}.stdin_url: not under an allowed prefix (dispatcher.stdinUrlPrefixes): "${url.href.slice(0, 200)}"`);
-    }
+    const refused = stdinUrlRefusal(url, stdinUrlPrefixes);
+    if (refused) throw invalid(`${at}.stdin_url: ${refused}: "${url.href.slice(0, 200)}"`);
   }
   return stdin?.kind === "data" ? stdin.data.length : 0;
 }

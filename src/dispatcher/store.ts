@@ -82,7 +82,13 @@ export function checkItemId(id: string): void {
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function checkId(id: string): void {
-  if (!uuid.test(id)) throw new SlotbrokerError(Code.InvalidArgument, `id: not a UUID: "${id}"`);
+  if (!uuid.test(id)) throw new SlotbrokerError(Code.InvalidArgument, `id: not a UUID: ${shownId(id)}`);
+}
+
+// A caller's id as a refusal shows it: at most 40 characters (escaped), so answering a
+// 10 KB id never sends 10 KB back.
+function shownId(id: string): string {
+  return id.length <= 40 ? JSON.stringify(id) : `${JSON.stringify(id.slice(0, 40))}… (${id.length} characters)`;
 }
 
 /** Claim order: priority desc, then eligibility time, then submission time. */

@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { BodyDeadlines } from "../shared/body-deadlines.js";
 import { splitHostPort } from "../shared/config.js";
 import { defaultConnectionLimits, type ConnectionLimits } from "../shared/http-limits.js";
 import type { Logger } from "../shared/log.js";
@@ -25,6 +26,7 @@ export class AdminServer {
   private readonly protectedPaths = new Set<string>();
   private readonly prefixes: { readonly prefix: string; readonly handler: AdminHandler }[] = [];
   private readonly server: Server;
+  private readonly bodies: BodyDeadlines;
   private closing: Promise<void> | undefined;
 
   constructor(
@@ -32,7 +34,9 @@ export class AdminServer {
     private readonly options: AdminServerOptions = {},
   ) {
     const limits = options.limits ?? defaultConnectionLimits;
-    // No request timeout: a legacy PUT /job body is a job's stdin and may stream for hours.
+    this.bodies = new BodyDeadlines(limits, logger);
+    // No request timeout: a legacy PUT /job body is a job's stdin and may stream for hours
+    // (it is trusted once its token is redeemed); other bodies are timed by BodyDeadlines.
     this.server = createServer(
       {
         headersTimeout: limits.headersTimeoutMs,
@@ -41,8 +45,12 @@ export class AdminServer {
         // How often Node looks for connections past their header deadline.
         connectionsCheckingInterval: Math.max(250, Math.min(30_000, limits.headersTimeoutMs / 4)),
       },
-      (request, response) => this.dispatch(request, response),
+      (request, response) => {
+        this.bodies.watch(request, response);
+        this.dispatch(request, response);
+      },
     );
+
     this.server.maxConnections = limits.maxConnections;
   }
 

@@ -194,13 +194,17 @@ export class BrokerCore {
     return undefined;
   }
 
-  /** DECLINE: refuse an offer; the slot goes to the next want. Stale tokens are ignored. */
+  /**
+   * DECLINE: refuse an offer; the connection's turn ends and the slot goes to the next want
+   * by the grant rule. Stale tokens are ignored.
+   */
   decline(connection: ClientConnection, jobId: string, token: string): void {
     const record = connection.jobs.get(jobId);
     if (!record || record.state !== "offered" || record.offerToken !== token) return;
     connection.jobs.delete(jobId);
     connection.declines++;
     this.endOffer(record, "declined");
+    this.endTurn(record);
     this.pump(record.group);
   }
 
@@ -213,6 +217,7 @@ export class BrokerCore {
       if (connection.jobs.get(record.jobId) === record) connection.jobs.delete(record.jobId);
       connection.expired++;
       this.endOffer(record, "expired");
+      this.endTurn(record);
       this.pump(record.group);
       expired++;
     }
@@ -306,8 +311,16 @@ export class BrokerCore {
   private withdraw(record: JobRecord, code: RejectCode, message: string): RejectInfo {
     record.connection.jobs.delete(record.jobId);
     this.endOffer(record, "withdrawn");
+    this.endTurn(record);
     this.pump(record.group);
     return this.reject(record.connection, code, message);
+  }
+
+  // An offer refused, lapsed or withdrawn by the server spends the connection's turn, also
+  // when the offer was made at once on a free slot (pop() never moved the cursor for it):
+  // its next want waits for the next round like anyone's. UNWANT alone keeps the turn.
+  private endTurn(record: JobRecord): void {
+    record.group.book.passTurn(record.connection, record.priority);
   }
 
   private linkExpiry(record: JobRecord): void {

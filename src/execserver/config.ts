@@ -42,6 +42,8 @@ export const execserverConfigSchema = z.strictObject({
   /** How jobs reach the fylrs' pipe URLs: the CA that signs an https fylr's certificate. */
   pipes: z.strictObject({ caFile: z.string().min(1).optional() }).prefault({}),
   offerTimeout: durationMs.prefault("5s"),
+  /** A gRPC connection must finish its TLS handshake and send its HTTP/2 preface within this. */
+  handshakeTimeout: durationMs.prefault("10s"),
   drainTimeout: durationMs.prefault("30s"),
   cancelGrace: durationMs.prefault("2s"),
   /** Fork jobs from a small launcher process (Linux) instead of the execserver itself. */
@@ -91,6 +93,8 @@ export interface ExecserverConfig {
   /** CA file trusted for https pipe URLs instead of the system's CAs; undefined: the system's. */
   readonly pipeCaFile: string | undefined;
   readonly offerTimeoutMs: number;
+  /** A gRPC connection must finish its TLS handshake and send its HTTP/2 preface and first frame within this. */
+  readonly handshakeTimeoutMs: number;
   readonly drainTimeoutMs: number;
   /** After a Cancel frame: SIGTERM to the job's process group, SIGKILL this much later. */
   readonly cancelGraceMs: number;
@@ -150,6 +154,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     throw new ConfigError(`${source}: token: required when listen (${input.listen}) is not a loopback address (or set SLOTBROKER_TOKEN)`);
   }
   if (input.offerTimeout <= 0) throw new ConfigError(`${source}: offerTimeout: must be more than 0`);
+  if (input.handshakeTimeout <= 0) throw new ConfigError(`${source}: handshakeTimeout: must be more than 0`);
   const legacy = compileLegacy(input, source);
   // The admin port shows every connection's details: the same rule as the gRPC port.
   const admin = splitHostPort(input.adminListen)!;
@@ -164,6 +169,7 @@ export function compileExecserverConfig(raw: unknown, source = "config", env: No
     tls: input.tls,
     pipeCaFile: input.pipes.caFile,
     offerTimeoutMs: input.offerTimeout,
+    handshakeTimeoutMs: input.handshakeTimeout,
     drainTimeoutMs: input.drainTimeout,
     cancelGraceMs: input.cancelGrace,
     jobLauncher: input.jobLauncher,

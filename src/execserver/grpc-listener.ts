@@ -1,10 +1,7 @@
-import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import type { HealthImplementation } from "grpc-health-check";
 import { BrokerService, type ConnectRequest, type ConnectResponse, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import { ConfigError } from "../shared/errors.js";
 import { addHealth, addReflection } from "../shared/grpc.js";
-import type { ExecserverConfig } from "./config.js";
 import { limits } from "./limits.js";
 import { serverServiceDefinition } from "./wire.js";
 
@@ -40,20 +37,4 @@ export function createGrpcServer(handlers: BrokerHandlers): { server: grpc.Serve
   addReflection(server, [BrokerService.typeName]);
   const health = addHealth(server, Object.fromEntries(healthServices.map((s) => [s, "SERVING" as const])));
   return { server, health };
-}
-
-/** Insecure without config.tls; otherwise TLS, with client certificates when a client CA is set. */
-export function serverCredentials(tls: ExecserverConfig["tls"]): grpc.ServerCredentials {
-  if (!tls) return grpc.ServerCredentials.createInsecure();
-  const read = (key: string, path: string): Buffer => {
-    try {
-      return readFileSync(path);
-    } catch (err) {
-      throw new ConfigError(`tls.${key}: cannot read ${path}: ${(err as Error).message}`, { cause: err });
-    }
-  };
-  const cert = read("certFile", tls.certFile);
-  const key = read("keyFile", tls.keyFile);
-  const ca = tls.clientCaFile === undefined ? null : read("clientCaFile", tls.clientCaFile);
-  return grpc.ServerCredentials.createSsl(ca, [{ cert_chain: cert, private_key: key }], ca !== null);
 }

@@ -1,7 +1,7 @@
 import type { JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
 import type { ServiceConfig } from "./config.js";
 import { durationMs } from "@bufbuild/protobuf/wkt";
-import { checkArgs, checkEnvSize, jobSpecLimits } from "../shared/job-limits.js";
+import { checkArgs, checkEnvSize, checkNoNul, jobSpecLimits } from "../shared/job-limits.js";
 
 /**
  * Size limits on what a peer may send. They bound the memory one frame can pin; a frame
@@ -69,6 +69,8 @@ export function checkJobSpec(spec: JobSpec | undefined, service: ServiceConfig):
       return { error: `spec.env: "${envName.slice(0, 64)}" is not allowed for service ${service.name}` };
     }
   }
+  const nul = checkNoNul(args, env, "spec");
+  if (nul) return { error: nul };
   let bytes = 0;
 
   const labels = spec?.labels ?? {};

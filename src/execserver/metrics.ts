@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Events } from "../shared/events.js";
+import { renderWithRuntime, runtimeMetrics } from "../shared/runtime-metrics.js";
 import type { BrokerCore, OfferOutcome, Waitgroup } from "./broker-core.js";
 import type { ExecserverEvents } from "./events.js";
 import { IdleGaps } from "./idle-gaps.js";
@@ -36,6 +37,7 @@ export class ExecserverMetrics {
 
   constructor(broker: BrokerCore, instanceId: string, events: Events<ExecserverEvents>, now: () => number, legacy?: LegacyTokens) {
     this.registry.setDefaultLabels({ instance_id: instanceId });
+    runtimeMetrics();
     const registers = [this.registry];
     const wgs = [...broker.waitgroups.values()];
     new Gauge({
@@ -210,10 +212,10 @@ export class ExecserverMetrics {
   }
 
 
-  /** Renders the registry in the Prometheus text format. */
+  /** Renders the registry in the Prometheus text format, with the process's runtime families. */
   async render(): Promise<string> {
     this.flush();
-    return this.registry.metrics();
+    return renderWithRuntime(this.registry);
   }
 
   /** Folds buffered events into prom-client. */

@@ -13,7 +13,7 @@ import { AbortReason } from "../shared/abort.js";
 import { Events } from "../shared/events.js";
 import { isLoopbackHost, splitHostPort } from "../shared/config.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
-import { bindServer, toGrpcError } from "../shared/grpc.js";
+import { toGrpcError } from "../shared/grpc.js";
 import { Transitions } from "../shared/lifecycle.js";
 import { LogBudget, type Logger } from "../shared/log.js";
 import { AdminServer } from "./admin-server.js";
@@ -23,7 +23,8 @@ import type { ExecserverConfig } from "./config.js";
 import { BrokerIo } from "./effects.js";
 import { logExecserverEvents } from "./event-log.js";
 import type { ExecserverEvents, ExecserverState } from "./events.js";
-import { createGrpcServer, healthServices, serverCredentials } from "./grpc-listener.js";
+import { GrpcDoor } from "./grpc-door.js";
+import { createGrpcServer, healthServices } from "./grpc-listener.js";
 import { HelloBroadcast } from "./hello-broadcast.js";
 import { IdleWaiters } from "./idle-waiters.js";
 import { LegacyTokens, LegacyTransport } from "./legacy/index.js";
@@ -93,6 +94,8 @@ export class Execserver implements SessionHost {
   private forcing: Promise<void> | undefined;
   // The token protocol's own listener, when it is not on the admin port.
   private readonly legacyServer: AdminServer | undefined;
+  // The gRPC port's listener (grpc-js gets its connections from it); undefined before start.
+  private grpcDoor: GrpcDoor | undefined;
   /** Bound gRPC port; 0 in legacy-only mode. */
   grpcPort = 0;
   adminPort = 0;
@@ -185,12 +188,17 @@ export class Execserver implements SessionHost {
     // offered: a restarted execserver never runs its jobs beside orphans of the last one.
     if (!this.options.runJob) await sweepLeftoverJobs(jobDirRoot(undefined), this.logger);
     try {
-      if (this.config.brokerService) this.grpcPort = await bindServer(this.grpcServer, this.config.listen, serverCredentials(this.config.tls));
+      if (this.config.brokerService) {
+        const { listen, tls, handshakeTimeoutMs } = this.config;
+        this.grpcDoor = await GrpcDoor.open(this.grpcServer, { listen, tls, handshakeTimeoutMs, logger: this.logger });
+        this.grpcPort = this.grpcDoor.port;
+      }
       this.adminPort = await this.admin.listen(this.config.adminListen);
       const legacyListen = this.config.legacy?.listen;
       if (legacyListen === "admin") this.legacyPort = this.adminPort;
       else if (legacyListen) this.legacyPort = await this.legacyServer!.listen(legacyListen === "listen" ? this.config.listen : legacyListen);
     } catch (err) {
+      this.grpcDoor?.close();
       this.grpcServer.forceShutdown();
       await this.admin.close();
       await this.legacyServer?.close();
@@ -276,6 +284,7 @@ export class Execserver implements SessionHost {
     // forceClose() may have finished the job while we waited.
     if (this.state === "stopped") return;
     this.shutdown.abort(new AbortReason("shutdown", "execserver stopped"));
+    this.grpcDoor?.close();
     await new Promise<void>((resolve) => {
       const force = setTimeout(() => {
         this.grpcServer.forceShutdown();
@@ -298,6 +307,7 @@ export class Execserver implements SessionHost {
     for (const record of this.broker.runningRecords) this.io.abortForShutdown(record);
     this.legacy?.abortAll("execserver force-closed");
     this.shutdown.abort(new AbortReason("shutdown", "execserver force-closed"));
+    this.grpcDoor?.close();
     this.grpcServer.forceShutdown();
     await this.admin.close();
     await this.legacyServer?.close();

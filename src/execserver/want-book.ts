@@ -107,6 +107,17 @@ export class WantBook<T> {
     return want;
   }
 
+  /**
+   * Ends `owner`'s turn in class `priority` without granting: when the cursor sits on its
+   * queue there, it moves to the next owner. For an offer that never came from pop() (made
+   * at once on a free slot, or kept by a withdrawal) and was then declined: the turn it
+   * was refused in is spent, exactly as when pop() made it. O(1).
+   */
+  passTurn(owner: object, priority: number): void {
+    const queue = this.owners.get(owner)?.get(priority);
+    if (queue && queue.cls.cursor === queue) queue.cls.cursor = queue.ringNext;
+  }
+
   /** The want pop() would return, without removing it. */
   peek(): ParkedWant<T> | undefined {
     return this.heap.peek()?.cursor?.head;

@@ -34,3 +34,15 @@ export function checkEnvSize(env: Readonly<Record<string, string>>, at: string):
   if (bytes > jobSpecLimits.envBytes) return `${at}: ${bytes} bytes, more than ${jobSpecLimits.envBytes}`;
   return undefined;
 }
+
+/**
+ * Why `args` or `env` values cannot reach a process (an execve() string ends at a NUL:
+ * the argument would be cut short silently), or undefined. `at` names the spec, e.g.
+ * "calls[0]" or "spec"; the fylr's Submit, the broker JOB and the legacy PUT /job refuse
+ * with these same words.
+ */
+export function checkNoNul(args: readonly string[], env: Readonly<Record<string, string>>, at: string): string | undefined {
+  for (let k = 0; k < args.length; k++) if (args[k]!.includes("\0")) return `${at}.args[${k}]: must not contain a NUL character`;
+  for (const [name, value] of Object.entries(env)) if (value.includes("\0")) return `${at}.env.${name}: must not contain a NUL character`;
+  return undefined;
+}

@@ -12,7 +12,7 @@ import { waitFor } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release } from "../support/resources.js";
 import { descendants, startUp } from "../support/up-process.js";
-import { slotbroker } from "../integration/support.js";
+import { root, runCommand, slotbroker } from "../integration/support.js";
 
 /** Running, and not a zombie waiting to be reaped (Linux /proc). */
 function alive(pid: number): boolean {
@@ -60,6 +60,13 @@ describe("slotbroker up", () => {
       expect(plain.code, plain.stderr).to.equal(0);
       expect(plain.stdout.toString().trim()).to.equal(String(content.length));
       expect(up.banner).to.contain(`export SLOTBROKER_API=${up.api}`);
+
+      // docs/protocol.md's first recipe finds the stack's addresses (ports picked by
+      // --port-base 0) in the same state file; its grpcurl and curl recipes then use them.
+      const doc = readFileSync(join(root, "docs/protocol.md"), "utf8");
+      const setup = /```sh\n(STATE=[\s\S]*?)```/.exec(doc)![1]!;
+      const addresses = await runCommand(["bash", "-c", `set -euo pipefail\n${setup}\nfor url in "$API/healthz" "$ADMIN/healthz"; do curl -sf -o /dev/null -w '%{http_code}\\n' "$url"; done`], { env: { SLOTBROKER_STATE_FILE: stateFile } });
+      expect(addresses.stdout.toString().split("\n").slice(0, 3), addresses.stderr).to.deep.equal([`API=${up.api} EXEC=${up.grpc} ADMIN=${up.admin}`, "200", "200"]);
 
       const status = await slotbroker(["status"], found);
       expect(status.code, status.stderr).to.equal(0);

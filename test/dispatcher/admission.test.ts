@@ -188,6 +188,15 @@ describe("receipt descriptions", () => {
     expect(describeFailure(receiptFor({ signal: "SIGKILL" }))).to.equal("killed by SIGKILL");
     expect(describeFailure(receiptFor({ error: ErrorKind.TIMEOUT, errorMessage: "after 5s" }))).to.equal("timed out: after 5s");
   });
+
+  it("never says the same thing twice", () => {
+    expect(describeFailure(receiptFor({ exitCode: 3, errorMessage: "stdout upload aborted after 5000 bytes" }))).to.equal("exited with code 3: stdout upload aborted after 5000 bytes");
+    // What older execservers send.
+    expect(describeFailure(receiptFor({ exitCode: 3, errorMessage: "exited with code 3; stdout upload aborted after 5000 bytes" }))).to.equal("exited with code 3; stdout upload aborted after 5000 bytes");
+    expect(describeFailure(receiptFor({ exitCode: 3, errorMessage: "exited with code 3" }))).to.equal("exited with code 3");
+    expect(describeFailure(receiptFor({ signal: "SIGKILL", error: ErrorKind.KILLED, errorMessage: "killed by SIGKILL" }))).to.equal("killed by SIGKILL");
+    expect(describeFailure(receiptFor({ signal: "SIGKILL", error: ErrorKind.KILLED, errorMessage: "the job launcher (pid 9) died" }))).to.equal("killed by SIGKILL: the job launcher (pid 9) died");
+  });
 });
 
 describe("Postgres error translation", () => {

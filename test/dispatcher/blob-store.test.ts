@@ -10,7 +10,7 @@ import { finished, pipeline } from "node:stream/promises";
 import { expect } from "chai";
 import type pg from "pg";
 import { BlobStore, CopyBinaryDecoder, migrate, OutputSink, QueueStore, StoreLimitError, normalizeSubmit, createDefaultActions, storeConfig, inlineOutput, type StoreConfig } from "../../src/dispatcher/index.js";
-import { parseRange } from "../../src/app/index.js";
+import { ifRangeHolds, parseRange } from "../../src/app/index.js";
 import { waitFor } from "../support/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool } from "./support.js";
@@ -340,5 +340,20 @@ describe("Range headers", () => {
     expect(parseRange("bytes=5-100", 10)).to.deep.equal({ start: 5, end: 10 });
     expect(parseRange("bytes=10-", 10)).to.equal("invalid");
     expect(parseRange("bytes=0-1,4-5", 10)).to.equal(undefined);
+  });
+
+  it("lets a Range through an If-Range only for the same strong tag or the exact Last-Modified", () => {
+    const tag = '"abc"';
+    const date = "Tue, 03 Jun 2025 10:00:00 GMT";
+    expect(ifRangeHolds(undefined, tag, date)).to.equal(true);
+    expect(ifRangeHolds('"abc"', tag, date)).to.equal(true);
+    expect(ifRangeHolds(' "abc" ', tag, date)).to.equal(true);
+    expect(ifRangeHolds('W/"abc"', tag, date)).to.equal(false);
+    expect(ifRangeHolds('"abd"', tag, date)).to.equal(false);
+    expect(ifRangeHolds('"abc"', undefined, date)).to.equal(false);
+    expect(ifRangeHolds(date, tag, date)).to.equal(true);
+    expect(ifRangeHolds("Tue, 03 Jun 2025 10:00:01 GMT", tag, date)).to.equal(false);
+    expect(ifRangeHolds(date, tag, undefined)).to.equal(false);
+    expect(ifRangeHolds("soon", tag, date)).to.equal(false);
   });
 });

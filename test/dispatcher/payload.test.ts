@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { createDefaultActions, normalizeSubmit, type ExecCallSpec } from "../../src/dispatcher/index.js";
+import { compileDispatcherConfig, createDefaultActions, normalizeSubmit, type ExecCallSpec } from "../../src/dispatcher/index.js";
 import { decodePayload } from "../../src/dispatcher/payload.js";
 import type { SlotbrokerError } from "../../src/shared/errors.js";
 import { Code } from "../../src/shared/errors.js";
@@ -78,5 +78,52 @@ describe("dispatcher payload column", () => {
   it("reads a local action's payload", () => {
     const local = { name: "count", params: { a: "b" }, input: Buffer.from("in").toString("base64") };
     expect(decodePayload("x", { local })).to.deep.equal({ calls: [], local: { name: "count", params: { a: "b" }, input: Buffer.from("in") } });
+  });
+});
+
+describe("stdin_url under dispatcher.stdinUrlPrefixes", () => {
+  const prefixes = compileDispatcherConfig({ stdinUrlPrefixes: ["HTTPS://Files.Example.com:443/pub/"] }).stdinUrlPrefixes;
+  const refusal = (url: string): string | undefined => {
+    try {
+      normalizeSubmit({ calls: [{ service: "cat", args: [], env: {}, stdin: { kind: "url", url } }] }, createDefaultActions(), { ...limits, stdinUrlPrefixes: prefixes });
+    } catch (err) {
+      expect((err as SlotbrokerError).code).to.equal(Code.InvalidArgument);
+      return (err as Error).message;
+    }
+    return undefined;
+  };
+
+  it("compares the parsed URL with the parsed prefix", () => {
+    expect(prefixes).to.deep.equal(["https://files.example.com/pub/"]);
+    for (const ok of ["https://files.example.com/pub/a.txt", "https://FILES.example.com/pub/dir/a%20b.txt", "https://files.example.com/pub/a%2etxt", "https://files.example.com/pub/x?y=../../z"]) {
+      expect(refusal(ok), ok).to.equal(undefined);
+    }
+  });
+
+  it("refuses hostile paths that would leave the prefix on a server that decodes them", () => {
+    const hostile: [string, RegExp][] = [
+      ["https://files.example.com/pub/..%2fsecret", /hides a '\/' or '\\' in a percent-escape/],
+      ["https://files.example.com/pub/..%2Fsecret", /hides a '\/'/],
+      ["https://files.example.com/pub/%2e%2e%2fsecret", /hides a '\/'/],
+      ["https://files.example.com/pub/..%5csecret", /hides a '\/' or '\\'/],
+      ["https://files.example.com/pub/%252e%252e/secret", /percent-encoded twice/],
+      ["https://files.example.com/pub/%zz", /malformed percent-escape/],
+      ["https://files.example.com/pub/..;/secret", /dot segment hidden/],
+      ["https://files.example.com/pub/a%00.txt", /encoded NUL/],
+      // Resolved by the parser, then plainly outside.
+      ["https://files.example.com/pub/%2e%2e/secret", /not under an allowed prefix/],
+      ["https://files.example.com/pub/../secret", /not under an allowed prefix/],
+      ["https://files.example.com/pub\\..\\secret", /not under an allowed prefix/],
+      ["https://files.example.com.evil.com/pub/a", /not under an allowed prefix/],
+      ["https://files.example.com:8443/pub/a", /not under an allowed prefix/],
+      ["https://user@files.example.com/pub/a", /a user or password/],
+    ];
+    for (const [url, why] of hostile) expect(refusal(url), url).to.match(why).and.match(/^calls\[0\]\.stdin_url: /);
+  });
+
+  it("refuses a prefix that cannot be compared, naming the key", () => {
+    for (const [prefix, why] of [["https://files.example.com/pub/?x=1", /no user, query or fragment/], ["https://files.example.com/..%2f/", /hides a '\/'/]] as const) {
+      expect(() => compileDispatcherConfig({ stdinUrlPrefixes: [prefix] }), prefix).to.throw(why);
+    }
   });
 });

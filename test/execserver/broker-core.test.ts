@@ -3,6 +3,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
   ConnectResponseSchema,
   HelloSchema,
+  JobSpecSchema,
   OfferSchema,
   RejectCode,
   WaitgroupStateSchema,
@@ -127,6 +128,44 @@ describe("broker core (execserver)", () => {
     expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1", "a2", "b1"]);
     const ledger = broker.waitgroups.get("g")!.ledger;
     expect(ledger).to.include({ offered: 1, running: 0, free: 0 });
+  });
+
+  it("ends the turn on a DECLINE, an expiry or a refused JOB of an offer made at once: the slot goes to the next connection", () => {
+    for (const end of ["decline", "expire", "bad-job"] as const) {
+      const { broker, fx, clock, conn } = setup(1);
+      const a = conn("a");
+      const b = conn("b");
+      broker.want(a, "a1", "s", 0);
+      broker.want(a, "a2", "s", 0);
+      broker.want(b, "b1", "s", 0);
+      expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1"]);
+      if (end === "decline") broker.decline(a, "a1", fx.offers[0]!.offerToken);
+      else if (end === "expire") {
+        clock.now = 1000;
+        broker.expireDue();
+      } else {
+        const spec = create(JobSpecSchema, { env: { NOT_ALLOWED: "x" } });
+        expect(broker.job(a, "a1", fx.offers[0]!.offerToken, spec)?.code).to.equal(RejectCode.INVALID_ARGUMENT);
+      }
+      expect(fx.offers.map((r) => r.jobId), end).to.deep.equal(["a1", "b1"]);
+      // a's next want is served in the next round.
+      broker.decline(b, "b1", fx.offers[1]!.offerToken);
+      expect(fx.offers.map((r) => r.jobId), end).to.deep.equal(["a1", "b1", "a2"]);
+    }
+  });
+
+  it("ends the turn on a DECLINE of an offer that a withdrawal kept with the connection", () => {
+    const { broker, fx, conn } = setup(1);
+    const a = conn("a");
+    const b = conn("b");
+    broker.want(a, "a1", "s", 0);
+    broker.want(a, "a2", "s", 0);
+    broker.want(a, "a3", "s", 0);
+    broker.want(b, "b1", "s", 0);
+    broker.unwant(a, "a1");
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1", "a2"]);
+    broker.decline(a, "a2", fx.offers[1]!.offerToken);
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["a1", "a2", "b1"]);
   });
 
   it("passes a withdrawn offer's slot on by the grant rule when a more urgent want waits", () => {

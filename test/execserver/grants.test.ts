@@ -162,6 +162,44 @@ describe("execserver grants over gRPC", () => {
     expect((await a.next("reject")).code).to.equal(RejectCode.STALE_OFFER);
   });
 
+  it("a DECLINE of an offer made at once on a free slot ends the connection's turn: a sibling's want is offered before its own next one", async () => {
+    const server = await startTestServer();
+    const a = await BrokerStream.open(server.grpcAddress);
+    const b = await BrokerStream.open(server.grpcAddress);
+    a.want("a1", "noop");
+    const offer = await a.next("offer");
+    // a parks first, so a's queue holds the round-robin cursor when the slot frees.
+    a.want("a2", "noop");
+    await a.ping();
+    b.want("b1", "noop");
+    await b.ping();
+    a.decline("a1", offer.offerToken);
+    expect((await b.next("offer")).jobId).to.equal("b1");
+    await a.ping();
+    expect(a.unconsumed("offer")).to.deep.equal([]);
+  });
+
+  it("a DECLINE of an offer that came from the book ends the connection's turn the same way", async () => {
+    const server = await startTestServer();
+    const holder = await BrokerStream.open(server.grpcAddress);
+    holder.want("hold", "noop");
+    const held = await holder.next("offer");
+    const a = await BrokerStream.open(server.grpcAddress);
+    const b = await BrokerStream.open(server.grpcAddress);
+    a.want("a1", "noop");
+    a.want("a2", "noop");
+    await a.ping();
+    b.want("b1", "noop");
+    await b.ping();
+    holder.decline("hold", held.offerToken);
+    const offer = await a.next("offer");
+    expect(offer.jobId).to.equal("a1");
+    a.decline("a1", offer.offerToken);
+    expect((await b.next("offer")).jobId).to.equal("b1");
+    await a.ping();
+    expect(a.unconsumed("offer")).to.deep.equal([]);
+  });
+
   it("withdraws an offered want on UNWANT and offers the slot on", async () => {
     const server = await startTestServer();
     const a = await BrokerStream.open(server.grpcAddress);

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { compileExecserverConfig, type ExecserverConfigInput } from "../../src/execserver/index.js";
 import { decodeReceiptHeader, RECEIPT_HEADER } from "../../src/shared/legacy-protocol.js";
 import { ConfigError } from "../../src/shared/errors.js";
-import { metricFamilies, metricNameProblems } from "../support/metric-names.js";
+import { metricFamilies, metricNameProblems, ownFamilies } from "../support/metric-names.js";
 import { BrokerStream, eventually, releaseAll } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
 
@@ -268,9 +268,11 @@ describe("legacy token protocol (execserver)", () => {
     const dir = mkdtempSync(join(tmpdir(), "slotbroker-legacy-recipe-"));
     try {
       writeFileSync(join(dir, "input.bin"), Buffer.alloc(10_000, "r"));
-      const script = ["set -euo pipefail", blocks[0]!.replaceAll("EXEC:7601", server.legacyUrl!.replace(/^http:\/\//, ""))].join("\n");
+      // As written: the legacy base URL comes in as $ADMIN (see the top of protocol.md).
+      const script = ["set -euo pipefail", blocks[0]!].join("\n");
+      expect(script).to.not.match(/:760\d|127\.0\.0\.1/);
       const out = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-        const child = spawn("bash", ["-c", script], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+        const child = spawn("bash", ["-c", script], { cwd: dir, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ADMIN: server.legacyUrl! } });
         let stdout = "";
         let stderr = "";
         child.stdout.setEncoding("utf8").on("data", (t: string) => (stdout += t));
@@ -352,7 +354,7 @@ describe("legacy token protocol (execserver)", () => {
   it("names its metrics by the Prometheus rules and documents every family in the operator guide", async () => {
     const server = await startTestServer({ ...layout, legacy: { enabled: true } });
     await put(server.legacyUrl!, await token(server.legacyUrl!, "noop"), undefined);
-    const families = metricFamilies(await (await fetch(`${server.adminUrl}/metrics`)).text());
+    const families = ownFamilies(metricFamilies(await (await fetch(`${server.adminUrl}/metrics`)).text()));
     expect(families.map((f) => f.name)).to.include.members([
       "slotbroker_legacy_requests_total",
       "slotbroker_legacy_tokens_total",

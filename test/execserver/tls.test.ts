@@ -4,6 +4,10 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
+import { create } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { BrokerService, ConnectRequestSchema, type ConnectRequest } from "../../gen/slotbroker/v1/broker_pb.js";
 import { BrokerStream, releaseAll } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
 import { requireTool } from "../support/system-tools.js";
@@ -48,8 +52,63 @@ describe("execserver TLS", () => {
     expect((await plaintext.ended).code).to.equal(grpc.status.UNAVAILABLE);
   });
 
+  it("serves a connect-es client over mTLS with a token, as docs/clients.md shows for TypeScript", async () => {
+    const exec = await startTestServer({ token: "ts-secret", tls: { certFile: server.cert, keyFile: server.key, clientCaFile: client.cert } });
+    // The snippet of docs/clients.md, "TypeScript".
+    const transport = createGrpcTransport({
+      baseUrl: `https://localhost:${exec.grpcPort}`,
+      nodeOptions: { ca: readFileSync(server.cert), cert: readFileSync(client.cert), key: readFileSync(client.key) },
+      interceptors: [
+        (next) => (req) => {
+          req.header.set("authorization", "Bearer ts-secret");
+          return next(req);
+        },
+      ],
+    });
+    const broker = createClient(BrokerService, transport);
+    const outgoing = new Pushable<ConnectRequest>();
+    const frames = broker.connect(outgoing)[Symbol.asyncIterator]();
+    try {
+      outgoing.push(create(ConnectRequestSchema, { frame: { case: "want", value: { jobId: "t", service: "noop" } } }));
+      const seen: string[] = [];
+      for (let next = await frames.next(); !next.done; next = await frames.next()) {
+        const frame = next.value.frame;
+        seen.push(frame.case ?? "");
+        if (frame.case === "offer") outgoing.push(create(ConnectRequestSchema, { frame: { case: "job", value: { jobId: "t", offerToken: frame.value.offerToken } } }));
+        if (frame.case === "done") break;
+      }
+      expect(seen).to.deep.equal(["hello", "offer", "done"]);
+    } finally {
+      outgoing.end();
+      await frames.return?.();
+    }
+  });
+
   it("names the TLS key whose file cannot be read", async () => {
     const error = await startTestServer({ tls: { certFile: join(dir, "missing.crt"), keyFile: server.key } }).catch((e: unknown) => e);
     expect((error as Error).message).to.match(/^tls\.certFile: cannot read/);
   });
 });
+
+// An async iterable that yields what is pushed into it, until end().
+class Pushable<T> implements AsyncIterable<T> {
+  private readonly queue: T[] = [];
+  private wake: (() => void) | undefined;
+  private ended = false;
+  push(value: T): void {
+    this.queue.push(value);
+    this.wake?.();
+  }
+  end(): void {
+    this.ended = true;
+    this.wake?.();
+  }
+  async *[Symbol.asyncIterator](): AsyncIterator<T> {
+    for (;;) {
+      const value = this.queue.shift();
+      if (value !== undefined) yield value;
+      else if (this.ended) return;
+      else await new Promise<void>((resolve) => (this.wake = resolve));
+    }
+  }
+}

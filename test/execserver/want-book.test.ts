@@ -135,6 +135,21 @@ describe("WantBook", () => {
     expect(drain(book)).to.deep.equal(["c-high", "b1", "b2"]);
   });
 
+  it("passTurn moves the cursor past an owner whose turn it is, and leaves other owners' turns alone", () => {
+    const book = new WantBook<string>();
+    book.park(a, 0, "a1");
+    book.park(a, 0, "a2");
+    book.park(b, 0, "b1");
+    book.park(c, 3, "c-high");
+    // Not a's turn in class 3 (it has no queue there), nor b's in class 0: nothing moves.
+    book.passTurn(a, 3);
+    book.passTurn(b, 0);
+    expect(book.pop()!.value).to.equal("c-high");
+    expect(book.peek()!.value).to.equal("a1");
+    book.passTurn(a, 0);
+    expect(drain(book)).to.deep.equal(["b1", "a1", "a2"]);
+  });
+
   it("removes single wants and whole connections without disturbing the order", () => {
     const book = new WantBook<string>();
     const handles = new Map<string, ParkedWant<string>>();

@@ -6,6 +6,8 @@ import { connect, type Socket } from "node:net";
 import { expect } from "chai";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
 import { release } from "../support/resources.js";
+import { RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
+import { BrokerStream, releaseAll } from "../execserver/support/broker-stream.js";
 
 const services = { echo: { waitgroup: "w", command: ["echo"] } };
 const waitgroups = { w: { processes: 1 } };
@@ -43,6 +45,37 @@ describe("reliability: the execserver's admin port", () => {
     }
     expect((await fetch(`${base}/healthz`)).status).to.equal(200);
     expect((await fetch(`${base}/livez`)).status).to.equal(200);
+  });
+
+  it("refuses a NUL in an argument or env value with 400 on the legacy PUT /job and a Reject on the broker JOB, in the words Submit uses", async function () {
+    this.timeout(30_000);
+    exec = await spawnExecserver({ waitgroups, services: { ...services, envy: { waitgroup: "w", command: ["env"], env: ["FOO"] } }, legacy: { enabled: true } });
+    const base = `http://${exec.adminAddress}`;
+    const cases: [string, object, string][] = [
+      ["echo", { args: ["ok", "a\u0000b"] }, "args[1]: must not contain a NUL character"],
+      ["envy", { env: { FOO: "x\u0000" } }, "env.FOO: must not contain a NUL character"],
+    ];
+    for (const [service, job, words] of cases) {
+      const { token } = (await (await fetch(`${base}/token/${service}`)).json()) as { token: string };
+      const res = await fetch(`${base}/job?token=${token}&job=${encodeURIComponent(JSON.stringify(job))}`, { method: "PUT" });
+      expect([res.status, await res.json()], service).to.deep.equal([400, { error: `job: ${words}`, reason: "bad-request" }]);
+    }
+    // The refused tokens gave their slot back: the one slot is free for a job.
+    const { token } = (await (await fetch(`${base}/token/echo`)).json()) as { token: string };
+    const ran = await fetch(`${base}/job?token=${token}&job=${encodeURIComponent(JSON.stringify({ args: ["fine"] }))}`, { method: "PUT" });
+    expect([ran.status, await ran.text()]).to.deep.equal([200, "fine\n"]);
+    // The broker path: the JOB is rejected and its offer withdrawn; nothing runs.
+    const stream = await BrokerStream.open(exec.grpcAddress);
+    try {
+      stream.want("nul", "echo");
+      stream.job("nul", (await stream.next("offer")).offerToken, { args: ["ok", "a\u0000b"] });
+      const reject = await stream.next("reject");
+      expect([reject.jobId, reject.code, reject.message]).to.deep.equal(["nul", RejectCode.INVALID_ARGUMENT, `spec.${cases[0]![2]}; the offer is withdrawn`]);
+      await stream.ping();
+      expect(stream.unconsumed("done")).to.deep.equal([]);
+    } finally {
+      await releaseAll();
+    }
   });
 
   it("finding 5: slow-header connections are closed after adminHttp.headersTimeout, and the count is capped", async function () {

@@ -15,6 +15,8 @@ import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/exe
 import { startReplica, stopReplica } from "../support/fylr-replica.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "../integration/support.js";
+import { curl, statusAndBody, tempDir } from "../fylr/pipes-support.js";
+import { release } from "../support/resources.js";
 
 async function submitError(fylr: FylrProcess, request: Parameters<FylrProcess["client"]["submit"]>[0]): Promise<ConnectError> {
   try {
@@ -97,18 +99,29 @@ describe("reliability: hostile input at the fylr's doors", () => {
     expect(ok.created).to.equal(true);
   });
 
-  it("finding 4: a QueueService request body over http.maxRequestBytes is refused before it is parsed", async function () {
+  it("finding 4: a QueueService request body over http.maxRequestBytes is refused before it is parsed, with 413", async function () {
     this.timeout(60_000);
-    await start({ http: { maxRequestBytes: "1MiB" } });
-    const body = JSON.stringify({ calls: [{ service: "echo", stdinData: Buffer.alloc(3 << 20).toString("base64") }] });
-    const response = await fetch(`${fylr!.url}/slotbroker.v1.QueueService/Submit`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body,
-    });
+    // The default limit (16 MiB) and a 20 MB body, as curl and fetch send it.
+    await start();
+    const body = JSON.stringify({ calls: [{ service: "echo", stdinData: Buffer.alloc(15 << 20).toString("base64") }] });
+    expect(body.length).to.be.greaterThan(20_000_000);
+    const url = `${fylr!.url}/slotbroker.v1.QueueService/Submit`;
+    const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });
     const answer = (await response.json()) as { code: string; message: string };
     expect(answer.code, answer.message).to.equal("resource_exhausted");
-    expect(response.status).to.equal(429);
+    expect(answer.message).to.equal("request body: larger than the 16777216 bytes a request message may have here (http.maxRequestBytes)");
+    expect(response.status).to.equal(413);
+    const dir = tempDir();
+    const file = dir.file("submit.json", Buffer.from(body));
+    for (const extra of [[], ["-H", "transfer-encoding: chunked"]]) {
+      const result = await curl(["-w", "\n%{http_code}", "-H", "content-type: application/json", ...extra, "--data-binary", `@${file}`, url]);
+      expect(statusAndBody(result).status, `${extra.join(" ")} ${result.stderr}`).to.equal(413);
+      expect(JSON.parse(statusAndBody(result).body)).to.deep.equal(answer);
+    }
+    await release(dir);
+    // A Connect client learns the code from the body.
+    const err = await submitError(fylr!, { calls: [{ service: "echo", stdin: { case: "stdinData", value: Buffer.alloc(17 << 20) } }] });
+    expect(err.code).to.equal(Code.ResourceExhausted);
     // And a normal submit still works.
     const ok = await fylr!.client.submit({ calls: [{ service: "echo", args: ["hi"] }] });
     expect(ok.created).to.equal(true);
@@ -208,12 +221,49 @@ describe("reliability: hostile input at the fylr's doors", () => {
     expect(key.rawMessage).to.equal("idempotency_key: must not contain a NUL character");
   });
 
+  it("an item id of 10 KB is refused with a short invalid_argument by every call that takes one, never echoed", async function () {
+    this.timeout(60_000);
+    await start();
+    const id = "a".repeat(10_240);
+    const expected = `id: not a UUID: "${"a".repeat(40)}"… (10240 characters)`;
+    for (const method of ["Cancel", "Get", "Position", "Retry", "Delete"]) {
+      const res = await fetch(`${fylr!.url}/slotbroker.v1.QueueService/${method}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ id }) });
+      const text = await res.text();
+      expect(res.status, method).to.equal(400);
+      expect(text.length, `${method}: ${text.slice(0, 200)}`).to.be.lessThan(200);
+      expect(JSON.parse(text)).to.deep.equal({ code: "invalid_argument", message: expected });
+    }
+    // Watch (a server stream) and the output route too.
+    let watched: ConnectError | undefined;
+    try {
+      for await (const _ of fylr!.client.watch({ id })) break;
+    } catch (err) {
+      watched = ConnectError.from(err);
+    }
+    expect([watched?.code, watched?.rawMessage]).to.deep.equal([Code.InvalidArgument, expected]);
+    const output = await fetch(`${fylr!.url}/queue/items/${id}/output`);
+    expect(output.status).to.equal(400);
+    expect((await output.text()).length).to.be.lessThan(200);
+  });
+
   it("finding 7: stdin_url outside dispatcher.stdinUrlPrefixes is refused at submit", async function () {
     this.timeout(60_000);
     await start({ dispatcher: { stdinUrlPrefixes: ["https://files.example.com/"] } });
     const err = await submitError(fylr!, { calls: [{ service: "echo", stdin: { case: "stdinUrl", value: "http://169.254.169.254/latest/meta-data/" } }] });
     expect(err.code).to.equal(Code.InvalidArgument);
     expect(err.rawMessage).to.match(/^calls\[0\]\.stdin_url: not under an allowed prefix \(dispatcher\.stdinUrlPrefixes\)/);
+    // Inside the prefix only as text: escapes a server decodes and resolves lead elsewhere.
+    for (const url of [
+      "https://files.example.com/..%2f..%2flatest/meta-data",
+      "https://files.example.com/a/%2e%2e%2f%2e%2e%2fadmin",
+      "https://files.example.com/a/..%5c..%5cadmin",
+      "https://files.example.com/a/%252e%252e/admin",
+      "https://files.example.com/a/..;/admin",
+    ]) {
+      const hostile = await submitError(fylr!, { calls: [{ service: "echo", stdin: { case: "stdinUrl", value: url } }] });
+      expect(hostile.code, url).to.equal(Code.InvalidArgument);
+      expect(hostile.rawMessage, url).to.match(/^calls\[0\]\.stdin_url: its path .*(cannot be checked against dispatcher\.stdinUrlPrefixes|';' parameter)/);
+    }
     const ok = await fylr!.client.submit({ calls: [{ service: "echo", stdin: { case: "stdinUrl", value: "https://files.example.com/a.txt" } }], maxAttempts: 1 });
     expect(ok.created).to.equal(true);
   });

@@ -97,7 +97,8 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
     const done = await finalItem(fylr, item!.id);
     expectAlive(fylr);
     expect(done.state).to.equal(ItemState.FAILED);
-    expect(done.error).to.match(/exited with code 3/);
+    // Said once, with what happened to the output.
+    expect(done.error).to.match(/^calls\[0\] \(big-then-fail\): exited with code 3: stdout upload aborted after \d+ bytes$/);
     expect(done.error).not.to.match(/heartbeat/);
   });
 

@@ -12,6 +12,18 @@ export interface MetricFamily {
   readonly labels: readonly string[];
 }
 
+/**
+ * The Node.js runtime families (`process_*`, `nodejs_*`): they keep prom-client's standard
+ * names, which dashboards look for, so the slotbroker rules below do not apply to them and
+ * the operator guide documents them as groups.
+ */
+export const runtimeFamilyName = /^(process|nodejs)_/;
+
+/** The families slotbroker names itself: all but the runtime ones. */
+export function ownFamilies(families: readonly MetricFamily[]): MetricFamily[] {
+  return families.filter((f) => !runtimeFamilyName.test(f.name));
+}
+
 /** Reads the families (and the label names of their samples) from a text exposition. */
 export function metricFamilies(text: string): MetricFamily[] {
   const families = new Map<string, { name: string; type: string; help: string; labels: Set<string> }>();

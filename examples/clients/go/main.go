@@ -7,7 +7,9 @@
 //	slotbroker-go-fylr -addr 127.0.0.1:7600 -service cat -size 8388608
 //
 // With the `cat` service the output must equal the input; with `sha256sum` it must be the
-// input's hex digest. Set SLOTBROKER_TOKEN when the execserver has a token. Exit status:
+// input's hex digest. Set SLOTBROKER_TOKEN when the execserver has a token, and
+// SLOTBROKER_CA_FILE (its certificate's CA) when it serves TLS, plus SLOTBROKER_CERT_FILE
+// and SLOTBROKER_KEY_FILE when it asks for a client certificate (mTLS). Exit status:
 // 0 when the digest matched, 1 when the job failed or the digest did not match, 2 for a
 // usage or connection problem.
 package main
@@ -16,6 +18,8 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -31,6 +35,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
@@ -59,6 +64,31 @@ func main() {
 	}
 }
 
+// transportCredentials: plaintext without a CA file; TLS verified against caFile with one,
+// presenting certFile/keyFile as the client certificate when they are given (mTLS).
+func transportCredentials(caFile, certFile, keyFile string) (credentials.TransportCredentials, error) {
+	if caFile == "" {
+		return insecure.NewCredentials(), nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", caFile)
+	}
+	config := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	return credentials.NewTLS(config), nil
+}
+
 // digestError is a job that ran but did not produce what it should (exit status 1).
 type digestError struct{ msg string }
 
@@ -73,8 +103,12 @@ func run(ctx context.Context, addr, service string, size int, pipeListen, token 
 
 	// HTTP/2 keepalive no more often than stock gRPC servers allow; liveness on the stream
 	// itself would be the application Ping (not needed for one short job).
+	creds, err := transportCredentials(os.Getenv("SLOTBROKER_CA_FILE"), os.Getenv("SLOTBROKER_CERT_FILE"), os.Getenv("SLOTBROKER_KEY_FILE"))
+	if err != nil {
+		return err
+	}
 	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second, PermitWithoutStream: true}))
 	if err != nil {
 		return err

@@ -9,9 +9,10 @@ It opens one broker stream, waits for HELLO, parks a WANT, answers the OFFER wit
 whose stdin and stdout are one-time URLs it serves itself (its own stdin is the job's
 stdin), waits for DONE, writes the job's output to stdout and exits with the job's exit
 code. Remaining arguments are appended to the service's command (the execserver decides
-the executable). Set SLOTBROKER_TOKEN when the execserver has a token. Problems with the
-call itself (no such service, a refused token, no execserver) exit 2 with one line on
-stderr.
+the executable). Set SLOTBROKER_TOKEN when the execserver has a token, and
+SLOTBROKER_CA_FILE (its certificate's CA) when it serves TLS, plus SLOTBROKER_CERT_FILE and
+SLOTBROKER_KEY_FILE when it asks for a client certificate (mTLS). Problems with the call
+itself (no such service, a refused token, no execserver) exit 2 with one line on stderr.
 """
 
 import http.server
@@ -97,6 +98,28 @@ def read_chunked(rfile, sink):
         sink.write(data)
 
 
+def open_channel(address):
+    """Plaintext without SLOTBROKER_CA_FILE; TLS verified against it with one, presenting
+    SLOTBROKER_CERT_FILE/SLOTBROKER_KEY_FILE as the client certificate when they are set."""
+    ca_file = os.environ.get("SLOTBROKER_CA_FILE")
+    if not ca_file:
+        return grpc.insecure_channel(address)
+
+    def read(name):
+        path = os.environ.get(name)
+        if not path:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read("SLOTBROKER_CA_FILE"),
+        private_key=read("SLOTBROKER_KEY_FILE"),
+        certificate_chain=read("SLOTBROKER_CERT_FILE"),
+    )
+    return grpc.secure_channel(address, credentials)
+
+
 def run_one_job(address, service, args, stdin_bytes, token=None, timeout=60.0):
     """Runs one job through the broker; returns its Receipt and the Pipes that served it."""
     metadata = [("slotbroker-client", "python-example")]
@@ -111,7 +134,7 @@ def run_one_job(address, service, args, stdin_bytes, token=None, timeout=60.0):
                 return
             yield frame
 
-    with grpc.insecure_channel(address) as channel:
+    with open_channel(address) as channel:
         stub = broker_pb2_grpc.BrokerServiceStub(channel)
         responses = stub.Connect(requests(), metadata=metadata, timeout=timeout)
         job_id = secrets.token_hex(8)

@@ -3,6 +3,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { performance } from "node:perf_hooks";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason, linkedAbortController, workOver } from "../../shared/abort.js";
+import { trustBody } from "../../shared/body-deadlines.js";
 import { INSTANCE_HEADER, TOKEN_PARAM, type LegacyErrorBody, type TokenGrant } from "../../shared/legacy-protocol.js";
 import type { Logger } from "../../shared/log.js";
 import type { BearerAuth } from "../auth.js";
@@ -126,6 +127,8 @@ export class LegacyTransport {
       this.tokens.abandon(token);
       return this.refuse(response, 400, "bad-request", job.error);
     }
+    // A redeemed token holds a slot: the body is the job's stdin, at its source's pace.
+    trustBody(request);
     await this.runRedeemed(token, job, request, response);
   }
 

@@ -41,10 +41,10 @@ export function receiptFromOutcome(outcome: JobOutcome): Receipt {
   } else if (signal !== null) {
     error = ErrorKind.KILLED;
     message = `killed by ${signal}`;
-  } else if (outcome.uploadAborted) {
-    message = `exited with code ${exitCode}`;
   }
-  if (outcome.uploadAborted) message += `; stdout upload aborted after ${outcome.stdoutBytes} bytes`;
+  // The exit code has its own field: saying it here too made "exited with code 3: exited
+  // with code 3; …" wherever a receipt is described.
+  if (outcome.uploadAborted) message += `${message ? "; " : ""}stdout upload aborted after ${outcome.stdoutBytes} bytes`;
   // No conditional spread here: in this hot spot it cost ~15 µs per receipt; create() skips
   // a null field, so exitCode stays unset after a signal.
   return create(ReceiptSchema, {

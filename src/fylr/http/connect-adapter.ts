@@ -40,7 +40,14 @@ export function connectAdapter(options: ConnectAdapterOptions): (req: HttpReques
       options.logger.error({ err: (err as Error).message, procedure: handler.requestPath }, "connect handler failed");
     };
     const respond = (answer: Promise<UniversalServerResponse>): void => {
-      answer.then((uRes) => universalResponseToNodeResponse(uRes, res)).catch(failed);
+      answer
+        .then((uRes) => {
+          // The rest of an oversize body is not read: an HTTP/1.1 connection ends after the 413
+          // instead of draining it (HTTP/2 resets the stream by itself).
+          if (uRes.status === 413 && !("stream" in res)) res.setHeader("connection", "close");
+          return universalResponseToNodeResponse(uRes, res);
+        })
+        .catch(failed);
     };
     // `body`: what the direct path already read.
     const generic = (body?: Uint8Array | AsyncIterable<Uint8Array>): void => {
@@ -72,10 +79,23 @@ export function withBadBodyAsInvalidArgument(handler: UniversalHandler): Univers
   return Object.assign(wrapped, handler);
 }
 
-/** A response as the caller should see it: "parse binary: …" becomes INVALID_ARGUMENT. */
+// Connect's words for a request message over readMaxBytes (protocol/limit-io.ts and the
+// decompression check); it answers them RESOURCE_EXHAUSTED, which Connect maps to HTTP 429.
+const OVER_LIMIT = /\bis larger than configured readMaxBytes (\d+)/;
+
+/** What the caller is told instead of Connect's "message size … readMaxBytes N". */
+function tooLargeMessage(limit: string): string {
+  return `request body: larger than the ${limit} bytes a request message may have here (http.maxRequestBytes)`;
+}
+
+/**
+ * A response as the caller should see it: "parse binary: …" becomes INVALID_ARGUMENT, and a
+ * unary request over the size limit is HTTP 413 (the code stays RESOURCE_EXHAUSTED: 429
+ * would tell an HTTP client to retry the same body later).
+ */
 export function correctBadBody(res: UniversalServerResponse, inputType: string): UniversalServerResponse | Promise<UniversalServerResponse> {
   const contentType = res.header?.get("content-type") ?? "";
-  if (res.status === 500 && contentType.startsWith("application/json") && !res.header?.get("content-encoding")) return fixUnary(res, inputType);
+  if ((res.status === 500 || res.status === 429) && contentType.startsWith("application/json") && !res.header?.get("content-encoding")) return fixUnary(res, inputType);
   if (contentType.startsWith("application/connect+proto")) return { ...res, body: fixStreamEnd(res.body, inputType) };
   if (contentType.startsWith("application/grpc") && !contentType.startsWith("application/grpc-web")) return { ...res, body: fixGrpcTrailer(res, inputType) };
   return res;
@@ -92,11 +112,17 @@ async function fixUnary(res: UniversalServerResponse, inputType: string): Promis
   } catch {
     return same;
   }
+  const over = error.code === "resource_exhausted" && typeof error.message === "string" ? OVER_LIMIT.exec(error.message) : null;
+  if (over) return answer(res, 413, { code: "resource_exhausted", message: tooLargeMessage(over[1]!) });
   if (!isBadBody(error.code, error.message)) return same;
-  const body = Buffer.from(JSON.stringify({ code: "invalid_argument", message: badBodyMessage(inputType, error.message) }));
+  return answer(res, 400, { code: "invalid_argument", message: badBodyMessage(inputType, error.message) });
+}
+
+function answer(res: UniversalServerResponse, status: number, error: { code: string; message: string }): UniversalServerResponse {
+  const body = Buffer.from(JSON.stringify(error));
   const header = new Headers(res.header);
   header.set("content-length", String(body.byteLength));
-  return { ...res, status: 400, header, body: createAsyncIterable([body]) };
+  return { ...res, status, header, body: createAsyncIterable([body]) };
 }
 
 // Each chunk of a Connect stream body is one envelope; flag 0x02 marks the end-of-stream

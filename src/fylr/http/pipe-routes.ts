@@ -1,3 +1,4 @@
+import { trustBody } from "../../shared/body-deadlines.js";
 import type { Logger } from "../../shared/log.js";
 import { abortError, type PipeRegistry } from "../pipes/index.js";
 import type { RawCall, RawRoute } from "./http-types.js";
@@ -69,6 +70,8 @@ async function acceptOutPipe(registry: PipeRegistry, { req, res, params, expectC
   } catch (err) {
     return refuse(res, err, logger);
   }
+  // A real pipe: its stdout arrives as the command writes it, however slowly.
+  trustBody(req);
   let finished = false;
   const onClose = (): void => {
     if (!finished) writer.abort(new Error("the uploader disconnected before the body ended"));

@@ -1,5 +1,6 @@
 import { Code, ConnectError, type ConnectRouter, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { PipeService, type WriteRequest } from "../../../gen/slotbroker/v1/pipe_pb.js";
+import { trustBody } from "../../shared/body-deadlines.js";
 import { toConnectError } from "../../shared/errors.js";
 import { PipeError, type PipeRegistry } from "../pipes/index.js";
 import { nodeRequestKey } from "./node-request.js";
@@ -37,6 +38,9 @@ export function pipeServiceImpl(registry: PipeRegistry): ServiceImpl<typeof Pipe
       if (first.done) throw new ConnectError("Write needs a first message naming the pipe", Code.InvalidArgument);
       if (!first.value.pipeId) throw new ConnectError("the first WriteRequest must set pipe_id", Code.InvalidArgument);
       const writer = open(() => registry.openOut(first.value.pipeId));
+      // A real pipe: its stdout arrives as the command writes it, however slowly.
+      const req = ctx.values.get(nodeRequestKey);
+      if (req) trustBody(req);
       const stop = onAbort(ctx, (reason) => writer.abort(reason));
       try {
         let message: IteratorResult<WriteRequest> = first;

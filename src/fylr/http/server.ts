@@ -4,6 +4,7 @@ import * as net from "node:net";
 import * as tls from "node:tls";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { splitHostPort } from "../../shared/config.js";
+import { BodyDeadlines } from "../../shared/body-deadlines.js";
 import { ConnectionDeadlines } from "../../shared/connection-deadlines.js";
 import { ConfigError } from "../../shared/errors.js";
 import { defaultHttpLimits, type HttpLimits } from "../../shared/http-limits.js";
@@ -103,6 +104,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
   const logger = (options.logger ?? silentLogger).child({ component: "fylr-http" });
   const limits = options.limits ?? defaultHttpLimits;
   const deadlines = new ConnectionDeadlines(limits);
+  const bodies = new BodyDeadlines(limits, logger);
   let state: ServerState = "listening";
   const setState = (next: ServerState): void => {
     const allowed: Record<ServerState, ServerState[]> = { listening: ["closing"], closing: ["closed"], closed: [] };
@@ -154,6 +156,7 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
   };
 
   const dispatch = (req: HttpRequest, res: HttpResponse, expectContinue: boolean): void => {
+    bodies.watch(req, res, expectContinue);
     // While closing, HTTP/1.1 connections are told to go away after this response.
     if (state !== "listening" && !("stream" in res)) res.setHeader("connection", "close");
     const path = req.url ?? "/";

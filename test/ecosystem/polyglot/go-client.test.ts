@@ -3,8 +3,11 @@
 // plugins, build it with Go and run it against a real execserver process: HELLO, WANT,
 // OFFER, JOB with its own one-time pipe URLs, a half-close, DONE, and the digest of 8 MiB.
 import { expect } from "chai";
-import { readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { requireTool } from "../../support/system-tools.js";
 import { spawnExecserver, type ExecserverProcess } from "../../support/execserver-process.js";
 import { closeAll, root } from "../../integration/support.js";
 import { goTools, run, type Run } from "./support.js";
@@ -61,4 +64,42 @@ describe("the Go example client (examples/clients/go)", function () {
     expect(missing.code).to.equal(2);
     expect(missing.stderr).to.equal('slotbroker-go-fylr: execserver go-exec does not offer "ffmpeg" (it offers: cat, sha256sum)\n');
   });
+
+  it("connects over TLS with a client certificate (mTLS) and a token, as docs/clients.md shows", async function () {
+    this.timeout(60_000);
+    const dir = mkdtempSync(join(tmpdir(), "go-client-tls-"));
+    const [server, client] = ["server", "client"].map((name) => selfSigned(dir, name));
+    const tlsExec = await spawnExecserver({
+      instanceId: "go-tls-exec",
+      token,
+      tls: { certFile: server!.cert, keyFile: server!.key, clientCaFile: client!.cert },
+      waitgroups: { text: { processes: 1 } },
+      services: { cat: { waitgroup: "text", command: ["cat"] } },
+    });
+    try {
+      const env = { ...process.env, SLOTBROKER_TOKEN: token, SLOTBROKER_CA_FILE: server!.cert };
+      const mtls = await run(fylrBin, ["-addr", tlsExec.grpcAddress, "-size", "100000"], { env: { ...env, SLOTBROKER_CERT_FILE: client!.cert, SLOTBROKER_KEY_FILE: client!.key } });
+      expect(mtls.code, mtls.stderr).to.equal(0);
+      expect(mtls.stdout).to.match(/^ok: cat on go-tls-exec, 100000 bytes in, 100000 bytes out/);
+      // Without the client certificate the handshake is refused.
+      const anonymous = await run(fylrBin, ["-addr", tlsExec.grpcAddress, "-size", "10", "-timeout", "10s"], { env });
+      expect(anonymous.code).to.equal(2);
+    } finally {
+      await closeAll(tlsExec);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
+
+// A self-signed certificate for 127.0.0.1, made with the openssl CLI.
+function selfSigned(dir: string, name: string): { cert: string; key: string } {
+  const cert = join(dir, `${name}.crt`);
+  const key = join(dir, `${name}.key`);
+  execFileSync(
+    requireTool("openssl"),
+    ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", `/CN=${name}`,
+      "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", key, "-out", cert],
+    { stdio: "ignore" },
+  );
+  return { cert, key };
+}
