@@ -27,7 +27,7 @@ import { encodeJob, encodeWant } from "../src/fylr/broker/frames.js";
 import { create } from "@bufbuild/protobuf";
 import { JobSpecSchema, type ConnectResponse } from "../gen/slotbroker/v1/broker_pb.js";
 import { sleep } from "../src/shared/abort.js";
-import { waitForOutput } from "../test/support/child-output.js";
+import { waitForOutput } from "../harness/child-output.js";
 import { emit, nowUs, percentile } from "./lib/figure.js";
 import { epochMs, H2BrokerStream } from "./lib/h2-broker-stream.js";
 import { kernelSocketBytes, processCpuMs, processCpuSplitMs, rssBytes, slabBytes } from "./lib/proc-stats.js";

@@ -49,7 +49,7 @@ import { makeWorkerUtils, runMigrations, type WorkerUtils } from "graphile-worke
 import { createQueueClient, type QueueClient } from "../src/api/client.js";
 import { migrate } from "../src/dispatcher/index.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
-import { createDatabase } from "../test/support/databases.js";
+import { createDatabase } from "../harness/databases.js";
 import { Trips, stageMedians, type Trip } from "./lib/e2e-trips.js";
 import { emit, percentile } from "./lib/figure.js";
 import { CpuMeter, postgresBackends, withLiveChildren } from "./lib/proc-cpu.js";

@@ -27,7 +27,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
 import { BrokerClient, compileBrokerConfig, ExecClient, LegacyClient, PipeRegistry, startFylrHttpServer } from "../src/fylr/index.js";
-import { waitForOutput } from "../test/support/child-output.js";
+import { waitForOutput } from "../harness/child-output.js";
 import { add, delta, quantileMs, scrape, zero, type Counts } from "./lib/exec-metrics.js";
 import { emit } from "./lib/figure.js";
 import { nodeScript } from "../harness/node-children.js";

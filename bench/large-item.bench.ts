@@ -27,10 +27,10 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
-import { waitForOutput } from "../test/support/child-output.js";
+import { waitForOutput } from "../harness/child-output.js";
 import { parseByteSize } from "../src/shared/config.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
-import { createDatabase } from "../test/support/databases.js";
+import { createDatabase } from "../harness/databases.js";
 import { emit } from "./lib/figure.js";
 import { nodeScript } from "../harness/node-children.js";
 

@@ -7,7 +7,7 @@ import { stringify } from "yaml";
 import type { ExecserverConfigInput } from "../src/execserver/index.js";
 import type { FylrConfigInput } from "../src/app/index.js";
 import type { Supervisor } from "./processes.js";
-import { createDatabase } from "../test/support/databases.js";
+import { createDatabase } from "../harness/databases.js";
 import { nodeScript } from "../harness/node-children.js";
 
 /** Where the servers run from, and who supervises them. */

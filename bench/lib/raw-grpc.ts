@@ -3,7 +3,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
-import { waitForOutput } from "../../test/support/child-output.js";
+import { waitForOutput } from "../../harness/child-output.js";
 import { identity, rawBidiService } from "./raw-bidi.js";
 import { bindServer } from "../../src/shared/grpc.js";
 import { nodeScript } from "../../harness/node-children.js";

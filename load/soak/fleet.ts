@@ -7,11 +7,11 @@ import { join } from "node:path";
 import { stringify } from "yaml";
 import { startEmbeddedPostgres, type LocalPostgres } from "../../src/shared/embedded-postgres.js";
 import { freePort } from "../../src/shared/free-port.js";
-import { createDatabase } from "../../test/support/databases.js";
-import { waitForOutput } from "../../test/support/child-output.js";
-import { ChaosProxy } from "../../test/support/chaos-proxy.js";
-import { startHaproxy, type Haproxy } from "../../test/support/haproxy.js";
-import { release } from "../../test/support/resources.js";
+import { createDatabase } from "../../harness/databases.js";
+import { waitForOutput } from "../../harness/child-output.js";
+import { ChaosProxy } from "../../harness/chaos-proxy.js";
+import { startHaproxy, type Haproxy } from "../../harness/haproxy.js";
+import { release } from "../../harness/resources.js";
 import { RUN_MARKER } from "../processes.js";
 import { nodeScript } from "../../harness/node-children.js";
 

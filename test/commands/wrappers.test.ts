@@ -6,8 +6,8 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { waitForOutput } from "../support/child-output.js";
-import { release, track } from "../support/resources.js";
+import { waitForOutput } from "../../harness/child-output.js";
+import { release, track } from "../../harness/resources.js";
 import { root } from "../integration/support.js";
 import { slotbrokerArgs } from "../../harness/node-children.js";
 

@@ -27,7 +27,7 @@ import {
 import { Events } from "../../src/shared/events.js";
 import { awaitCondition, EventMonitor, type WakeSource } from "../support/event-monitor.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 import { createPgPool } from "../../src/shared/postgres.js";
 import { nodeScript } from "../../harness/node-children.js";
 

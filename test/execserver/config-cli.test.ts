@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { compileExecserverConfig } from "../../src/execserver/index.js";
 import { slotbrokerArgs } from "../../harness/node-children.js";
-import { track, release } from "../support/resources.js";
+import { track, release } from "../../harness/resources.js";
 import { releaseAll, statusClient } from "./support/broker-stream.js";
 
 const base = {

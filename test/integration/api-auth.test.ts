@@ -14,9 +14,9 @@ import { ItemState, QueueService, type WatchResponse } from "../../gen/slotbroke
 import { createQueueClient, type ApiCredentials, type QueueClient } from "../../src/api/index.js";
 import { allows, queueProcedureScopes, type Scope } from "../../src/fylr/index.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { requireTool } from "../support/system-tools.js";
+import { requireTool } from "../../harness/system-tools.js";
 import { run, type Run } from "../support/run-program.js";
 import { closeAll, fastFylrConfig, slotbroker, spawnFylr, startTestFylr, type FylrProcess } from "./support.js";
 

@@ -16,9 +16,9 @@ import { ItemState, QueueService, StatsRequestSchema, SubmitRequestSchema, type 
 import { createQueueClient, downloadOutput, followItem, type ApiCredentials } from "../../src/api/index.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
 import { makeCa, type CertFiles, type TestCa } from "../support/certificates.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { requireTool } from "../support/system-tools.js";
+import { requireTool } from "../../harness/system-tools.js";
 import { run } from "../support/run-program.js";
 import { closeAll, fastFylrConfig, slotbroker, spawnFylr, type FylrProcess } from "./support.js";
 

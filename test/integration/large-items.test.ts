@@ -14,7 +14,7 @@ import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { parseByteSize } from "../../src/shared/config.js";
 import { freePort } from "../../src/shared/free-port.js";
 import { slotbrokerArgs } from "../../harness/node-children.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, root, spawnFylr, type FylrProcess } from "./support.js";
 

@@ -8,7 +8,7 @@ import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import type { FylrStatusJson } from "../../src/app/fylr-routes.js";
 import { requestToken, runWithToken, type TokenAnswer } from "../../src/fylr/index.js";
 import { BufferCollector } from "../../src/fylr/exec-client-sinks.js";
-import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
 

@@ -1,6 +1,6 @@
 // Helpers for the queue API, fylr-process and command tests: fylrs in this process or as
 // `slotbroker fylr` child processes, a QueueService client, database pools. Everything
-// started here is tracked (test/support/resources.ts).
+// started here is tracked (harness/resources.ts).
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -10,9 +10,9 @@ import type pg from "pg";
 import { stringify } from "yaml";
 import { createQueueClient, type ApiCredentials, type QueueClient } from "../../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../../src/app/index.js";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 import { createPgPool } from "../../src/shared/postgres.js";
-import { waitForOutput } from "../support/child-output.js";
+import { waitForOutput } from "../../harness/child-output.js";
 import { slotbrokerArgs } from "../../harness/node-children.js";
 
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");

@@ -7,9 +7,9 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
-import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../../harness/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
-import { jobDirsUnder } from "../support/job-dirs.js";
+import { jobDirsUnder } from "../../harness/job-dirs.js";
 import { livingMembers } from "../support/process-group.js";
 import { processesWhere, reaperOf } from "../support/process-liveness.js";
 import { closeAll, root } from "../integration/support.js";

@@ -3,7 +3,7 @@
 import { execFileSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { requireTool } from "./system-tools.js";
+import { requireTool } from "../../harness/system-tools.js";
 
 /** PEM files of one certificate. */
 export interface CertFiles {

@@ -4,7 +4,7 @@ import { join, relative } from "node:path";
 import type { Context, Hook } from "mocha";
 import { buildChildren, projectRoot, removeBuild } from "../../harness/node-children.js";
 import { startSharedTestPostgres, stopTestPostgres } from "./postgres.js";
-import { beginTest, endRun, endTest } from "./resources.js";
+import { beginTest, endRun, endTest } from "../../harness/resources.js";
 
 process.env.SLOTBROKER_LOG_LEVEL ??= "silent";
 

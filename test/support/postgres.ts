@@ -1,7 +1,7 @@
 import { chmodSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createDatabase } from "./databases.js";
+import { createDatabase } from "../../harness/databases.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../../src/shared/embedded-postgres.js";
 
 /** Set by the run's global setup: the admin URL of the one server all workers share. */

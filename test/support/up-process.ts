@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { slotbrokerArgs } from "../../harness/node-children.js";
 import { root, waitForLine } from "../integration/support.js";
-import { track } from "./resources.js";
+import { track } from "../../harness/resources.js";
 
 /** A running `slotbroker up`. */
 export interface Up {

@@ -7,7 +7,7 @@ import { grpcClientConstructor } from "../../../src/shared/grpc.js";
 import { jainIndex, type StatusViewJson } from "../../../src/status/index.js";
 import { BrokerStream, closeLater, eventually, releaseAll } from "../../execserver/support/broker-stream.js";
 import { startTestServer } from "../../execserver/support/server.js";
-import { release, track } from "../../support/resources.js";
+import { release, track } from "../../../harness/resources.js";
 import { launchBrowser, openPage, screenshot } from "./browser.js";
 
 // waitgroup one: 1 slot (noop), two: 2 slots (noop2), slow: 3 slots (the real `sleep`).

@@ -10,7 +10,7 @@ import type { FylrPageData } from "../../../src/status/index.js";
 import { closeLater, eventually, releaseAll } from "../../execserver/support/broker-stream.js";
 import { startTestServer } from "../../execserver/support/server.js";
 import { createTestDatabase } from "../../support/postgres.js";
-import { release, track } from "../../support/resources.js";
+import { release, track } from "../../../harness/resources.js";
 import { launchBrowser, openPage, screenshot } from "./browser.js";
 import { createPgPool } from "../../../src/shared/postgres.js";
 

@@ -18,11 +18,11 @@ import { ItemState } from "../../../gen/slotbroker/v1/queue_pb.js";
 import { compileFylrConfig, type FylrConfigInput } from "../../../src/app/index.js";
 import { compileExecserverConfig, type ExecserverConfigInput } from "../../../src/execserver/index.js";
 import { splitHostPort } from "../../../src/shared/config.js";
-import { requireTool } from "../../support/system-tools.js";
-import { spawnExecserver, stopExecserver, waitFor } from "../../support/execserver-process.js";
+import { requireTool } from "../../../harness/system-tools.js";
+import { spawnExecserver, stopExecserver, waitFor } from "../../../harness/execserver-process.js";
 import { inState, watchUntil } from "../../support/watch-item.js";
 import { createTestDatabase } from "../../support/postgres.js";
-import { release } from "../../support/resources.js";
+import { release } from "../../../harness/resources.js";
 import { BrokerStream, releaseAll } from "../../execserver/support/broker-stream.js";
 import { root, spawnFylr } from "../../integration/support.js";
 

@@ -4,10 +4,10 @@
 // ("token not found"); the broker path through the same balancer never fails that way.
 import { expect } from "chai";
 import { LegacyClient, TokenNotFoundError } from "../../../src/fylr/index.js";
-import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../../../harness/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../../support/fylr-replica.js";
-import { startHaproxyFrontends } from "../../support/haproxy.js";
-import { release } from "../../support/resources.js";
+import { startHaproxyFrontends } from "../../../harness/haproxy.js";
+import { release } from "../../../harness/resources.js";
 import { closeAll } from "../../integration/support.js";
 
 async function metric(server: ExecserverProcess, pattern: RegExp): Promise<number> {

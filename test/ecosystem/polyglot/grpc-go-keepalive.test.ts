@@ -10,8 +10,8 @@ import { join } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { ConnectResponseSchema } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { BrokerConnection, type ConnectionState } from "../../../src/fylr/broker/index.js";
-import { waitForOutput } from "../../support/child-output.js";
-import { release, track } from "../../support/resources.js";
+import { waitForOutput } from "../../../harness/child-output.js";
+import { release, track } from "../../../harness/resources.js";
 import { root } from "../../integration/support.js";
 import { run } from "./support.js";
 

@@ -6,7 +6,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { makeCa, type CertFiles, type TestCa } from "../../support/certificates.js";
-import { spawnExecserver, type ExecserverProcess } from "../../support/execserver-process.js";
+import { spawnExecserver, type ExecserverProcess } from "../../../harness/execserver-process.js";
 import { createTestDatabase } from "../../support/postgres.js";
 import { closeAll, fastFylrConfig, spawnFylr, type FylrProcess } from "../../integration/support.js";
 import { goTools, run, type Run } from "./support.js";

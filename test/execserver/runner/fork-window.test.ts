@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { waitForOutput } from "../../support/child-output.js";
+import { waitForOutput } from "../../../harness/child-output.js";
 import { nodeScript } from "../../../harness/node-children.js";
 import { isAlive, isGone } from "../../support/process-liveness.js";
 
