@@ -57,10 +57,15 @@ export async function buildChildren(): Promise<string> {
   const staging = `${out}.partial`;
   rmSync(staging, { recursive: true, force: true });
   // esbuild is a dev dependency; an installed package never builds children.
-  const { build } = await import("esbuild");
+  const { build, stop } = await import("esbuild");
   const roots = trees.map((t) => join(projectRoot, t)).filter((d) => existsSync(d) && statSync(d).isDirectory());
   const entryPoints = roots.flatMap((d) => typescriptFiles(d));
-  await build({ entryPoints, outdir: staging, outbase: projectRoot, format: "esm", platform: "node", target: "node20", logLevel: "warning" });
+  try {
+    await build({ entryPoints, outdir: staging, outbase: projectRoot, format: "esm", platform: "node", target: "node20", logLevel: "warning" });
+  } finally {
+    // esbuild's service process would otherwise outlive the build (and show up as a leftover).
+    await stop();
+  }
   // Files the code reads next to itself: SQL migrations, descriptor sets, fixtures.
   for (const t of ["src", "gen"]) cpSync(join(projectRoot, t), join(staging, t), { recursive: true, filter: (p) => !p.endsWith(".ts") });
   rmSync(out, { recursive: true, force: true });
