@@ -27,10 +27,11 @@ import { encodeJob, encodeWant } from "../src/fylr/broker/frames.js";
 import { create } from "@bufbuild/protobuf";
 import { JobSpecSchema, type ConnectResponse } from "../gen/slotbroker/v1/broker_pb.js";
 import { sleep } from "../src/shared/abort.js";
-import { waitForOutput } from "../test/support/child-output.js";
+import { waitForOutput } from "../harness/child-output.js";
 import { emit, nowUs, percentile } from "./lib/figure.js";
 import { epochMs, H2BrokerStream } from "./lib/h2-broker-stream.js";
 import { kernelSocketBytes, processCpuMs, processCpuSplitMs, rssBytes, slabBytes } from "./lib/proc-stats.js";
+import { nodeScript } from "../harness/node-children.js";
 
 const sizes = {
   full: { connections: 10_000, wants: 1_000_000, clients: 4, samples: 3000 },
@@ -60,7 +61,7 @@ class ClientProcess {
   }
 
   static start(address: string, tag: string): ClientProcess {
-    return new ClientProcess(spawn(process.execPath, ["--import", "tsx", join(here, "lib", "connections-client.ts"), address, tag], { stdio: ["pipe", "pipe", "inherit"] }));
+    return new ClientProcess(spawn(process.execPath, [...nodeScript(join(here, "lib", "connections-client.ts")), address, tag], { stdio: ["pipe", "pipe", "inherit"] }));
   }
 
   ask(command: Record<string, unknown>): Promise<Record<string, unknown>> {
@@ -198,7 +199,7 @@ async function main(): Promise<void> {
   const cli = join(here, "..", "src", "cli.ts");
   const fds = connections + 1000;
   // The fd limit is raised in the child's shell: node cannot raise its own.
-  const exec = spawn("sh", ["-c", `[ "$(ulimit -n)" -ge ${fds} ] || ulimit -n ${fds} || ulimit -n "$(ulimit -Hn)"; exec "$@"`, "sh", process.execPath, ...execNodeArgs, "--import", "tsx", cli, "execserver", "--config", config], {
+  const exec = spawn("sh", ["-c", `[ "$(ulimit -n)" -ge ${fds} ] || ulimit -n ${fds} || ulimit -n "$(ulimit -Hn)"; exec "$@"`, "sh", process.execPath, ...execNodeArgs, ...nodeScript(cli), "execserver", "--config", config], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   const clients: ClientProcess[] = [];

@@ -31,7 +31,7 @@
 //
 //   npm run bench -- end-to-end     E2E_ITEMS=300 E2E_LATENCY_ITEMS=100 E2E_ROUNDS=2 E2E_SLOTS=4 E2E_TIMELINE=
 //
-// Children run as plain JavaScript transpiled into bench/.build/ (E2E_RUNTIME=tsx: through tsx).
+// Children run as plain JavaScript from the run's build (harness/node-children.ts; E2E_RUNTIME=tsx: through tsx).
 // Node flags: BENCH_CHILD_NODE_ARGS go to every child; E2E_EXEC_NODE_ARGS to the two
 // execservers alone, e.g. E2E_EXEC_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles
 // them without slowing the fylrs and workers.
@@ -49,11 +49,11 @@ import { makeWorkerUtils, runMigrations, type WorkerUtils } from "graphile-worke
 import { createQueueClient, type QueueClient } from "../src/api/client.js";
 import { migrate } from "../src/dispatcher/index.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
-import { createDatabase } from "../test/support/databases.js";
+import { createDatabase } from "../harness/databases.js";
 import { Trips, stageMedians, type Trip } from "./lib/e2e-trips.js";
 import { emit, percentile } from "./lib/figure.js";
 import { CpuMeter, postgresBackends, withLiveChildren } from "./lib/proc-cpu.js";
-import { compileForChildren } from "./lib/compiled.js";
+import { BUILD_ENV, buildChildren } from "../harness/node-children.js";
 import { startChild } from "./lib/raw-grpc.js";
 
 const items = Number(process.env.E2E_ITEMS ?? 300);
@@ -178,14 +178,15 @@ async function main(): Promise<void> {
     await migrate(sbUrl);
     await runMigrations({ connectionString: gwUrl, logger: undefined });
     await runMigrations({ connectionString: floorDb.url, logger: undefined });
-    if (runtime === "compiled") await compileForChildren();
+    if (runtime === "tsx") delete process.env[BUILD_ENV];
+    else if (!process.env[BUILD_ENV]) await buildChildren();
     const execConfig = join(dir, "exec.yaml");
     writeFileSync(
       execConfig,
       `listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nwaitgroups: {w: {processes: ${slots}}}\n` +
         `services: {"true": {waitgroup: w, command: ["true"]}, sha256: {waitgroup: w, command: ["sha256sum"]}}\n`,
     );
-    const execs = await Promise.all([0, 1].map(() => startChild([cli, "execserver", "--config", execConfig], undefined, process.env.E2E_EXEC_NODE_ARGS, runtime)));
+    const execs = await Promise.all([0, 1].map(() => startChild([cli, "execserver", "--config", execConfig], undefined, process.env.E2E_EXEC_NODE_ARGS)));
     children.push(...execs.map((e) => e.child));
     const trips = new Trips();
     const fylrs = await Promise.all(
@@ -196,8 +197,6 @@ async function main(): Promise<void> {
             JSON.stringify({ name, listen: "127.0.0.1:0", databaseUrl: sbUrl, execserver: { addresses: execs.map((e) => e.address) } }),
           ],
           /url=(\S+)/,
-          "",
-          runtime,
         ),
       ),
     );
@@ -205,15 +204,15 @@ async function main(): Promise<void> {
       children.push(f.child);
       trips.follow(f.child, "item", index);
     }
-    const workers = await Promise.all([0, 1].map(() => startChild([join(here, "lib", "e2e-graphile.ts"), gwUrl, String(slots)], /e2e-graphile (ready)/, "", runtime)));
+    const workers = await Promise.all([0, 1].map(() => startChild([join(here, "lib", "e2e-graphile.ts"), gwUrl, String(slots)], /e2e-graphile (ready)/)));
     for (const w of workers) {
       children.push(w.child);
       trips.follow(w.child, "job");
     }
-    const floorExecs = await Promise.all([0, 1].map(() => startChild([join(here, "lib", "e2e-floor-exec.ts")], undefined, "", runtime)));
+    const floorExecs = await Promise.all([0, 1].map(() => startChild([join(here, "lib", "e2e-floor-exec.ts")], undefined)));
     children.push(...floorExecs.map((e) => e.child));
     const floorApps = await Promise.all(
-      [0, 1].map(() => startChild([join(here, "lib", "e2e-floor-app.ts"), floorDb.url, String(slots), floorExecs.map((e) => e.address).join(",")], /url=(\S+)/, "", runtime)),
+      [0, 1].map(() => startChild([join(here, "lib", "e2e-floor-app.ts"), floorDb.url, String(slots), floorExecs.map((e) => e.address).join(",")], /url=(\S+)/)),
     );
     const floorTrips = new Trips(); // its job ids overlap graphile-worker's
     for (const a of floorApps) {

@@ -27,9 +27,10 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
 import { BrokerClient, compileBrokerConfig, ExecClient, LegacyClient, PipeRegistry, startFylrHttpServer } from "../src/fylr/index.js";
-import { waitForOutput } from "../test/support/child-output.js";
+import { waitForOutput } from "../harness/child-output.js";
 import { add, delta, quantileMs, scrape, zero, type Counts } from "./lib/exec-metrics.js";
 import { emit } from "./lib/figure.js";
+import { nodeScript } from "../harness/node-children.js";
 
 const slotsPerExec = 4;
 const longJobS = 5;
@@ -70,7 +71,7 @@ async function startExec(dir: string, name: string): Promise<Exec> {
     }),
   );
   const cli = join(fileURLToPath(import.meta.url), "..", "..", "src", "cli.ts");
-  const child = spawn(process.execPath, ["--import", "tsx", cli, "execserver", "--config", config], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [...nodeScript(cli), "execserver", "--config", config], { stdio: ["ignore", "pipe", "inherit"] });
   const m = await waitForOutput(child, /listening grpc=(\S+) admin=(\S+)/, { timeoutMs: 60_000 });
   return { child, grpc: m[1]!, admin: m[2]! };
 }

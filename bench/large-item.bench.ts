@@ -27,11 +27,12 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
-import { waitForOutput } from "../test/support/child-output.js";
+import { waitForOutput } from "../harness/child-output.js";
 import { parseByteSize } from "../src/shared/config.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
-import { createDatabase } from "../test/support/databases.js";
+import { createDatabase } from "../harness/databases.js";
 import { emit } from "./lib/figure.js";
+import { nodeScript } from "../harness/node-children.js";
 
 const MiB = 1 << 20;
 const size = parseByteSize(process.env.LARGE_BENCH_SIZE ?? process.argv[2] ?? "1GiB") ?? 1 << 30;
@@ -122,7 +123,7 @@ try {
   // --- the pipe-throughput path, one round at the same size
   note("pipe-throughput path");
   let pipeMBps = 0;
-  const pipeBench = spawn(process.execPath, ["--import", "tsx", join(here, "pipe-throughput.bench.ts")], {
+  const pipeBench = spawn(process.execPath, [...nodeScript(join(here, "pipe-throughput.bench.ts"))], {
     cwd: root,
     stdio: ["ignore", "pipe", "inherit"],
     env: { ...process.env, PIPE_BENCH_SIZE: `${size}`, PIPE_BENCH_ROUNDS: "1" },

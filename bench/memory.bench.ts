@@ -11,6 +11,7 @@ import { compileExecserverConfig } from "../src/execserver/index.js";
 import { startExecserver } from "../src/app/execserver.js";
 import { sleep } from "../src/shared/abort.js";
 import { emit } from "./lib/figure.js";
+import { nodeScript } from "../harness/node-children.js";
 
 const connections = Number(process.env.MEMORY_CONNECTIONS ?? 1000);
 const wants = Number(process.env.MEMORY_WANTS ?? 200_000);
@@ -43,7 +44,7 @@ const connected = (): number => handle.status().connections.length;
 
 const before = await heapAfterGc();
 const script = fileURLToPath(new URL("./lib/memory-client.ts", import.meta.url));
-const child = spawn(process.execPath, ["--import", "tsx", script, handle.grpcAddress, String(connections), String(wants)], {
+const child = spawn(process.execPath, [...nodeScript(script), handle.grpcAddress, String(connections), String(wants)], {
   stdio: ["pipe", "pipe", "inherit"],
 });
 const lines = createInterface({ input: child.stdout });

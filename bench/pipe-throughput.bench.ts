@@ -25,6 +25,7 @@ import { fileURLToPath } from "node:url";
 import { ErrorKind } from "../gen/slotbroker/v1/broker_pb.js";
 import { PipeRegistry, pipeUrls, startFylrHttpServer } from "../src/fylr/index.js";
 import { emit } from "./lib/figure.js";
+import { nodeScript } from "../harness/node-children.js";
 
 type Mode = "runjob" | "raw" | "raw-cat" | "pipes-relay";
 interface RelayResult {
@@ -162,7 +163,7 @@ async function rawServers(block: Buffer): Promise<RawServers> {
 
 function startRelay(mode: Mode, inUrl: string, outUrl: string): Promise<{ child: ChildProcess; go(): Promise<RelayResult> }> {
   const self = fileURLToPath(import.meta.url);
-  const child = spawn(process.execPath, ["--import", "tsx", self, "--relay", mode, inUrl, outUrl], {
+  const child = spawn(process.execPath, [...nodeScript(self), "--relay", mode, inUrl, outUrl], {
     stdio: ["pipe", "pipe", "inherit"],
   });
   const lines = createInterface({ input: child.stdout });

@@ -1,4 +1,5 @@
-// Runs benchmarks, each in its own process (bench/<name>.bench.ts), collects the JSON
+// Runs benchmarks, each in its own process (bench/<name>.bench.ts, all from one compiled
+// build of the project: harness/node-children.ts), collects the JSON
 // figure lines they print and writes bench/results/latest.json: the figures plus the date,
 // commit, machine, Node version and command of the run (bench/lib/results.ts).
 //   npm run bench                     all of them
@@ -13,6 +14,7 @@ import { fileURLToPath } from "node:url";
 import type { Figure } from "./lib/figure.js";
 import { isFigure, keptFileName, type RunRecord } from "./lib/results.js";
 import { commandLine, gitState, loadAverage, machine } from "./lib/run-context.js";
+import { buildChildren, nodeScript, removeBuild } from "../harness/node-children.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const available = readdirSync(here)
@@ -39,6 +41,8 @@ const { commit, dirty } = gitState(root);
 const command = commandLine(args, process.env);
 if (dirty) process.stderr.write("note: the working tree differs from the commit; the run is recorded as dirty\n");
 
+// Every bench and its children run from one build of the project's JavaScript.
+await buildChildren();
 const figures: Figure[] = [];
 const failed: string[] = [];
 for (const name of benches) {
@@ -55,6 +59,7 @@ for (const name of benches) {
   if (code !== 0) failed.push(name);
 }
 
+removeBuild();
 const run: RunRecord = {
   at,
   finished_at: new Date().toISOString(),
@@ -89,7 +94,7 @@ function freeName(dir: string, name: string): string {
 
 function runOne(name: string, onLine: (line: string) => void): Promise<number> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", join(here, `${name}.bench.ts`)], {
+    const child = spawn(process.execPath, [...nodeScript(join(here, `${name}.bench.ts`))], {
       stdio: ["ignore", "pipe", "inherit"],
       env: { ...process.env, SLOTBROKER_LOG_LEVEL: process.env.SLOTBROKER_LOG_LEVEL ?? "silent" },
     });

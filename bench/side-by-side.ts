@@ -25,7 +25,7 @@ import { createInterface } from "node:readline";
 import { createQueueClient, type QueueClient } from "../src/api/client.js";
 import { migrate } from "../src/dispatcher/index.js";
 import { startEmbeddedPostgres } from "../src/shared/embedded-postgres.js";
-import { createDatabase } from "../test/support/databases.js";
+import { createDatabase } from "../harness/databases.js";
 import { percentile } from "./lib/figure.js";
 import { cpuMs, postgresBackends } from "./lib/proc-cpu.js";
 import { startChild } from "./lib/raw-grpc.js";

@@ -12,6 +12,7 @@ import { sleep } from "../src/shared/abort.js";
 import { profiles } from "./profiles.js";
 import type { RunnerCheck, Scenario } from "./scenario.js";
 import { freshDatabase, startExecserverProcess, type ServerContext } from "./servers.js";
+import { nodeScript } from "../harness/node-children.js";
 
 const ITEM_SHAPES = `
   SELECT state, (lease > 1) AS again, (error IS NOT NULL) AS has_error, count(*)::int AS n
@@ -26,7 +27,7 @@ async function startFylrHost(ctx: ServerContext, name: string, fylrs: number, fy
   const started = await ctx.sup.start(
     name,
     process.execPath,
-    ["--import", "tsx", join(ctx.serverRoot, "load", "fylr-host.ts"), path],
+    [...nodeScript(join(ctx.serverRoot, "load", "fylr-host.ts")), path],
     /^fylr-host listening control=(\S+)$/m,
     { cwd: ctx.serverRoot, env: { SLOTBROKER_LOG_LEVEL: process.env.SLOTBROKER_LOAD_LOG_LEVEL ?? "warn" }, timeoutMs: 120_000 },
   );

@@ -5,7 +5,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { waitForOutput } from "../test/support/child-output.js";
+import { waitForOutput } from "../harness/child-output.js";
 
 /** Environment marker every process of one `npm run load` inherits. */
 export const RUN_MARKER = "SLOTBROKER_LOAD_RUN";

@@ -19,6 +19,7 @@ import { RUN_MARKER, Supervisor, sweepLeftovers } from "./processes.js";
 import type { ProfileName } from "./profiles.js";
 import type { RunnerCheck, Scenario } from "./scenario.js";
 import { scenarios } from "./scenarios.js";
+import { buildChildren, removeBuild } from "../harness/node-children.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "..");
@@ -80,11 +81,14 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
 mkdirSync(resultsDir, { recursive: true });
 process.stderr.write(`load: profile ${profile}, scenarios ${selected.map((s) => s.name).join(", ")}${serverRoot !== root ? `, servers from ${serverRoot}` : ""}\n`);
 const k6 = await buildK6(root);
+// The servers run from one build of the project's JavaScript (not through tsx).
+if (serverRoot === root) await buildChildren();
 const outcomes: Outcome[] = [];
 for (const scenario of selected) {
   if (interrupted) break;
   outcomes.push(await runScenario(scenario, k6));
 }
+removeBuild();
 const leftovers = reportLeftovers();
 printTable(outcomes);
 writeFileSync(join(resultsDir, "latest.json"), `${JSON.stringify({ at: new Date().toISOString(), profile, outcomes }, null, 2)}\n`);

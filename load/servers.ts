@@ -7,7 +7,8 @@ import { stringify } from "yaml";
 import type { ExecserverConfigInput } from "../src/execserver/index.js";
 import type { FylrConfigInput } from "../src/app/index.js";
 import type { Supervisor } from "./processes.js";
-import { createDatabase } from "../test/support/databases.js";
+import { createDatabase } from "../harness/databases.js";
+import { nodeScript } from "../harness/node-children.js";
 
 /** Where the servers run from, and who supervises them. */
 export interface ServerContext {
@@ -43,7 +44,7 @@ export async function startExecserverProcess(ctx: ServerContext, name: string, c
   const started = await ctx.sup.start(
     name,
     process.execPath,
-    ["--import", "tsx", join(ctx.serverRoot, "src", "cli.ts"), "execserver", "--config", path],
+    [...nodeScript(join(ctx.serverRoot, "src", "cli.ts")), "execserver", "--config", path],
     /^execserver (\S+) listening grpc=(\S+) admin=(\S+)$/m,
     { cwd: ctx.serverRoot, env: { SLOTBROKER_LOG_LEVEL: logLevel() } },
   );
@@ -59,7 +60,7 @@ export async function startFylrProcess(ctx: ServerContext, name: string, config:
   const started = await ctx.sup.start(
     name,
     process.execPath,
-    ["--import", "tsx", join(ctx.serverRoot, "src", "cli.ts"), "fylr", "--config", path],
+    [...nodeScript(join(ctx.serverRoot, "src", "cli.ts")), "fylr", "--config", path],
     /^fylr (\S+) listening http=(\S+)$/m,
     { cwd: ctx.serverRoot, env: { SLOTBROKER_LOG_LEVEL: logLevel() } },
   );

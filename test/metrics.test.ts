@@ -4,11 +4,11 @@ import { compileFylrConfig, startFylr, type FylrHandle } from "../src/app/index.
 import { BrokerStream, closeLater, eventually, releaseAll } from "./execserver/support/broker-stream.js";
 import { startTestServer } from "./execserver/support/server.js";
 import { createTestDatabase } from "./support/postgres.js";
-import { release, track } from "./support/resources.js";
+import { release, track } from "../harness/resources.js";
 import { createPgPool } from "../src/shared/postgres.js";
 import { readFileSync } from "node:fs";
 import { metricFamilies, metricNameProblems, ownFamilies, runtimeFamilyName } from "./support/metric-names.js";
-import { spawnExecserver } from "./support/execserver-process.js";
+import { spawnExecserver } from "../harness/execserver-process.js";
 
 /** One sample of the Prometheus text format. */
 interface Sample {

@@ -3,7 +3,7 @@ import type pg from "pg";
 import { migrate } from "../src/dispatcher/index.js";
 import { itemSummariesById as itemsById, openItemsByPriority } from "../src/dispatcher/sql.js";
 import { createTestDatabase } from "./support/postgres.js";
-import { release, track } from "./support/resources.js";
+import { release, track } from "../harness/resources.js";
 import { createPgPool } from "../src/shared/postgres.js";
 
 type Plan = { "Node Type": string; "Relation Name"?: string; "Index Name"?: string; Plans?: Plan[] };

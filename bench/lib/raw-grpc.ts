@@ -3,10 +3,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
-import { waitForOutput } from "../../test/support/child-output.js";
+import { waitForOutput } from "../../harness/child-output.js";
 import { identity, rawBidiService } from "./raw-bidi.js";
 import { bindServer } from "../../src/shared/grpc.js";
-import { compiledPath } from "./compiled.js";
+import { nodeScript } from "../../harness/node-children.js";
 
 /** Method path of the echo stream. */
 export const echoPath = "/bench.Echo/Pingpong";
@@ -36,24 +36,18 @@ export function openEchoStream(address: string): { client: grpc.Client; call: gr
 }
 
 /**
- * Runs a TypeScript script in a child process (through tsx) and resolves with the address
- * it prints on stdout (the first match of `pattern`), e.g. an execserver or the echo server.
+ * Runs a TypeScript script in a child process and resolves with the address it prints on
+ * stdout (the first match of `pattern`), e.g. an execserver or the echo server. The child
+ * runs from the run's compiled build when there is one (harness/node-children.ts; `npm run
+ * bench` makes one), else through tsx.
  * BENCH_CHILD_NODE_ARGS adds node flags to every child, e.g. to profile the server side:
  *   BENCH_CHILD_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" npm run bench -- cycle-throughput
- * `extraNodeArgs` (space-separated) go to this child alone, after those. `runtime`
- * "compiled" runs the transpiled copy of the script instead (call compileForChildren() first).
+ * `extraNodeArgs` (space-separated) go to this child alone, after those.
  */
-export async function startChild(
-  args: string[],
-  pattern = /grpc=(\S+)/,
-  extraNodeArgs = "",
-  runtime: "tsx" | "compiled" = "tsx",
-): Promise<{ child: ChildProcess; address: string }> {
+export async function startChild(args: string[], pattern = /grpc=(\S+)/, extraNodeArgs = ""): Promise<{ child: ChildProcess; address: string }> {
   const nodeArgs = `${process.env.BENCH_CHILD_NODE_ARGS ?? ""} ${extraNodeArgs}`.split(" ").filter(Boolean);
-  // compiled: args[0] is run from bench/.build/ (see compiled.ts) with plain node.
   const [script, ...rest] = args;
-  const argv = runtime === "compiled" ? [...nodeArgs, compiledPath(script!), ...rest] : [...nodeArgs, "--import", "tsx", ...args];
-  const child = spawn(process.execPath, argv, { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [...nodeArgs, ...nodeScript(script!), ...rest], { stdio: ["ignore", "pipe", "inherit"] });
   const m = await waitForOutput(child, pattern, { timeoutMs: 60_000 });
   return { child, address: m[1]! };
 }

@@ -7,12 +7,13 @@ import { join } from "node:path";
 import { stringify } from "yaml";
 import { startEmbeddedPostgres, type LocalPostgres } from "../../src/shared/embedded-postgres.js";
 import { freePort } from "../../src/shared/free-port.js";
-import { createDatabase } from "../../test/support/databases.js";
-import { waitForOutput } from "../../test/support/child-output.js";
-import { ChaosProxy } from "../../test/support/chaos-proxy.js";
-import { startHaproxy, type Haproxy } from "../../test/support/haproxy.js";
-import { release } from "../../test/support/resources.js";
+import { createDatabase } from "../../harness/databases.js";
+import { waitForOutput } from "../../harness/child-output.js";
+import { ChaosProxy } from "../../harness/chaos-proxy.js";
+import { startHaproxy, type Haproxy } from "../../harness/haproxy.js";
+import { release } from "../../harness/resources.js";
 import { RUN_MARKER } from "../processes.js";
+import { nodeScript } from "../../harness/node-children.js";
 
 /** A server process that can be killed, frozen and started again on the same ports. */
 export class ServerProcess {
@@ -155,7 +156,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     const logFile = join(o.dir, `execserver-${i}.log`);
     const execEnv = { ...env, SLOTBROKER_LOG_LEVEL: moreVerbose(o.logLevel, "info"), TMPDIR: execTmp };
     const path = join(o.dir, `exec-${i}.yaml`);
-    execservers.push(new ServerProcess(`execserver-${i}`, ["--import", "tsx", cli, "execserver", "--config", path], /^execserver (\S+) listening (.+)$/m, { cwd: o.root, env: execEnv, logFile }));
+    execservers.push(new ServerProcess(`execserver-${i}`, [...nodeScript(cli), "execserver", "--config", path], /^execserver (\S+) listening (.+)$/m, { cwd: o.root, env: execEnv, logFile }));
     execLogs.push(logFile);
   }
   const execAddresses = await Promise.all(execservers.map((e, i) => firstStart(e, (listen) => writeExecConfig(i, listen))));
@@ -198,7 +199,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     );
   for (let i = 0; i < o.fylrs; i++) {
     const path = join(o.dir, `fylr-${i}.yaml`);
-    fylrs.push(new ServerProcess(`fylr-${i}`, ["--import", "tsx", cli, "fylr", "--config", path], /^fylr (\S+) listening http=(\S+)$/m, { cwd: o.root, env, logFile: join(o.dir, `fylr-${i}.log`) }));
+    fylrs.push(new ServerProcess(`fylr-${i}`, [...nodeScript(cli), "fylr", "--config", path], /^fylr (\S+) listening http=(\S+)$/m, { cwd: o.root, env, logFile: join(o.dir, `fylr-${i}.log`) }));
   }
   // The first migrates the database; the others find it done.
   const firstFylr = await firstStart(fylrs[0]!, (listen) => writeFylrConfig(0, listen));

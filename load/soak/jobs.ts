@@ -3,7 +3,7 @@
 // the checker counts executions from the jobs themselves, not from what the system says.
 import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { prng } from "../../test/support/prng.js";
+import { prng } from "../../harness/prng.js";
 
 export { prng };
 

@@ -8,14 +8,15 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import pg from "pg";
-import { getStatus } from "../../test/support/execserver-process.js";
-import { jobDirsUnder } from "../../test/support/job-dirs.js";
+import { getStatus } from "../../harness/execserver-process.js";
+import { jobDirsUnder } from "../../harness/job-dirs.js";
 import { RUN_MARKER, sweepLeftovers } from "../processes.js";
 import { check, parseLedger, type ExecOutcome, type FinalRow } from "./checker.js";
 import { ChaosDriver } from "./driver.js";
 import { ExitWatcher } from "./exit-watch.js";
 import { startFleet, type Fleet } from "./fleet.js";
 import { makeItem, prng, submitBody, writeJobScript, type SoakItem } from "./jobs.js";
+import { buildChildren, removeBuild } from "../../harness/node-children.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const { values: args } = parseArgs({
@@ -155,6 +156,7 @@ async function main(): Promise<number> {
   writeFileSync(ledger, "");
   const jobScript = writeJobScript(dir);
   log(`seed ${seed} (rerun with --seed ${seed}); ${minutes} min of chaos at ${rate} items/s; work dir ${dir}`);
+  await buildChildren(); // the fleet runs from one build of the project's JavaScript
   let fleet: Fleet | undefined;
   try {
     fleet = await startFleet({ root, dir, runId, jobScript, execservers: 3, fylrs: 3, slotsPerExecserver: 6, logLevel: process.env.SLOTBROKER_LOAD_LOG_LEVEL ?? "error" });
@@ -282,7 +284,10 @@ async function main(): Promise<number> {
 }
 
 main().then(
-  (code) => process.exit(code),
+  (code) => {
+    removeBuild();
+    process.exit(code);
+  },
   (err: unknown) => {
     console.error(`soak failed: ${(err as Error).stack ?? String(err)} (seed ${seed})`);
     process.exit(2);

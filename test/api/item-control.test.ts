@@ -13,10 +13,10 @@ import { startExecserver, type ExecserverHandle } from "../../src/app/execserver
 import { listQuery, maxPageSize, migrate } from "../../src/dispatcher/index.js";
 import { compileExecserverConfig } from "../../src/execserver/index.js";
 import { createPgPool } from "../../src/shared/postgres.js";
-import { waitFor } from "../support/execserver-process.js";
+import { waitFor } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { track } from "../support/resources.js";
-import { requireTool } from "../support/system-tools.js";
+import { track } from "../../harness/resources.js";
+import { requireTool } from "../../harness/system-tools.js";
 import { closeAll, fastFylrConfig, openPool, startTestFylr } from "../integration/support.js";
 
 const execFileP = promisify(execFile);

@@ -15,10 +15,10 @@ import { startExecserver, type ExecserverHandle } from "../../src/app/execserver
 import { awaitCondition, eventsOf } from "../support/event-monitor.js";
 import { inState, watchUntil } from "../support/watch-item.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { track } from "../support/resources.js";
+import { track } from "../../harness/resources.js";
 import { closeAll, fastFylrConfig, startTestFylr } from "../integration/support.js";
 import { createPgPool } from "../../src/shared/postgres.js";
-import { requireTool } from "../support/system-tools.js";
+import { requireTool } from "../../harness/system-tools.js";
 
 const execFileP = promisify(execFile);
 

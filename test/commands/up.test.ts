@@ -8,9 +8,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient } from "../../src/api/index.js";
-import { waitFor } from "../support/execserver-process.js";
+import { waitFor } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release } from "../support/resources.js";
+import { release } from "../../harness/resources.js";
 import { descendants, startUp } from "../support/up-process.js";
 import { root, runCommand, slotbroker } from "../integration/support.js";
 

@@ -6,9 +6,10 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { waitForOutput } from "../support/child-output.js";
-import { release, track } from "../support/resources.js";
+import { waitForOutput } from "../../harness/child-output.js";
+import { release, track } from "../../harness/resources.js";
 import { root } from "../integration/support.js";
+import { slotbrokerArgs } from "../../harness/node-children.js";
 
 const config = "listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nwaitgroups: {a: {processes: 1}}\nservices: {n: {waitgroup: a, builtin: noop}}\n";
 
@@ -89,7 +90,7 @@ describe("signals through wrappers", function () {
   it("outside npm, a server whose shell exits keeps running (nohup … & semantics)", async () => {
     const env = { ...process.env };
     delete env.npm_command;
-    const cmd = `${JSON.stringify(process.execPath)} --import tsx src/cli.ts execserver --config ${JSON.stringify(file)} & wait`;
+    const cmd = `${[process.execPath, ...slotbrokerArgs(["execserver", "--config", file])].map((a) => JSON.stringify(a)).join(" ")} & wait`;
     const { wrapper, server, serverHandle, log } = await start(["sh", "-c", cmd], env);
     const exited = new Promise((done) => wrapper.once("exit", done));
     wrapper.kill("SIGTERM");

@@ -11,7 +11,7 @@ import { expect } from "chai";
 import type pg from "pg";
 import { BlobStore, CopyBinaryDecoder, migrate, OutputSink, QueueStore, StoreLimitError, normalizeSubmit, createDefaultActions, storeConfig, inlineOutput, type StoreConfig } from "../../src/dispatcher/index.js";
 import { ifRangeHolds, parseRange } from "../../src/app/index.js";
-import { waitFor } from "../support/execserver-process.js";
+import { waitFor } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool } from "./support.js";
 

@@ -2,7 +2,7 @@ import { expect } from "chai";
 import type pg from "pg";
 import { createDefaultActions, migrate, normalizeSubmit, QueueStore, inlineOutput } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release } from "../support/resources.js";
+import { release } from "../../harness/resources.js";
 import { closeAll, openPool, startClaimer } from "./support.js";
 
 describe("concurrent claims", () => {

@@ -21,7 +21,7 @@ import {
   type QueueItem,
 } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 import { awaitCondition, EventMonitor } from "../support/event-monitor.js";
 import { closeAll, Gate, itemReaches, openPool, runLocally, startClaimer, startDispatcher, TestBackend } from "./support.js";
 

@@ -12,7 +12,7 @@ import {
   type DispatcherConfig,
   type ExecInstance, inlineOutput } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release } from "../support/resources.js";
+import { release } from "../../harness/resources.js";
 import { EventMonitor } from "../support/event-monitor.js";
 import { closeAll, Gate, itemReaches, morePasses, openPool, receiptFor, runLocally, SlotModel, startClaimer, startDispatcher, TestBackend } from "./support.js";
 

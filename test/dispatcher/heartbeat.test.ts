@@ -6,7 +6,7 @@ import type pg from "pg";
 import { ManualCapacitySource, migrate, type DispatcherConfig } from "../../src/dispatcher/index.js";
 import { EventMonitor } from "../support/event-monitor.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release } from "../support/resources.js";
+import { release } from "../../harness/resources.js";
 import { closeAll, Gate, openPool, receiptFor, startDispatcher, TestBackend } from "./support.js";
 
 const config: Partial<DispatcherConfig> = { pollIntervalMs: 60_000, heartbeatIntervalMs: 100, staleAfterMs: 1000 };

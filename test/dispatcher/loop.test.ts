@@ -15,7 +15,7 @@ import {
 } from "../../src/dispatcher/index.js";
 import { releaseItem } from "../../src/dispatcher/sql.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 import { EventMonitor } from "../support/event-monitor.js";
 import { closeAll, Gate, itemReaches, morePasses, openPool, receiptFor, runLocally, startDispatcher, TestBackend } from "./support.js";
 

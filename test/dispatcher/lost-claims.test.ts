@@ -7,7 +7,7 @@ import type pg from "pg";
 import { ManualCapacitySource, migrate, type DispatcherConfig } from "../../src/dispatcher/index.js";
 import { EventMonitor } from "../support/event-monitor.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release } from "../support/resources.js";
+import { release } from "../../harness/resources.js";
 import { closeAll, Gate, openPool, receiptFor, startDispatcher, TestBackend } from "./support.js";
 
 // The audit runs every staleAfter (500 ms) and counts claims older than 4 × staleAfter.

@@ -6,10 +6,10 @@
 import { expect } from "chai";
 import type pg from "pg";
 import { ManualCapacitySource, migrate, QueueStore, type Dispatcher, type DispatcherConfig, type ExecInstance } from "../../src/dispatcher/index.js";
-import { ChaosProxy } from "../support/chaos-proxy.js";
+import { ChaosProxy } from "../../harness/chaos-proxy.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release, track } from "../support/resources.js";
-import { waitFor } from "../support/execserver-process.js";
+import { release, track } from "../../harness/resources.js";
+import { waitFor } from "../../harness/execserver-process.js";
 import { closeAll, Gate, openPool, receiptFor, startDispatcher, TestBackend } from "./support.js";
 
 // headroom 0: each fylr's share is ⌈4 / 2⌉ = 2, so both hold items whoever claims first.

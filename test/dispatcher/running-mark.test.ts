@@ -18,7 +18,7 @@ import {
 } from "../../src/dispatcher/index.js";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release } from "../support/resources.js";
+import { release } from "../../harness/resources.js";
 import { EventMonitor } from "../support/event-monitor.js";
 import { closeAll, Gate, itemReaches, openPool, receiptFor, runLocally, startClaimer, startDispatcher, TestBackend } from "./support.js";
 

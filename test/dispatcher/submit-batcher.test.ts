@@ -17,7 +17,7 @@ import {
 import { SubmitBatcher } from "../../src/dispatcher/submit-batcher.js";
 import { Code } from "../../src/shared/errors.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 import { closeAll, Gate, itemReaches, openPool, runLocally, TestBackend } from "./support.js";
 
 const limits = { maxInputBytes: 1 << 20, defaultMaxAttempts: 3 };

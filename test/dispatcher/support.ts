@@ -27,8 +27,9 @@ import {
 import { Events } from "../../src/shared/events.js";
 import { awaitCondition, EventMonitor, type WakeSource } from "../support/event-monitor.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 import { createPgPool } from "../../src/shared/postgres.js";
+import { nodeScript } from "../../harness/node-children.js";
 
 /** A pg pool closed by the leak tracker if the test does not. */
 export function openPool(url: string, max = 10): pg.Pool {
@@ -235,7 +236,7 @@ export interface Claimer {
 
 /** Starts fixtures/claimer.ts in its own process; see that file for the modes. Tracked: killed if the test leaves it. */
 export function startClaimer(args: string[]): Claimer {
-  const child = spawn(process.execPath, ["--import", "tsx", claimer, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [...nodeScript(claimer), ...args], { stdio: ["ignore", "pipe", "inherit"] });
   track(child, `claimer ${args[0]}`, (c) => {
     if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
   });

@@ -6,7 +6,7 @@ import type pg from "pg";
 import { createDefaultActions, Dispatcher, ManualCapacitySource, migrate, normalizeSubmit, QueueStore, type DispatcherConfig } from "../../src/dispatcher/index.js";
 import { EventMonitor } from "../support/event-monitor.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 import { openPool, TestBackend } from "./support.js";
 
 const tracked = (d: Dispatcher): Dispatcher => track(d, `dispatcher ${d.fylrId}`, (x) => x.stop({ graceMs: 0 }).catch(() => undefined));

@@ -5,7 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { compileExecserverConfig } from "../../src/execserver/index.js";
-import { track, release } from "../support/resources.js";
+import { slotbrokerArgs } from "../../harness/node-children.js";
+import { track, release } from "../../harness/resources.js";
 import { releaseAll, statusClient } from "./support/broker-stream.js";
 
 const base = {
@@ -82,7 +83,7 @@ describe("slotbroker execserver (CLI process)", () => {
   function startCli(configText: string): { child: ChildProcess; exit: Promise<number | null>; stderr: () => string } {
     const file = join(dir, `c${Math.random().toString(36).slice(2)}.yaml`);
     writeFileSync(file, configText);
-    const child = spawn(process.execPath, ["--import", "tsx", "src/cli.ts", "execserver", "--config", file], {
+    const child = spawn(process.execPath, slotbrokerArgs(["execserver", "--config", file]), {
       stdio: ["ignore", "pipe", "pipe"],
       env: { ...process.env, SLOTBROKER_LOG_LEVEL: "info" },
     });

@@ -3,7 +3,7 @@
 // (with the job's pid and the signal that ended it).
 import { expect } from "chai";
 import { RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
-import { spawnExecserver, stopExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, stopExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { BrokerStream, releaseAll } from "./support/broker-stream.js";
 
 type Line = Record<string, unknown> & { level: number; msg: string };

@@ -3,7 +3,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { ConnectRequestSchema, ConnectResponseSchema, RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { track } from "../support/resources.js";
+import { track } from "../../harness/resources.js";
 import { BrokerStream, closeLater, eventually, releaseAll, statusClient } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
 

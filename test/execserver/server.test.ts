@@ -9,7 +9,7 @@ import { RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
 import { compileExecserverConfig } from "../../src/execserver/index.js";
 import { startExecserver } from "../../src/app/execserver.js";
 import { ConfigError } from "../../src/shared/errors.js";
-import { track } from "../support/resources.js";
+import { track } from "../../harness/resources.js";
 import { BrokerStream, closeLater, eventually, releaseAll } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
 

@@ -6,7 +6,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { ConnectRequestSchema, ErrorKind, RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
 import { limits } from "../../src/execserver/limits.js";
-import { track } from "../support/resources.js";
+import { track } from "../../harness/resources.js";
 import { BrokerStream, closeLater, releaseAll } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
 

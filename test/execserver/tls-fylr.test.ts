@@ -10,9 +10,9 @@ import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { fetchExecserverStatus } from "../../src/app/index.js";
 import { tlsHandshakeProblem } from "../../src/fylr/index.js";
 import { makeCa, type CertFiles, type TestCa } from "../support/certificates.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release } from "../support/resources.js";
+import { release } from "../../harness/resources.js";
 import { inState, watchUntil } from "../support/watch-item.js";
 import { fastFylrConfig, slotbroker, spawnFylr } from "../integration/support.js";
 

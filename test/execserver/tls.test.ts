@@ -10,7 +10,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { BrokerService, ConnectRequestSchema, type ConnectRequest } from "../../gen/slotbroker/v1/broker_pb.js";
 import { BrokerStream, releaseAll } from "./support/broker-stream.js";
 import { startTestServer } from "./support/server.js";
-import { requireTool } from "../support/system-tools.js";
+import { requireTool } from "../../harness/system-tools.js";
 
 // Self-signed certificates made with the openssl CLI for this run.
 function selfSigned(dir: string, name: string): { cert: string; key: string } {

@@ -8,8 +8,8 @@ import { expect } from "chai";
 import { ConnectRequestSchema, ConnectResponseSchema, type ConnectRequest } from "../../gen/slotbroker/v1/broker_pb.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { BrokerStream, releaseAll } from "../execserver/support/broker-stream.js";
-import { spawnExecserver, stopExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
-import { track, release } from "../support/resources.js";
+import { spawnExecserver, stopExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
+import { track, release } from "../../harness/resources.js";
 import { Fuzz, withSeed } from "./fuzz.js";
 
 const STREAMS = 40;

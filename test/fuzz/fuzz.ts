@@ -1,6 +1,6 @@
 // Seeded fuzzing helpers: a seed from FUZZ_SEED or random, printed on failure; byte and
 // JSON mutators. Bounded by count, so a run's duration is predictable.
-import { prng } from "../support/prng.js";
+import { prng } from "../../harness/prng.js";
 
 /** A fuzzing source: the seed and random choices derived from it. */
 export class Fuzz {

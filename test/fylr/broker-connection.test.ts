@@ -10,11 +10,11 @@ import { startExecserver, type ExecserverHandle } from "../../src/app/execserver
 import { BrokerConnection, NoSlotError, brokerSlot, type ConnectionState } from "../../src/fylr/broker/index.js";
 import { freePort } from "../../src/shared/free-port.js";
 import { Code, SlotbrokerError } from "../../src/shared/errors.js";
-import { spawnExecserver, waitFor } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor } from "../../harness/execserver-process.js";
 import { awaitCondition, emitterOf, eventsOf } from "../support/event-monitor.js";
 import { startBroker } from "../support/fylr-replica.js";
-import { release, track } from "../support/resources.js";
-import { requireTool } from "../support/system-tools.js";
+import { release, track } from "../../harness/resources.js";
+import { requireTool } from "../../harness/system-tools.js";
 import { FakeExecserver } from "../fuzz/fake-execserver.js";
 
 const services = { noop: { waitgroup: "w", builtin: "noop" as const } };

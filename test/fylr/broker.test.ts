@@ -23,8 +23,8 @@ import {
 import { Registry } from "prom-client";
 import { registerFylrBrokerMetrics } from "../../src/app/fylr-broker-metrics.js";
 import { Code } from "../../src/shared/errors.js";
-import { release } from "../support/resources.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { release } from "../../harness/resources.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { awaitCondition, eventsOf } from "../support/event-monitor.js";
 import { startBroker, startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
 

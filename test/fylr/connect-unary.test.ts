@@ -8,7 +8,7 @@ import { once } from "node:events";
 import { GetRequestSchema, QueueService, StatsRequestSchema } from "../../gen/slotbroker/v1/queue_pb.js";
 import { defaultHttpLimits } from "../../src/shared/http-limits.js";
 import { nodeRequestKey, type FylrHttpServer } from "../../src/fylr/index.js";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 import { releaseAll, trackedServer } from "./pipes-support.js";
 
 interface Answer {

@@ -17,7 +17,7 @@ import {
   type FylrHttpServer,
 } from "../../src/fylr/index.js";
 import { ConfigError } from "../../src/shared/errors.js";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 import { curl, randomPayload, releaseAll, sha256, statusAndBody, streaming, trackedRegistry, trackedServer } from "./pipes-support.js";
 
 function get(url: string, extra: string[] = []): Promise<{ status: number; body: string }> {

@@ -7,7 +7,7 @@ import { ServerReflection as ReflectionV1, type ServerReflectionResponse } from 
 import { ServerReflection as ReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import type { FylrHttpServer } from "../../src/fylr/index.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
-import { track } from "../support/resources.js";
+import { track } from "../../harness/resources.js";
 import { curl, releaseAll, statusAndBody, trackedRegistry, trackedServer } from "./pipes-support.js";
 
 type Unary<Res> = (request: object, callback: (err: grpc.ServiceError | null, res: Res) => void) => void;

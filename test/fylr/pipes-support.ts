@@ -10,8 +10,8 @@ import { join } from "node:path";
 import { Writable, type Readable } from "node:stream";
 import { PipeError, PipeRegistry, startFylrHttpServer, type FylrHttpServer, type FylrHttpServerOptions } from "../../src/fylr/index.js";
 import type { PipeHandle } from "../../src/fylr/pipes/index.js";
-import { release, track } from "../support/resources.js";
-import { requireTool } from "../support/system-tools.js";
+import { release, track } from "../../harness/resources.js";
+import { requireTool } from "../../harness/system-tools.js";
 
 /** sha256 hex of bytes. */
 export function sha256(bytes: Uint8Array): string {

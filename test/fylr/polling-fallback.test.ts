@@ -5,8 +5,8 @@ import type { ExecserverConfigInput } from "../../src/execserver/index.js";
 import { PolledSlot, UnknownServiceError, type BrokerClient, type BrokerConfigInput } from "../../src/fylr/index.js";
 import { ConfigError } from "../../src/shared/errors.js";
 import { compileBrokerConfig } from "../../src/fylr/broker/config.js";
-import { release, track } from "../support/resources.js";
-import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../support/execserver-process.js";
+import { release, track } from "../../harness/resources.js";
+import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../../harness/execserver-process.js";
 import { awaitCondition, eventsOf } from "../support/event-monitor.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
 

@@ -6,9 +6,9 @@ import { join } from "node:path";
 import * as tls from "node:tls";
 import { makeCa, type CertFiles, type TestCa } from "../support/certificates.js";
 import { awaitCondition, eventsOf } from "../support/event-monitor.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 
 // The token protocol over https with mutual TLS: a legacy-only execserver (a real process)
 // behind a TLS terminator that requires a client certificate, as old execservers were run.

@@ -4,9 +4,9 @@ import { Readable } from "node:stream";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { jobSpecLimits } from "../../src/shared/job-limits.js";
 import { FakeExecserver } from "../fuzz/fake-execserver.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 
 const sha256 = (data: Uint8Array): string => createHash("sha256").update(data).digest("hex");
 

@@ -1,7 +1,7 @@
 // The fylr's API auth against real processes: a `slotbroker fylr` child with tokens of each
 // scope, a real execserver (which fetches pipes with no token at all), and the calls of
-// every scope made over Connect (the project's client), gRPC (grpc-js and grpcurl) and
-// plain HTTP (curl). Rotation of the tokens file by SIGHUP, and by its poll.
+// every scope made over Connect (the project's client), gRPC (grpc-js; grpcurl in
+// test/ecosystem/polyglot/grpcurl-auth.test.ts) and plain HTTP (curl). Rotation of the tokens file by SIGHUP, and by its poll.
 import { expect } from "chai";
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -14,10 +14,10 @@ import { ItemState, QueueService, type WatchResponse } from "../../gen/slotbroke
 import { createQueueClient, type ApiCredentials, type QueueClient } from "../../src/api/index.js";
 import { allows, queueProcedureScopes, type Scope } from "../../src/fylr/index.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { requireTool } from "../support/system-tools.js";
-import { goTools, run, type Run } from "../polyglot/support.js";
+import { requireTool } from "../../harness/system-tools.js";
+import { run, type Run } from "../support/run-program.js";
 import { closeAll, fastFylrConfig, slotbroker, spawnFylr, startTestFylr, type FylrProcess } from "./support.js";
 
 const tokens = {
@@ -240,26 +240,6 @@ describe("fylr API auth against a real fylr and execserver", function () {
       expect((await call([...browser, "-u", "anyone:wrong-password-0123456789", `${fylr.url}/status`])).status).to.equal(401);
       expect((await call(["-u", `anyone:${tokens.submitter}`, `${fylr.url}/status.json`])).status).to.equal(403);
     });
-  });
-
-  it("grpcurl: reflection and health stay open; QueueService needs the token of the right scope", async () => {
-    const grpcurl = join(await goTools(), "grpcurl");
-    const grpcurlRun = (args: string[]): Promise<Run> => run(grpcurl, ["-plaintext", ...args]);
-    const listed = await grpcurlRun([address, "list"]);
-    expect(listed.code, listed.stderr).to.equal(0);
-    expect(listed.stdout).to.include("slotbroker.v1.QueueService");
-    const health = await grpcurlRun(["-d", '{"service":"slotbroker.v1.QueueService"}', address, "grpc.health.v1.Health/Check"]);
-    expect(health.stdout).to.include("SERVING");
-    const submit = (token?: string): Promise<Run> =>
-      grpcurlRun([...(token ? ["-H", `authorization: Bearer ${token}`] : []), "-d", '{"calls":[{"service":"wc","stdinData":"aGk="}]}', address, "slotbroker.v1.QueueService/Submit"]);
-    const anonymous = await submit();
-    expect(anonymous.code).to.not.equal(0);
-    expect(anonymous.stderr).to.match(/Code: Unauthenticated\s+Message: no credential/);
-    const reader = await submit(tokens.reader);
-    expect(reader.stderr).to.match(/Code: PermissionDenied\s+Message: token "reader" has read; this call needs the submit scope/);
-    const ok = await submit(tokens.submitter);
-    expect(ok.code, ok.stderr).to.equal(0);
-    expect(ok.stdout).to.include('"id"');
   });
 
   it("the CLI sends SLOTBROKER_API_TOKEN or --token-file, and says plainly when it is missing or unknown", async () => {

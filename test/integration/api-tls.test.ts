@@ -4,9 +4,8 @@
 // another CA. Connect, gRPC (grpc-js, grpcurl), curl and the CLI as clients; execservers
 // fetch the https pipe URLs with no certificate, trusting the CA through pipes.caFile.
 import { expect } from "chai";
-import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
@@ -16,37 +15,12 @@ import * as grpc from "@grpc/grpc-js";
 import { ItemState, QueueService, StatsRequestSchema, SubmitRequestSchema, type Item } from "../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient, downloadOutput, followItem, type ApiCredentials } from "../../src/api/index.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
+import { makeCa, type CertFiles, type TestCa } from "../support/certificates.js";
+import { spawnExecserver, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { requireTool } from "../support/system-tools.js";
-import { goTools, run } from "../polyglot/support.js";
+import { requireTool } from "../../harness/system-tools.js";
+import { run } from "../support/run-program.js";
 import { closeAll, fastFylrConfig, slotbroker, spawnFylr, type FylrProcess } from "./support.js";
-
-interface Pem {
-  readonly cert: string;
-  readonly key: string;
-}
-
-/** A CA (self-signed, allowed to sign) made by openssl in `dir`. */
-function makeCa(openssl: string, dir: string, name: string): Pem {
-  const pem = { cert: join(dir, `${name}.crt`), key: join(dir, `${name}.key`) };
-  execFileSync(openssl, [
-    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", `/CN=${name}`,
-    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-keyout", pem.key, "-out", pem.cert,
-  ], { stdio: "ignore" });
-  return pem;
-}
-
-/** A certificate for `cn` signed by `ca`, with `extensions` (subjectAltName, extendedKeyUsage). */
-function makeCert(openssl: string, dir: string, ca: Pem, cn: string, extensions: string): Pem {
-  const pem = { cert: join(dir, `${cn}.crt`), key: join(dir, `${cn}.key`) };
-  const csr = join(dir, `${cn}.csr`);
-  const ext = join(dir, `${cn}.ext`);
-  writeFileSync(ext, extensions);
-  execFileSync(openssl, ["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", `/CN=${cn}`, "-keyout", pem.key, "-out", csr], { stdio: "ignore" });
-  execFileSync(openssl, ["x509", "-req", "-in", csr, "-CA", ca.cert, "-CAkey", ca.key, "-CAcreateserial", "-days", "1", "-extfile", ext, "-out", pem.cert], { stdio: "ignore" });
-  return pem;
-}
 
 const ciToken = "ci-token-5e4d3c2b1a0f9e8d";
 // Past the execserver's 4000-byte buffer: the job's stdout goes to the fylr's https out-pipe.
@@ -55,16 +29,16 @@ const input = Buffer.alloc(50_000, "tls pipe bytes\n");
 describe("the fylr over TLS with client certificates", function () {
   this.timeout(120_000);
   let dir: string;
-  let ca: Pem;
-  let ops: Pem;
-  let reader: Pem;
-  let rogue: Pem;
+  let ca: TestCa;
+  let ops: CertFiles;
+  let reader: CertFiles;
+  let rogue: CertFiles;
   let trusting: ExecserverProcess;
   let untrusting: ExecserverProcess;
   let fylr: FylrProcess;
   let address: string;
 
-  const creds = (client?: Pem, extra: ApiCredentials = {}): ApiCredentials => ({
+  const creds = (client?: CertFiles, extra: ApiCredentials = {}): ApiCredentials => ({
     ca: readFileSync(ca.cert),
     ...(client && { cert: readFileSync(client.cert), key: readFileSync(client.key) }),
     ...extra,
@@ -72,14 +46,12 @@ describe("the fylr over TLS with client certificates", function () {
 
   before(async function () {
     this.timeout(180_000);
-    const openssl = requireTool("openssl");
     dir = mkdtempSync(join(tmpdir(), "slotbroker-tls-"));
-    ca = makeCa(openssl, dir, "test-ca");
-    const server = makeCert(openssl, dir, ca, "fylr", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
-    ops = makeCert(openssl, dir, ca, "ops-client", "extendedKeyUsage=clientAuth\n");
-    reader = makeCert(openssl, dir, ca, "reader-client", "extendedKeyUsage=clientAuth\nsubjectAltName=URI:spiffe://test/reader\n");
-    const otherCa = makeCa(openssl, dir, "other-ca");
-    rogue = makeCert(openssl, join(dir), otherCa, "ops-client-rogue", "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:ops-client\n");
+    ca = makeCa(dir, "test-ca");
+    const server = ca.server("fylr");
+    ops = ca.client("ops-client");
+    reader = ca.sign("reader-client", "extendedKeyUsage=clientAuth\nsubjectAltName=URI:spiffe://test/reader\n");
+    rogue = makeCa(dir, "other-ca").sign("ops-client-rogue", "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:ops-client\n");
     const services = (name: string): Record<string, { waitgroup: string; command: string[] }> => ({ [name]: { waitgroup: "text", command: ["cat"] } });
     trusting = await spawnExecserver({ waitgroups: { text: { processes: 2 } }, services: services("cat"), pipes: { caFile: ca.cert } });
     untrusting = await spawnExecserver({ waitgroups: { text: { processes: 2 } }, services: services("cat-untrusting") });
@@ -159,26 +131,13 @@ describe("the fylr over TLS with client certificates", function () {
         (client as unknown as grpc.Client).close();
       }
     };
-    const caPem = readFileSync(ca.cert);
-    const withCert = (pem: Pem): grpc.ChannelCredentials => grpc.credentials.createSsl(caPem, readFileSync(pem.key), readFileSync(pem.cert));
+    const caCertFiles = readFileSync(ca.cert);
+    const withCert = (pem: CertFiles): grpc.ChannelCredentials => grpc.credentials.createSsl(caCertFiles, readFileSync(pem.key), readFileSync(pem.cert));
     expect(await call(withCert(ops), "submit")).to.equal(grpc.status.OK);
     expect(await call(withCert(reader), "stats")).to.equal(grpc.status.OK);
     expect(await call(withCert(reader), "submit")).to.equal(grpc.status.PERMISSION_DENIED);
-    expect(await call(grpc.credentials.createSsl(caPem), "stats")).to.equal(grpc.status.UNAUTHENTICATED);
+    expect(await call(grpc.credentials.createSsl(caCertFiles), "stats")).to.equal(grpc.status.UNAUTHENTICATED);
     expect(await call(withCert(rogue), "stats")).to.equal(grpc.status.UNAUTHENTICATED);
-  });
-
-  it("grpcurl with -cacert, -cert and -key; without the certificate it is refused", async () => {
-    const grpcurl = join(await goTools(), "grpcurl");
-    const tlsArgs = ["-cacert", ca.cert];
-    const withCert = [...tlsArgs, "-cert", ops.cert, "-key", ops.key];
-    const stats = await run(grpcurl, [...withCert, address, "slotbroker.v1.QueueService/Stats"]);
-    expect(stats.code, stats.stderr).to.equal(0);
-    expect(stats.stdout).to.include('"fylrId"');
-    const anonymous = await run(grpcurl, [...tlsArgs, address, "slotbroker.v1.QueueService/Stats"]);
-    expect(anonymous.stderr).to.match(/Code: Unauthenticated/);
-    const token = await run(grpcurl, [...tlsArgs, "-H", `authorization: Bearer ${ciToken}`, address, "slotbroker.v1.QueueService/Stats"]);
-    expect(token.code, token.stderr).to.equal(0);
   });
 
   it("curl over HTTP/2 and HTTP/1.1: the certificate is the credential; no certificate or another CA's gets 401; cleartext gets nothing", async () => {

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { followItem } from "../../src/api/index.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { groupGone } from "../support/process-group.js";
 import { cancelExecConfig, runsOf } from "./cancel-support.js";

@@ -2,7 +2,7 @@
 import { expect } from "chai";
 import { existsSync, readFileSync } from "node:fs";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { waitFor } from "../support/execserver-process.js";
+import { waitFor } from "../../harness/execserver-process.js";
 
 // Appends its process group id to $1 (one line per run), starts a grandchild in its group
 // and ignores SIGTERM: only the SIGKILL after the cancel grace ends it.

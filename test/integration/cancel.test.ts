@@ -12,7 +12,7 @@ import type pg from "pg";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
 import { ItemState, type Item } from "../../gen/slotbroker/v1/queue_pb.js";
 import { followItem, type QueueClient } from "../../src/api/index.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { groupGone } from "../support/process-group.js";
 import { cancelExecConfig, expectCode, runsOf } from "./cancel-support.js";

@@ -6,7 +6,7 @@ import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { freePort } from "../../src/shared/free-port.js";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { inState, watchUntil } from "../support/watch-item.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";

@@ -13,9 +13,10 @@ import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { parseByteSize } from "../../src/shared/config.js";
 import { freePort } from "../../src/shared/free-port.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { slotbrokerArgs } from "../../harness/node-children.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { cli, closeAll, fastFylrConfig, openPool, root, spawnFylr, type FylrProcess } from "./support.js";
+import { closeAll, fastFylrConfig, openPool, root, spawnFylr, type FylrProcess } from "./support.js";
 
 const MiB = 1 << 20;
 const size = parseByteSize(process.env.LARGE_ITEM_SIZE ?? "48MiB") ?? 48 * MiB;
@@ -49,7 +50,7 @@ async function sha256File(path: string): Promise<string> {
 function cliToFile(args: readonly string[], stdoutPath: string, timeoutMs: number): Promise<{ code: number | null; stderr: string }> {
   return new Promise((resolve, reject) => {
     const out = openSync(stdoutPath, "w");
-    const child = spawn(process.execPath, ["--import", "tsx", cli, ...args], { cwd: root, stdio: ["ignore", out, "pipe"] });
+    const child = spawn(process.execPath, slotbrokerArgs(args), { cwd: root, stdio: ["ignore", out, "pipe"] });
     closeSync(out);
     let stderr = "";
     child.stderr!.setEncoding("utf8").on("data", (s: string) => (stderr = (stderr + s).slice(-20_000)));

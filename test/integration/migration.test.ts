@@ -1,17 +1,15 @@
 // Migration from the token protocol, with real processes: `slotbroker execserver` children
 // (broker mode with the legacy port on, or legacy-only), `slotbroker fylr` children on a
-// real Postgres, the old polling client, and HAProxy in front of two replicas.
+// real Postgres and the old polling client. (Two replicas behind HAProxy:
+// test/ecosystem/haproxy/token-protocol.test.ts.)
 import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import type { FylrStatusJson } from "../../src/app/fylr-routes.js";
-import { LegacyClient, TokenNotFoundError, requestToken, runWithToken, type TokenAnswer } from "../../src/fylr/index.js";
+import { requestToken, runWithToken, type TokenAnswer } from "../../src/fylr/index.js";
 import { BufferCollector } from "../../src/fylr/exec-client-sinks.js";
-import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../support/execserver-process.js";
-import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
-import { startHaproxyFrontends } from "../support/haproxy.js";
+import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release } from "../support/resources.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
 
 async function metric(server: ExecserverProcess, pattern: RegExp): Promise<number> {
@@ -44,7 +42,6 @@ describe("migration from the token protocol (real processes)", function () {
   let pool: pg.Pool;
   let execs: ExecserverProcess[] = [];
   let fylrs: FylrProcess[] = [];
-  let replicas: FylrReplica[] = [];
 
   // A fresh database per test: the first fylr of each migrates it.
   beforeEach(async () => {
@@ -52,11 +49,9 @@ describe("migration from the token protocol (real processes)", function () {
     pool = openPool(databaseUrl);
   });
   afterEach(async () => {
-    for (const replica of replicas) await stopReplica(replica);
     await closeAll(...fylrs, ...execs, pool);
     fylrs = [];
     execs = [];
-    replicas = [];
   });
 
   it("an old polling client gets 503 while a new fylr has wants parked, and is served once the book is empty", async () => {
@@ -159,48 +154,5 @@ describe("migration from the token protocol (real processes)", function () {
     expect(brokered + polled).to.equal(20);
     expect(brokered, `broker ${brokered}, polled ${polled}`).to.be.at.least(1);
     expect(polled, `broker ${brokered}, polled ${polled}`).to.be.at.least(1);
-  });
-
-  it("behind HAProxy a token redeemed at the wrong replica fails with 'token not found'; the broker path through the same HAProxy never does", async () => {
-    const replicaConfig = (id: string): SpawnExecserverConfig => ({
-      instanceId: id,
-      waitgroups: { w: { processes: 2 } },
-      services,
-      legacy: { enabled: true, listen: "127.0.0.1:0", tokenTtl: "1s" },
-    });
-    const [a, b] = [await spawnExecserver(replicaConfig("replica-a")), await spawnExecserver(replicaConfig("replica-b"))];
-    execs.push(a, b);
-    const lb = await startHaproxyFrontends({ grpc: [a.grpcAddress, b.grpcAddress], legacy: [a.legacyAddress!, b.legacyAddress!] });
-
-    // The old transport: GET /token and PUT /job each on a connection of their own, so the
-    // balancer may send the PUT to the replica that did not issue the token.
-    const legacy = new LegacyClient({ endpoints: [{ url: new URL(`http://${lb.addresses.legacy}`) }], pollIntervalMs: 100, connectTimeoutMs: 10_000 });
-    const outcomes: string[] = [];
-    for (let i = 0; i < 6; i++) {
-      try {
-        const r = await legacy.run({ service: "cat", stdin: Buffer.from(`legacy ${i}\n`) });
-        outcomes.push(r.stdout!.toString() === `legacy ${i}\n` ? "ok" : "wrong output");
-      } catch (err) {
-        outcomes.push(err instanceof TokenNotFoundError ? "token not found" : `other: ${(err as Error).message}`);
-      }
-    }
-    expect(outcomes.filter((o) => o === "token not found").length, outcomes.join(", ")).to.be.at.least(1);
-    expect(outcomes.filter((o) => o.startsWith("other") || o === "wrong output"), outcomes.join(", ")).to.deep.equal([]);
-    const notFound = (await metric(a, /^slotbroker_legacy_refused_total\{reason="token-not-found"/)) + (await metric(b, /^slotbroker_legacy_refused_total\{reason="token-not-found"/));
-    expect(notFound).to.equal(outcomes.filter((o) => o === "token not found").length);
-    // Each orphaned token held a slot on the replica that issued it until its TTL ran out.
-    await waitFor("the orphaned tokens to expire", async () => (await metric(a, /^slotbroker_legacy_tokens_total\{outcome="expired"/)) + (await metric(b, /^slotbroker_legacy_tokens_total\{outcome="expired"/)) === notFound, 10_000, 100);
-
-    // The broker path through the same balancer: reservation, job and receipt ride one stream.
-    const replica = await startReplica({ addresses: [lb.addresses.grpc!], clientName: "via-lb", polling: { enabled: false } }, "via-lb");
-    replicas.push(replica);
-    const results = await Promise.all(Array.from({ length: 12 }, (_, i) => replica.exec.run({ service: "cat", stdin: Buffer.from(`broker ${i}\n`) })));
-    results.forEach((r, i) => {
-      expect(r.transport).to.equal("broker");
-      expect(r.stdout!.toString()).to.equal(`broker ${i}\n`);
-    });
-    const notFoundAfter = (await metric(a, /^slotbroker_legacy_refused_total\{reason="token-not-found"/)) + (await metric(b, /^slotbroker_legacy_refused_total\{reason="token-not-found"/));
-    expect(notFoundAfter).to.equal(notFound);
-    await release(lb);
   });
 });

@@ -4,9 +4,9 @@
 // never gets it restarted.
 import { expect } from "chai";
 import type pg from "pg";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { release } from "../support/resources.js";
+import { release } from "../../harness/resources.js";
 import { fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
 
 async function readyz(fylr: FylrProcess, query = ""): Promise<{ status: number; body: string }> {

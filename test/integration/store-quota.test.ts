@@ -10,9 +10,9 @@ import * as net from "node:net";
 import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
-import { requireTool } from "../support/system-tools.js";
+import { requireTool } from "../../harness/system-tools.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
 
 const MiB = 1 << 20;

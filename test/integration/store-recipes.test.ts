@@ -7,7 +7,7 @@ import { expect } from "chai";
 import type pg from "pg";
 import { followItem } from "../../src/api/index.js";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, root, runCommand, spawnFylr, type FylrProcess } from "./support.js";
 

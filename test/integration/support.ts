@@ -1,6 +1,6 @@
 // Helpers for the queue API, fylr-process and command tests: fylrs in this process or as
 // `slotbroker fylr` child processes, a QueueService client, database pools. Everything
-// started here is tracked (test/support/resources.ts).
+// started here is tracked (harness/resources.ts).
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -10,9 +10,10 @@ import type pg from "pg";
 import { stringify } from "yaml";
 import { createQueueClient, type ApiCredentials, type QueueClient } from "../../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../../src/app/index.js";
-import { release, track } from "../support/resources.js";
+import { release, track } from "../../harness/resources.js";
 import { createPgPool } from "../../src/shared/postgres.js";
-import { waitForOutput } from "../support/child-output.js";
+import { waitForOutput } from "../../harness/child-output.js";
+import { slotbrokerArgs } from "../../harness/node-children.js";
 
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const cli = join(root, "src", "cli.ts");
@@ -70,7 +71,7 @@ export async function spawnFylr(
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-fylr-"));
   const configPath = join(dir, "fylr.yaml");
   writeFileSync(configPath, stringify({ name, ...input }));
-  const child = spawn(process.execPath, ["--import", "tsx", cli, "fylr", "--config", configPath], {
+  const child = spawn(process.execPath, slotbrokerArgs(["fylr", "--config", configPath]), {
     cwd: root,
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, SLOTBROKER_LOG_LEVEL: options.logLevel ?? process.env.SLOTBROKER_FYLR_LOG_LEVEL ?? "warn" },
@@ -136,7 +137,7 @@ export function runCommand(
   });
 }
 
-/** `slotbroker ARGS…` through tsx. */
+/** `slotbroker ARGS…` as a child process (compiled when the run built its children). */
 export function slotbroker(args: readonly string[], options: Parameters<typeof runCommand>[1] = {}): ReturnType<typeof runCommand> {
-  return runCommand([process.execPath, "--import", "tsx", cli, ...args], options);
+  return runCommand([process.execPath, ...slotbrokerArgs(args)], options);
 }

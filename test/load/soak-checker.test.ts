@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { expect } from "chai";
 import { check, type CheckInput, type ExecOutcome } from "../../load/soak/checker.js";
 import type { FaultEvent } from "../../load/soak/driver.js";
-import { jobDirsUnder } from "../support/job-dirs.js";
+import { jobDirsUnder } from "../../harness/job-dirs.js";
 
 const T = 1_000_000;
 const EXEC_A = 500; // execserver-0 behind proxy-0

@@ -4,8 +4,8 @@
 // connections and caps their number.
 import { connect, type Socket } from "node:net";
 import { expect } from "chai";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
-import { release } from "../support/resources.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
+import { release } from "../../harness/resources.js";
 import { RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
 import { BrokerStream, releaseAll } from "../execserver/support/broker-stream.js";
 

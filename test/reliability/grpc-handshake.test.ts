@@ -10,9 +10,9 @@ import * as tls from "node:tls";
 import * as grpc from "@grpc/grpc-js";
 import { expect } from "chai";
 import { BrokerStream, releaseAll } from "../execserver/support/broker-stream.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
-import { release } from "../support/resources.js";
-import { requireTool } from "../support/system-tools.js";
+import { spawnExecserver, type ExecserverProcess } from "../../harness/execserver-process.js";
+import { release } from "../../harness/resources.js";
+import { requireTool } from "../../harness/system-tools.js";
 import { prefaceProgress } from "../../src/execserver/grpc-door.js";
 
 const services = { echo: { waitgroup: "w", command: ["echo"] } };

@@ -11,12 +11,12 @@ import * as grpc from "@grpc/grpc-js";
 import { expect } from "chai";
 import type pg from "pg";
 import { QueueService, SubmitRequestSchema, SubmitResponseSchema } from "../../gen/slotbroker/v1/queue_pb.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { startReplica, stopReplica } from "../support/fylr-replica.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "../integration/support.js";
 import { curl, statusAndBody, tempDir } from "../fylr/pipes-support.js";
-import { release } from "../support/resources.js";
+import { release } from "../../harness/resources.js";
 
 async function submitError(fylr: FylrProcess, request: Parameters<FylrProcess["client"]["submit"]>[0]): Promise<ConnectError> {
   try {

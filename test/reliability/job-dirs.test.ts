@@ -7,12 +7,13 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
-import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess, type SpawnExecserverConfig } from "../../harness/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
-import { jobDirsUnder } from "../support/job-dirs.js";
+import { jobDirsUnder } from "../../harness/job-dirs.js";
 import { livingMembers } from "../support/process-group.js";
 import { processesWhere, reaperOf } from "../support/process-liveness.js";
 import { closeAll, root } from "../integration/support.js";
+import { slotbrokerArgs } from "../../harness/node-children.js";
 
 interface Run {
   readonly pid: number;
@@ -138,7 +139,7 @@ describe("reliability: job directories an execserver leaves", function () {
     // (it fails to bind), each look for leftovers as they start.
     const twin = await spawnExecserver(config("exec-a", ledgerA), { env: { TMPDIR: tmp } });
     execs.push(twin);
-    const clash = spawn(process.execPath, ["--import", "tsx", join(root, "src", "cli.ts"), "execserver", "--config", a.configPath], {
+    const clash = spawn(process.execPath, slotbrokerArgs(["execserver", "--config", a.configPath]), {
       cwd: root,
       env: { ...process.env, TMPDIR: tmp, SLOTBROKER_LOG_LEVEL: "warn" },
       stdio: ["ignore", "pipe", "pipe"],

@@ -11,7 +11,7 @@ import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
 import { followItem, uploadInput } from "../../src/api/index.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "../integration/support.js";
 

@@ -8,7 +8,7 @@ import { connect, createServer, type Server, type Socket } from "node:net";
 import { expect } from "chai";
 import type pg from "pg";
 import { ItemState, type Item } from "../../gen/slotbroker/v1/queue_pb.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { startReplica, stopReplica } from "../support/fylr-replica.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "../integration/support.js";

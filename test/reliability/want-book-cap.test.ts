@@ -3,8 +3,8 @@
 import { expect } from "chai";
 import { RejectCode } from "../../gen/slotbroker/v1/broker_pb.js";
 import { BrokerStream, releaseAll } from "../execserver/support/broker-stream.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
-import { release } from "../support/resources.js";
+import { spawnExecserver, type ExecserverProcess } from "../../harness/execserver-process.js";
+import { release } from "../../harness/resources.js";
 
 describe("reliability: the want-book has a server-wide cap", () => {
   let exec: ExecserverProcess | undefined;

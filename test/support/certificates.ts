@@ -3,7 +3,7 @@
 import { execFileSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { requireTool } from "./system-tools.js";
+import { requireTool } from "../../harness/system-tools.js";
 
 /** PEM files of one certificate. */
 export interface CertFiles {
@@ -18,6 +18,8 @@ export interface TestCa extends CertFiles {
   server(name: string, names?: readonly string[]): CertFiles;
   /** A client certificate (extendedKeyUsage clientAuth) with this common name. */
   client(name: string): CertFiles;
+  /** A certificate with this common name and these openssl extension lines (e.g. subjectAltName=URI:…). */
+  sign(name: string, extensions: string): CertFiles;
 }
 
 function openssl(args: readonly string[]): void {
@@ -47,5 +49,6 @@ export function makeCa(dir: string, name: string): TestCa {
     server: (leaf, names = ["127.0.0.1", "localhost"]) =>
       sign(leaf, `basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=${names.map((n) => (/^[\d.]+$|:/.test(n) ? `IP:${n}` : `DNS:${n}`)).join(",")}\n`),
     client: (leaf) => sign(leaf, "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n"),
+    sign,
   };
 }

@@ -2,7 +2,7 @@ import { BrokerClient, compileBrokerConfig, type BrokerConfigInput } from "../..
 import { ExecClient } from "../../src/fylr/exec-client.js";
 import { startFylrHttpServer, type FylrHttpServer } from "../../src/fylr/http/index.js";
 import { PipeRegistry } from "../../src/fylr/pipes/index.js";
-import { release, track } from "./resources.js";
+import { release, track } from "../../harness/resources.js";
 
 /** Short timings so tests notice backpressure and failures quickly. */
 export const fastBroker: Omit<BrokerConfigInput, "addresses"> = {

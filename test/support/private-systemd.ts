@@ -17,8 +17,8 @@ import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync, existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { findExecutable } from "./system-tools.js";
-import { release, track } from "./resources.js";
+import { findExecutable } from "../../harness/system-tools.js";
+import { release, track } from "../../harness/resources.js";
 
 const run = promisify(execFile);
 const systemdBinary = "/lib/systemd/systemd";

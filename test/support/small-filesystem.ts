@@ -8,7 +8,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, statfsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { track } from "./resources.js";
+import { track } from "../../harness/resources.js";
 
 const run = promisify(execFile);
 

@@ -3,8 +3,9 @@
  * read, tracked (the whole process tree is killed if a test leaves it running).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { cli, root, waitForLine } from "../integration/support.js";
-import { track } from "./resources.js";
+import { slotbrokerArgs } from "../../harness/node-children.js";
+import { root, waitForLine } from "../integration/support.js";
+import { track } from "../../harness/resources.js";
 
 /** A running `slotbroker up`. */
 export interface Up {
@@ -22,7 +23,7 @@ export interface Up {
 
 /** `slotbroker up --port-base 0 ARGS…`; `detached` makes it lead a process group, like a shell job. */
 export async function startUp(env: NodeJS.ProcessEnv, detached = false, args: readonly string[] = []): Promise<Up> {
-  const child = spawn(process.execPath, ["--import", "tsx", cli, "up", "--port-base", "0", ...args], { cwd: root, env, detached, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, slotbrokerArgs(["up", "--port-base", "0", ...args]), { cwd: root, env, detached, stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   child.stderr.setEncoding("utf8").on("data", (s: string) => (log += s));
   const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));

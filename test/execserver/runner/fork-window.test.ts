@@ -7,13 +7,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { waitForOutput } from "../../support/child-output.js";
+import { waitForOutput } from "../../../harness/child-output.js";
+import { nodeScript } from "../../../harness/node-children.js";
 import { isAlive, isGone } from "../../support/process-liveness.js";
 
 const childScript = fileURLToPath(new URL("./fork-window-child.ts", import.meta.url));
 
 async function orphanedJob(dir: string, ...flags: string[]): Promise<number> {
-  const child = spawn(process.execPath, ["--import", "tsx", childScript, dir, ...flags], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [...nodeScript(childScript), dir, ...flags], { stdio: ["ignore", "pipe", "inherit"] });
   const [, pid] = await waitForOutput(child, /job (\d+)/, { timeoutMs: 20_000 });
   await new Promise((resolve) => child.once("exit", resolve));
   return Number(pid);

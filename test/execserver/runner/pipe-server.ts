@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { release, track } from "../../support/resources.js";
+import { release, track } from "../../../harness/resources.js";
 
 /** What a PUT handler saw: a clean end of the body, or a body that broke off. */
 export interface ReceivedUpload {

@@ -7,7 +7,7 @@ import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js
 import { createRunJob, jobDirsRemoved, runJob, sharedJobLauncher, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
 import { freePort } from "../../../src/shared/free-port.js";
 import { startPipeServer } from "./pipe-server.js";
-import { jobDirsUnder } from "../../support/job-dirs.js";
+import { jobDirsUnder } from "../../../harness/job-dirs.js";
 import { isGone } from "../../support/process-liveness.js";
 
 const sha256 = (data: Buffer): string => createHash("sha256").update(data).digest("hex");

@@ -11,7 +11,7 @@ import {
   type JobSpec,
 } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { grpcClientConstructor } from "../../../src/shared/grpc.js";
-import { release, track } from "../../support/resources.js";
+import { release, track } from "../../../harness/resources.js";
 
 /** The kinds of frame an execserver sends. */
 export type ResponseKind = NonNullable<ConnectResponse["frame"]["case"]>;

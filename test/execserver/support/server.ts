@@ -1,6 +1,6 @@
 import { compileExecserverConfig, type ExecserverConfigInput } from "../../../src/execserver/index.js";
 import { startExecserver, type ExecserverHandle, type StartExecserverOptions } from "../../../src/app/execserver.js";
-import { track } from "../../support/resources.js";
+import { track } from "../../../harness/resources.js";
 import { closeLater } from "./broker-stream.js";
 
 /**

@@ -1,7 +1,8 @@
 /**
  * System tools the tests drive for real. A missing one fails the suite that needs it with
  * a message saying what to install — never a silent skip. `.ci/install-system-packages`
- * installs them all (and `npm test` runs it first).
+ * installs them all (CI runs it; `npm test` needs only curl and openssl, the ecosystem
+ * tier `npm run test:ecosystem` the rest).
  */
 import { accessSync, constants } from "node:fs";
 import { delimiter, isAbsolute, join } from "node:path";
@@ -36,6 +37,6 @@ export function requireTool(tool: keyof typeof systemTools): string {
   if (found) return found;
   throw new Error(
     `${tool} (${path}) is not installed, and this suite drives it for real: install the Debian package(s) "${debian}" ` +
-      `(.ci/install-system-packages does, and \`npm test\` runs it first), or see the README's Development section`,
+      `(as root, .ci/install-system-packages installs every package the tests drive), or see the README's Development section`,
   );
 }

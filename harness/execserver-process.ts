@@ -1,18 +1,17 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { stringify } from "yaml";
-import { BrokerService, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import type { ExecserverConfigInput } from "../../src/execserver/index.js";
-import { grpcClientConstructor } from "../../src/shared/grpc.js";
+import { BrokerService, type GetStatusResponse } from "../gen/slotbroker/v1/broker_pb.js";
+import type { ExecserverConfigInput } from "../src/execserver/index.js";
+import { grpcClientConstructor } from "../src/shared/grpc.js";
 import { release, track } from "./resources.js";
 import { waitForOutput } from "./child-output.js";
-import { withFreePorts } from "../../src/shared/free-port.js";
+import { withFreePorts } from "../src/shared/free-port.js";
+import { projectRoot, slotbrokerArgs } from "./node-children.js";
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const StatusClient = grpcClientConstructor(BrokerService);
 
 /** An execserver running as a child process (`slotbroker execserver --config FILE`). */
@@ -68,8 +67,8 @@ export async function spawnExecserver(
   let legacyAddress: string | undefined;
 
   const start = async (): Promise<void> => {
-    child = spawn(process.execPath, ["--import", "tsx", join(root, "src", "cli.ts"), "execserver", "--config", configPath], {
-      cwd: root,
+    child = spawn(process.execPath, slotbrokerArgs(["execserver", "--config", configPath]), {
+      cwd: projectRoot,
       stdio: ["ignore", "pipe", "pipe"],
       env: { ...process.env, SLOTBROKER_LOG_LEVEL: options.logLevel ?? process.env.SLOTBROKER_EXEC_LOG_LEVEL ?? "warn", ...options.env },
       detached: options.ownGroup ?? false,

@@ -9,10 +9,10 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parse } from "yaml";
-import type { ExecserverConfigInput } from "../../src/execserver/index.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
-import { closeAll, root } from "../integration/support.js";
-import { requireTool } from "../support/system-tools.js";
+import type { ExecserverConfigInput } from "../../../src/execserver/index.js";
+import { spawnExecserver, type ExecserverProcess } from "../../../harness/execserver-process.js";
+import { closeAll, root } from "../../integration/support.js";
+import { requireTool } from "../../../harness/system-tools.js";
 import { run, type Run } from "./support.js";
 
 const dir = join(root, "examples/clients/python");

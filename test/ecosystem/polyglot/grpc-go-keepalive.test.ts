@@ -1,4 +1,4 @@
-// The fylr's broker connection against a stock grpc-go server (test/polyglot/grpc-go-server,
+// The fylr's broker connection against a stock grpc-go server (test/ecosystem/polyglot/grpc-go-server,
 // default keepalive enforcement: at most one HTTP/2 PING per 5 minutes). With the fylr's
 // default timings (HTTP/2 keepalive every 5 minutes) it stays connected — liveness rides
 // the stream as Ping/Pong frames — while a client whose HTTP/2 PINGs come more often than
@@ -8,11 +8,11 @@ import { expect } from "chai";
 import { spawn, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { ConnectResponseSchema } from "../../gen/slotbroker/v1/broker_pb.js";
-import { BrokerConnection, type ConnectionState } from "../../src/fylr/broker/index.js";
-import { waitForOutput } from "../support/child-output.js";
-import { release, track } from "../support/resources.js";
-import { root } from "../integration/support.js";
+import { ConnectResponseSchema } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { BrokerConnection, type ConnectionState } from "../../../src/fylr/broker/index.js";
+import { waitForOutput } from "../../../harness/child-output.js";
+import { release, track } from "../../../harness/resources.js";
+import { root } from "../../integration/support.js";
 import { run } from "./support.js";
 
 const hello = create(ConnectResponseSchema, {
@@ -30,7 +30,7 @@ describe("the fylr's broker connection against a stock grpc-go server (keepalive
   before(async function () {
     this.timeout(600_000);
     const bin = join(root, "tools/bin/grpc-go-server");
-    const build = await run("go", ["build", "-o", bin, "."], { cwd: join(root, "test/polyglot/grpc-go-server"), timeoutMs: 540_000 });
+    const build = await run("go", ["build", "-o", bin, "."], { cwd: join(root, "test/ecosystem/polyglot/grpc-go-server"), timeoutMs: 540_000 });
     expect(build.code, `go build failed (Go is required): ${build.stderr}`).to.equal(0);
     server = spawn(bin, [Buffer.from(toBinary(ConnectResponseSchema, hello)).toString("hex")], { stdio: ["ignore", "pipe", "pipe"] });
     track(server, "grpc-go server", (s) => {

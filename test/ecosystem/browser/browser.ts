@@ -6,9 +6,9 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
-import { closeLater } from "./execserver/support/broker-stream.js";
-import { track } from "./support/resources.js";
-import { requireTool } from "./support/system-tools.js";
+import { closeLater } from "../../execserver/support/broker-stream.js";
+import { track } from "../../../harness/resources.js";
+import { requireTool } from "../../../harness/system-tools.js";
 
 // Background networking off: on a closed network Chromium would keep trying to reach Google.
 const chromiumArgs = [

@@ -7,9 +7,9 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { requireTool } from "../support/system-tools.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
-import { closeAll, root } from "../integration/support.js";
+import { requireTool } from "../../../harness/system-tools.js";
+import { spawnExecserver, type ExecserverProcess } from "../../../harness/execserver-process.js";
+import { closeAll, root } from "../../integration/support.js";
 import { goTools, run, type Run } from "./support.js";
 
 const readme = readFileSync(join(root, "examples/clients/go/README.md"), "utf8");

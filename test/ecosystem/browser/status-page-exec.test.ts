@@ -2,13 +2,13 @@ import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { expect } from "chai";
 import type { Browser, Page } from "playwright-core";
-import { BrokerService, ConnectRequestSchema, type ConnectRequest, type ConnectResponse, type GetStatusResponse } from "../gen/slotbroker/v1/broker_pb.js";
-import { grpcClientConstructor } from "../src/shared/grpc.js";
-import { jainIndex, type StatusViewJson } from "../src/status/index.js";
-import { BrokerStream, closeLater, eventually, releaseAll } from "./execserver/support/broker-stream.js";
-import { startTestServer } from "./execserver/support/server.js";
-import { release, track } from "./support/resources.js";
-import { launchBrowser, openPage, screenshot } from "./status-page-browser.js";
+import { BrokerService, ConnectRequestSchema, type ConnectRequest, type ConnectResponse, type GetStatusResponse } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { grpcClientConstructor } from "../../../src/shared/grpc.js";
+import { jainIndex, type StatusViewJson } from "../../../src/status/index.js";
+import { BrokerStream, closeLater, eventually, releaseAll } from "../../execserver/support/broker-stream.js";
+import { startTestServer } from "../../execserver/support/server.js";
+import { release, track } from "../../../harness/resources.js";
+import { launchBrowser, openPage, screenshot } from "./browser.js";
 
 // waitgroup one: 1 slot (noop), two: 2 slots (noop2), slow: 3 slots (the real `sleep`).
 const layout = { waitgroups: { one: { processes: 1 }, two: { processes: 2 }, slow: { processes: 3 } }, offerTimeout: "1m" };

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { parseAllDocuments } from "yaml";
-import { root } from "../integration/support.js";
+import { root } from "../../integration/support.js";
 
 const dockerfile = join(root, "deploy", "Dockerfile");
 

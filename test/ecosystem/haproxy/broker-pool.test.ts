@@ -1,12 +1,12 @@
 import { expect } from "chai";
 import { once } from "node:events";
-import type { BrokerClient } from "../../src/fylr/broker/index.js";
-import { freePort } from "../../src/shared/free-port.js";
-import { awaitCondition, emitterOf, eventsOf } from "../support/event-monitor.js";
-import { spawnExecserver, waitFor, type ExecserverProcess } from "../support/execserver-process.js";
-import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
-import { startHaproxy, type Haproxy } from "../support/haproxy.js";
-import { release } from "../support/resources.js";
+import type { BrokerClient } from "../../../src/fylr/broker/index.js";
+import { freePort } from "../../../src/shared/free-port.js";
+import { awaitCondition, emitterOf, eventsOf } from "../../support/event-monitor.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../../harness/execserver-process.js";
+import { startReplica, stopReplica, type FylrReplica } from "../../support/fylr-replica.js";
+import { startHaproxy, type Haproxy } from "../../../harness/haproxy.js";
+import { release } from "../../../harness/resources.js";
 
 const oneSleepSlot = (instanceId: string, listen?: string) => ({
   instanceId,

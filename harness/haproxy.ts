@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { withFreePorts } from "../../src/shared/free-port.js";
+import { withFreePorts } from "../src/shared/free-port.js";
 import { release, track } from "./resources.js";
 import { requireTool, systemTools } from "./system-tools.js";
 

@@ -1,13 +1,13 @@
 // deploy/systemd: both units keep `systemd-analyze security`'s exposure at or below the
 // target, offline (no systemd needed). That they still run — jobs spawned, a clean stop —
-// under the real service manager with this sandbox is test/package/pack.test.ts's job.
+// under the real service manager with this sandbox is test/ecosystem/package/pack.test.ts's job.
 import { expect } from "chai";
 import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { root } from "../integration/support.js";
+import { root } from "../../integration/support.js";
 
 const target = 2.0;
 

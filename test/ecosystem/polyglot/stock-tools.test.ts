@@ -16,11 +16,11 @@ import {
   ServerReflectionRequestSchema,
   type ServerReflectionRequest,
   type ServerReflectionResponse,
-} from "../../gen/grpc/reflection/v1/reflection_pb.js";
-import { grpcClientConstructor } from "../../src/shared/grpc.js";
-import { spawnExecserver, type ExecserverProcess } from "../support/execserver-process.js";
-import { createTestDatabase } from "../support/postgres.js";
-import { closeAll, fastFylrConfig, root, spawnFylr, type FylrProcess } from "../integration/support.js";
+} from "../../../gen/grpc/reflection/v1/reflection_pb.js";
+import { grpcClientConstructor } from "../../../src/shared/grpc.js";
+import { spawnExecserver, type ExecserverProcess } from "../../../harness/execserver-process.js";
+import { createTestDatabase } from "../../support/postgres.js";
+import { closeAll, fastFylrConfig, root, spawnFylr, type FylrProcess } from "../../integration/support.js";
 import { goTools, mapLimit, run, symbolsOf, type Run } from "./support.js";
 
 const token = "stock-secret";

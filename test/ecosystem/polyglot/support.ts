@@ -5,8 +5,9 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { DescriptorProto, EnumDescriptorProto } from "@bufbuild/protobuf/wkt";
-import { descriptorFiles } from "../../src/shared/reflection.js";
-import { root } from "../integration/support.js";
+import { descriptorFiles } from "../../../src/shared/reflection.js";
+import { root } from "../../integration/support.js";
+export { run, type Run } from "../../support/run-program.js";
 
 const execFileP = promisify(execFile);
 
@@ -21,29 +22,6 @@ export async function goTools(): Promise<string> {
   } catch (err) {
     const e = err as { stderr?: string; message: string };
     throw new Error(`scripts/build-go-tools.sh failed (Go is required for the polyglot tests): ${e.stderr ?? e.message}`);
-  }
-}
-
-/** What a finished command printed, and how it exited. */
-export interface Run {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs a program to its end without throwing on a non-zero exit. */
-export async function run(file: string, args: readonly string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number; input?: string } = {}): Promise<Run> {
-  try {
-    const { stdout, stderr } = await execFileP(file, args, {
-      cwd: options.cwd ?? root,
-      env: options.env ?? process.env,
-      timeout: options.timeoutMs ?? 60_000,
-      maxBuffer: 64 * 1024 * 1024,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code?: number | string; stdout?: string; stderr?: string; message: string };
-    return { code: typeof e.code === "number" ? e.code : 1, stdout: e.stdout ?? "", stderr: e.stderr ?? e.message };
   }
 }
 

@@ -10,13 +10,13 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import { waitForOutput } from "../support/child-output.js";
-import { root } from "../integration/support.js";
-import { createTestDatabase } from "../support/postgres.js";
-import { release, track } from "../support/resources.js";
-import { waitFor } from "../support/execserver-process.js";
-import { startPrivateSystemd } from "../support/private-systemd.js";
-import { freePort } from "../../src/shared/free-port.js";
+import { waitForOutput } from "../../../harness/child-output.js";
+import { root } from "../../integration/support.js";
+import { createTestDatabase } from "../../support/postgres.js";
+import { release, track } from "../../../harness/resources.js";
+import { waitFor } from "../../../harness/execserver-process.js";
+import { startPrivateSystemd } from "../../support/private-systemd.js";
+import { freePort } from "../../../src/shared/free-port.js";
 
 interface Ran {
   readonly code: number | null;

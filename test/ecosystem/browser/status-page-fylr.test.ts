@@ -2,17 +2,17 @@ import { expect } from "chai";
 import pg from "pg";
 import type { Browser, Locator, Page } from "playwright-core";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { ItemState } from "../gen/slotbroker/v1/queue_pb.js";
-import { createQueueClient, type QueueClient } from "../src/api/index.js";
-import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../src/app/index.js";
-import type { ExecserverHandle } from "../src/app/execserver.js";
-import type { FylrPageData } from "../src/status/index.js";
-import { closeLater, eventually, releaseAll } from "./execserver/support/broker-stream.js";
-import { startTestServer } from "./execserver/support/server.js";
-import { createTestDatabase } from "./support/postgres.js";
-import { release, track } from "./support/resources.js";
-import { launchBrowser, openPage, screenshot } from "./status-page-browser.js";
-import { createPgPool } from "../src/shared/postgres.js";
+import { ItemState } from "../../../gen/slotbroker/v1/queue_pb.js";
+import { createQueueClient, type QueueClient } from "../../../src/api/index.js";
+import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../../../src/app/index.js";
+import type { ExecserverHandle } from "../../../src/app/execserver.js";
+import type { FylrPageData } from "../../../src/status/index.js";
+import { closeLater, eventually, releaseAll } from "../../execserver/support/broker-stream.js";
+import { startTestServer } from "../../execserver/support/server.js";
+import { createTestDatabase } from "../../support/postgres.js";
+import { release, track } from "../../../harness/resources.js";
+import { launchBrowser, openPage, screenshot } from "./browser.js";
+import { createPgPool } from "../../../src/shared/postgres.js";
 
 // Slots: one (1, noop), two (2, noop2), slow (2, the real `sleep`): capacity 5.
 const layout = { waitgroups: { one: { processes: 1 }, two: { processes: 2 }, slow: { processes: 2 } }, offerTimeout: "1m" };
