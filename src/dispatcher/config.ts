@@ -9,7 +9,7 @@
 import { availableParallelism } from "node:os";
 import { z } from "zod";
 import { durationMs, parseConfig } from "../shared/config.js";
-import { normalizeUrlPrefix } from "./stdin-url.js";
+import { normalizeUrlPrefix } from "./queue/stdin-url.js";
 
 /** The compiled dispatcher configuration. */
 export interface DispatcherConfig {
