@@ -15,8 +15,7 @@ import type { BuiltinService } from "./config.js";
 import type { ExecserverEvents } from "./events.js";
 import type { CheckedJob } from "./limits.js";
 import { runJob as defaultRunJob, type RunJob } from "./runner/index.js";
-import { OfferEncoder } from "./wire.js";
-import { encodeDone } from "./wire-done.js";
+import { OfferEncoder, encodeDone } from "./frames.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** Options of the I/O side of the broker. */

@@ -1,3 +1,8 @@
+/**
+ * What the execserver reports about itself, built from the broker core: the GetStatus
+ * answer (the status pages and `slotbroker status` read it) and the waitgroups part of
+ * every HELLO. O(connections + classes), never the whole book.
+ */
 import { create } from "@bufbuild/protobuf";
 import {
   ConnectionStatusSchema,

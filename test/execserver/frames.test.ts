@@ -1,8 +1,8 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { expect } from "chai";
 import { ConnectRequestSchema, ConnectResponseSchema, JobSpecSchema, ReceiptSchema, type ConnectRequest, type JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
-import { decodeConnectRequestFast } from "../../src/execserver/wire-decode.js";
-import { encodeDone } from "../../src/execserver/wire-done.js";
+import { decodeConnectRequestFast } from "../../src/execserver/frames-decode.js";
+import { encodeDone } from "../../src/execserver/frames.js";
 import { encodeJob, encodeWant } from "../../src/fylr/broker/frames.js";
 import { corrupt, expectAgreement, Rand, randomReceipt, type Agreement } from "../support/fuzz-frames.js";
 
