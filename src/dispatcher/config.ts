@@ -8,7 +8,7 @@
  */
 import { availableParallelism } from "node:os";
 import { z } from "zod";
-import { durationMs, parseConfig } from "../shared/config.js";
+import { durationMs, parseConfig } from "../shared/config-parsing.js";
 import { normalizeUrlPrefix } from "./queue/stdin-url.js";
 
 /** The compiled dispatcher configuration. */

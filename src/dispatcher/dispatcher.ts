@@ -11,7 +11,7 @@ import { hostname } from "node:os";
 import pg from "pg";
 import { AbortReason, sleep } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
-import { Events } from "../shared/events.js";
+import { Events } from "../shared/typed-events.js";
 import { IllegalTransitionError, Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { createPgPool } from "../shared/postgres.js";

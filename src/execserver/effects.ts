@@ -8,7 +8,7 @@ import {
   type Receipt,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
-import type { Events } from "../shared/events.js";
+import type { Events } from "../shared/typed-events.js";
 import type { Logger } from "../shared/log.js";
 import type { BrokerCore, CoreEffects, JobRecord, OfferOutcome } from "./broker-core.js";
 import type { BuiltinService } from "./config.js";

@@ -4,7 +4,7 @@
  * operator reads about the broker's work come from them too (logExecserverEvents).
  */
 import { ErrorKind, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
-import type { Events } from "../shared/events.js";
+import type { Events } from "../shared/typed-events.js";
 import { LogBudget, type Logger } from "../shared/log.js";
 import type { ClientConnection, JobRecord, OfferOutcome } from "./broker-core.js";
 import type { LegacyToken } from "./legacy/tokens.js";

@@ -1,11 +1,11 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { JobSpecSchema, type ConnectRequest, type JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
-import { bail, ended, lenTag, readDuration, readNonce, tryDecode, varintTag, type WireReader } from "../shared/proto-read.js";
+import { bail, ended, lenTag, readDuration, readNonce, tryDecode, varintTag, type WireReader } from "../shared/protobuf-wire.js";
 
 // Every frame a fylr sends arrives here first, and protobuf-es's reflective decoder costs
 // several microseconds per frame. WANT, UNWANT, JOB, DECLINE and PING are decoded by hand
 // (a JobSpec with env or labels maps goes to protobuf-es alone); anything else, or
-// anything unexpected, is left to protobuf-es (see shared/proto-read.ts).
+// anything unexpected, is left to protobuf-es (see shared/protobuf-wire.ts).
 
 /** The ConnectRequest in `bytes`, or undefined when protobuf-es must decode it. */
 export function decodeConnectRequestFast(bytes: Uint8Array): ConnectRequest | undefined {

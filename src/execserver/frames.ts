@@ -3,7 +3,7 @@
  * encoded by hand (below), the hot request frames decoded by hand (frames-decode.ts), and
  * the grpc-js service definition that passes both through. The fylr's side has the same
  * pair of files (src/fylr/broker/frames.ts, frames-decode.ts); the wire helpers both use
- * are in src/shared/proto-wire.ts.
+ * are in src/shared/protobuf-wire.ts.
  */
 import { toBinary } from "@bufbuild/protobuf";
 import { durationFromMs, DurationSchema } from "@bufbuild/protobuf/wkt";
@@ -22,7 +22,7 @@ import {
   writeStringField,
   writeVarint,
   writeVarint64,
-} from "../shared/proto-wire.js";
+} from "../shared/protobuf-wire.js";
 import { decodeConnectRequestFast } from "./frames-decode.js";
 
 // OFFER is the frame on the grant path, and protobuf-es's reflective encoder costs several

@@ -10,7 +10,7 @@ import * as tls from "node:tls";
 import * as grpc from "@grpc/grpc-js";
 import type { HealthImplementation } from "grpc-health-check";
 import { BrokerService, type ConnectRequest, type ConnectResponse, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import { splitHostPort } from "../shared/config.js";
+import { splitHostPort } from "../shared/config-parsing.js";
 import { ConfigError } from "../shared/errors.js";
 import { addHealth, addReflection } from "../shared/grpc.js";
 import type { Logger } from "../shared/log.js";

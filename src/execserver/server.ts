@@ -10,8 +10,8 @@ import {
   type Hello,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
-import { Events } from "../shared/events.js";
-import { isLoopbackHost, splitHostPort } from "../shared/config.js";
+import { Events } from "../shared/typed-events.js";
+import { isLoopbackHost, splitHostPort } from "../shared/config-parsing.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { toGrpcError } from "../shared/grpc.js";
 import { Transitions } from "../shared/lifecycle.js";

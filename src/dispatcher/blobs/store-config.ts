@@ -4,7 +4,7 @@
  * ("64KiB", "10GiB"); durations too ("1h", "7d"); the free-space floor a percentage too.
  */
 import { z } from "zod";
-import { byteSize, durationMs, parseByteSize, parseConfig } from "../../shared/config.js";
+import { byteSize, durationMs, parseByteSize, parseConfig } from "../../shared/config-parsing.js";
 
 /** The free space a write must leave on the database's filesystem: bytes, or a share of the filesystem's size. */
 export type FreeSpaceFloor = { readonly bytes: number } | { readonly percent: number };

@@ -10,7 +10,7 @@
  * admission, reserved until the item's task holds it.
  */
 import { sleep } from "../../shared/abort.js";
-import type { Events } from "../../shared/events.js";
+import type { Events } from "../../shared/typed-events.js";
 import type { Logger } from "../../shared/log.js";
 import { execAdmission, type ExecAdmission } from "./admission.js";
 import type { CapacitySource } from "./capacity.js";

@@ -9,7 +9,7 @@
  * siblings.
  */
 import { sleep } from "../../shared/abort.js";
-import type { Events } from "../../shared/events.js";
+import type { Events } from "../../shared/typed-events.js";
 import type { Logger } from "../../shared/log.js";
 import type { BlobStore } from "../blobs/blob-store.js";
 import type { DispatcherConfig } from "../config.js";

@@ -7,7 +7,7 @@
 import { once } from "node:events";
 import type pg from "pg";
 import { sleep } from "../../shared/abort.js";
-import { Events } from "../../shared/events.js";
+import { Events } from "../../shared/typed-events.js";
 import type { Logger } from "../../shared/log.js";
 import { retryDelayMs, type RetryPolicy } from "../../shared/retry.js";
 

@@ -6,7 +6,7 @@
  * written 'running', and how a cancel reaches the task of an item held here.
  */
 import { AbortReason, linkedAbortController, sleep } from "../../shared/abort.js";
-import type { Events } from "../../shared/events.js";
+import type { Events } from "../../shared/typed-events.js";
 import type { Logger } from "../../shared/log.js";
 import type { BlobStore } from "../blobs/blob-store.js";
 import type { CompletionBatcher, RunningBatcher } from "../queue/group-commit.js";

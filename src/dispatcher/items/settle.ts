@@ -6,7 +6,7 @@
  * dropped.
  */
 import { AbortReason } from "../../shared/abort.js";
-import type { Events } from "../../shared/events.js";
+import type { Events } from "../../shared/typed-events.js";
 import type { Logger } from "../../shared/log.js";
 import { retry, retryDelayMs, type RetryPolicy } from "../../shared/retry.js";
 import type { DispatcherConfig } from "../config.js";

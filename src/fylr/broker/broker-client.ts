@@ -1,7 +1,7 @@
 import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
-import { Events } from "../../shared/events.js";
+import { Events } from "../../shared/typed-events.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { currentTlsMaterial } from "./channel-setup.js";
 import type { BrokerConfig } from "./config.js";

@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { z } from "zod";
-import { durationMs, listenAddress, parseConfig } from "../../shared/config.js";
+import { durationMs, listenAddress, parseConfig } from "../../shared/config-parsing.js";
 import { formatDuration } from "../../shared/duration.js";
 import { ConfigError } from "../../shared/errors.js";
 import type { BrokerTlsOptions } from "./channel-setup.js";
