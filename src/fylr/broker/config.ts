@@ -4,7 +4,7 @@ import { durationMs, listenAddress, parseConfig } from "../../shared/config-pars
 import { formatDuration } from "../../shared/duration.js";
 import { ConfigError } from "../../shared/errors.js";
 import type { BrokerTlsOptions } from "./channel-setup.js";
-import { defaultConnectionTimings as timing, type ConnectionTimings } from "./connection-options.js";
+import { defaultConnectionTimings as timing, type ConnectionTimings } from "./connection.js";
 import type { GrowthPolicy } from "./pool-policy.js";
 
 /** How the fylr treats an address that does not serve BrokerService. */
