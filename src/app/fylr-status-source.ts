@@ -6,7 +6,7 @@
  */
 import type { Dispatcher, ItemSummary, QueueItem } from "../dispatcher/index.js";
 import type { BrokerClient } from "../fylr/index.js";
-import type { FylrPageData, ItemKindJson, RecentItemJson } from "../status/index.js";
+import type { FylrPageData, ItemKindJson, RecentItemJson } from "../status-pages/index.js";
 
 /** Options of FylrStatusSource. */
 export interface FylrStatusSourceOptions {
