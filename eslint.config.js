@@ -6,8 +6,8 @@ import { createNodeResolver, importX } from "eslint-plugin-import-x";
 
 // The three engines are peers: each imports only src/shared and gen/. The queue API sits on
 // the dispatcher, the status pages only draw data, and src/app joins everything.
-const parts = ["execserver", "fylr", "dispatcher", "api", "status", "app", "commands"];
-const engineMayUse = { execserver: [], fylr: [], dispatcher: [], api: ["dispatcher"], status: [], app: parts.filter((p) => p !== "commands" && p !== "app") };
+const parts = ["execserver", "fylr", "dispatcher", "api", "status-pages", "app", "commands"];
+const engineMayUse = { execserver: [], fylr: [], dispatcher: [], api: ["dispatcher"], "status-pages": [], app: parts.filter((p) => p !== "commands" && p !== "app") };
 const zone = (target, allowed, message) => ({
   target: `./src/${target}`,
   from: parts.filter((p) => p !== target && !allowed.includes(p)).map((p) => `./src/${p}`),
@@ -20,7 +20,7 @@ const boundaries = [
   ),
   // An exec host never loads database code: not directly, not through the shared pg helpers.
   {
-    target: ["./src/execserver", "./src/fylr", "./src/status", "./src/app/execserver.ts", "./src/commands/execserver.ts"],
+    target: ["./src/execserver", "./src/fylr", "./src/status-pages", "./src/app/execserver.ts", "./src/commands/execserver.ts"],
     from: ["./src/shared/postgres.ts", "./src/shared/embedded-postgres.ts", "./src/shared/postgres-binaries.ts"],
     message: "database code stays out of the execserver and the broker client.",
   },
@@ -56,7 +56,7 @@ export default tseslint.config(
   },
   {
     // pg is database code: only the dispatcher, the shared pg helpers and the fylr's assembly load it.
-    files: ["src/execserver/**/*.ts", "src/fylr/**/*.ts", "src/status/**/*.ts", "src/api/**/*.ts", "src/app/execserver.ts", "src/commands/execserver.ts"],
+    files: ["src/execserver/**/*.ts", "src/fylr/**/*.ts", "src/status-pages/**/*.ts", "src/api/**/*.ts", "src/app/execserver.ts", "src/commands/execserver.ts"],
     rules: {
       "no-restricted-imports": [
         "error",

@@ -48,7 +48,7 @@ const label = (text: string): string => text.trim().replace(/\s+/g, " ").slice(0
 const fylrs: FylrHandle[] = [];
 for (const name of ["a", "b"]) {
   const fylr = await startFylr(compileFylrConfig({ name, listen: "127.0.0.1:0", databaseUrl: server.url, execserver: { addresses: [exec.grpcAddress] }, ...markDelay }));
-  const pool = (fylr.dispatcher.store as unknown as { pool: pg.Pool }).pool;
+  const pool = (fylr.dispatcher.queue as unknown as { pool: pg.Pool }).pool;
   const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
   (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
     const first = args[0] as string | { text: string };

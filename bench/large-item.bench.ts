@@ -28,7 +28,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
 import { waitForOutput } from "../harness/child-output.js";
-import { parseByteSize } from "../src/shared/config.js";
+import { parseByteSize } from "../src/shared/config-parsing.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { createDatabase } from "../harness/databases.js";
 import { emit } from "./lib/figure.js";

@@ -1,6 +1,6 @@
 // Fairness on the execserver page is judged over recent grant rates, not counts since start-up.
 import { expect } from "chai";
-import { GrantWindow, jainIndex, type WindowConnection } from "../src/status/index.js";
+import { GrantWindow, jainIndex, type WindowConnection } from "../src/status-pages/index.js";
 
 const hour = 3_600_000;
 

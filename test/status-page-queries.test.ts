@@ -1,7 +1,7 @@
 import { expect } from "chai";
 import type pg from "pg";
 import { migrate } from "../src/dispatcher/index.js";
-import { itemSummariesById as itemsById, openItemsByPriority } from "../src/dispatcher/sql.js";
+import { itemSummariesById as itemsById, openItemsByPriority } from "../src/dispatcher/queue/sql.js";
 import { createTestDatabase } from "./support/postgres.js";
 import { release, track } from "../harness/resources.js";
 import { createPgPool } from "../src/shared/postgres.js";

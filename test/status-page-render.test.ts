@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { expect } from "chai";
 import { ConnectionStatusSchema, GetStatusResponseSchema, LegacyStatusSchema, type GetStatusResponse } from "../gen/slotbroker/v1/broker_pb.js";
 import { durationFromMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { pageStyle } from "../src/status/page-style.js";
+import { pageStyle } from "../src/status-pages/page-style.js";
 import {
   boxRow,
   escapeHtml,
@@ -25,7 +25,7 @@ import {
   topN,
   type Tone,
   type FylrPageData,
-} from "../src/status/index.js";
+} from "../src/status-pages/index.js";
 
 const now = Date.parse("2026-01-01T12:00:00Z");
 const hostile = `<script>alert("x")</script>&'`;

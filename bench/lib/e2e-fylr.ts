@@ -64,7 +64,7 @@ fylr.dispatcher.events.on("pass", (claimed) => {
 // and notifications heard, printed at the end.
 const statements = new Map<string, number>();
 if (process.env.E2E_COUNT_STATEMENTS) {
-  const pool = fylr.dispatcher.store.pool;
+  const pool = fylr.dispatcher.queue.pool;
   const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
   (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
     const first = args[0] as string | { text: string };

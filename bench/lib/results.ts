@@ -4,7 +4,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { describeIssues } from "../../src/shared/config.js";
+import { describeIssues } from "../../src/shared/config-parsing.js";
 
 const figureSchema = z.object({
   bench: z.string().min(1),

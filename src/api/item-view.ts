@@ -26,7 +26,7 @@ export function isFinished(item: QueueItem): boolean {
   return item.state === "succeeded" || item.state === "failed" || item.state === "cancelled";
 }
 
-/** The stored item; NOT_FOUND when there is none (INVALID_ARGUMENT for a malformed id comes from the store). */
+/** The stored item; NOT_FOUND when there is none (INVALID_ARGUMENT for a malformed id comes from the queue store). */
 export async function getItem(dispatcher: Dispatcher, id: string): Promise<QueueItem> {
   const item = await dispatcher.get(id);
   if (!item) throw new ConnectError(`item ${id} not found`, Code.NotFound);

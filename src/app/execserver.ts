@@ -7,7 +7,7 @@ import { toJson } from "@bufbuild/protobuf";
 import { GetStatusResponseSchema, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
 import { Execserver, type AdminHandler, type AdminServer, type ExecserverConfig, type ExecserverState, type RunJob } from "../execserver/index.js";
 import { silentLogger, type Logger } from "../shared/log.js";
-import { execStatusPageRoutes } from "../status/index.js";
+import { execStatusPageRoutes } from "../status-pages/index.js";
 
 /** Dependencies of startExecserver. */
 export interface StartExecserverOptions {

@@ -28,7 +28,7 @@ import {
   type BrokerConfig,
   type FylrTlsConfig,
 } from "../fylr/index.js";
-import { applyEnvOverrides, durationMs, listenAddress, parseConfig, readYamlFile } from "../shared/config.js";
+import { applyEnvOverrides, durationMs, listenAddress, parseConfig, readYamlFile } from "../shared/config-parsing.js";
 import { ConfigError } from "../shared/errors.js";
 import { httpLimitsSchema, type HttpLimits } from "../shared/http-limits.js";
 

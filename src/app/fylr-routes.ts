@@ -56,8 +56,8 @@ export function statusRoute(dispatcher: Dispatcher, broker: BrokerClient): RawRo
       try {
         const body: FylrStatusJson = {
           stats: toJson(StatsResponseSchema, statsToProto(dispatcher.stats())),
-          queue: await dispatcher.store.countOpen(),
-          fylrs: (await dispatcher.store.listFylrs()).map((f) => ({
+          queue: await dispatcher.queue.countOpen(),
+          fylrs: (await dispatcher.queue.listFylrs()).map((f) => ({
             id: f.id,
             hostname: f.hostname,
             pid: f.pid,

@@ -4,7 +4,7 @@
  * "/status/live.json" (for operators and scripts).
  */
 import type { RawRoute } from "../fylr/index.js";
-import { defaultFylrViewLimits, fylrViewJson, renderFylrStatusPage, fylrViewPath, type FylrViewLimits } from "../status/index.js";
+import { defaultFylrViewLimits, fylrViewJson, renderFylrStatusPage, fylrViewPath, type FylrViewLimits } from "../status-pages/index.js";
 import { FylrStatusSource, type FylrStatusSourceOptions } from "./fylr-status-source.js";
 
 /** Options of the fylr page. */

@@ -6,7 +6,7 @@
  */
 import type { Dispatcher, ItemSummary, QueueItem } from "../dispatcher/index.js";
 import type { BrokerClient } from "../fylr/index.js";
-import type { FylrPageData, ItemKindJson, RecentItemJson } from "../status/index.js";
+import type { FylrPageData, ItemKindJson, RecentItemJson } from "../status-pages/index.js";
 
 /** Options of FylrStatusSource. */
 export interface FylrStatusSourceOptions {
@@ -93,11 +93,10 @@ export class FylrStatusSource {
       wants: { parked: broker.parked, running: broker.running },
     };
     try {
-      const store = dispatcher.store;
       const [queue, fylrs, recent, waiting] = await Promise.all([
-        store.openItemsByPriority(),
-        store.listFylrs(),
-        store.itemSummaries([...this.recentIds.keys()]),
+        dispatcher.queue.openItemsByPriority(),
+        dispatcher.queue.listFylrs(),
+        dispatcher.queue.itemSummaries([...this.recentIds.keys()]),
         // The newest queued items too, so they can be cancelled from the page.
         dispatcher.list({ states: ["queued"], pageSize: queuedShown }),
       ]);
@@ -113,7 +112,7 @@ export class FylrStatusSource {
         databaseError: undefined,
       };
     } catch (err) {
-      // The store's errors are already translated (and name the query).
+      // The queue store's errors are already translated (and name the query).
       return { ...memory, queue: [], fylrs: [], recent: this.recentFromMemory(new Map()), databaseError: err instanceof Error ? err.message : String(err) };
     }
   }

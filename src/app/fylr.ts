@@ -19,7 +19,7 @@ import {
   type RawRoute,
   type ReloadOutcome,
 } from "../fylr/index.js";
-import { isLoopbackHost, splitHostPort } from "../shared/config.js";
+import { isLoopbackHost, splitHostPort } from "../shared/config-parsing.js";
 import { ConfigError } from "../shared/errors.js";
 import { CleanupStack } from "../shared/cleanup.js";
 import { Transitions } from "../shared/lifecycle.js";

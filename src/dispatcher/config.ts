@@ -8,8 +8,8 @@
  */
 import { availableParallelism } from "node:os";
 import { z } from "zod";
-import { durationMs, parseConfig } from "../shared/config.js";
-import { normalizeUrlPrefix } from "./stdin-url.js";
+import { durationMs, parseConfig } from "../shared/config-parsing.js";
+import { normalizeUrlPrefix } from "./queue/stdin-url.js";
 
 /** The compiled dispatcher configuration. */
 export interface DispatcherConfig {

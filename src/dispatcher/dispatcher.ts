@@ -10,39 +10,37 @@ import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import pg from "pg";
 import { AbortReason, sleep } from "../shared/abort.js";
-import { createPgPool } from "../shared/postgres.js";
-import { Events } from "../shared/events.js";
+import { Code, SlotbrokerError } from "../shared/errors.js";
+import { Events } from "../shared/typed-events.js";
 import { IllegalTransitionError, Transitions } from "../shared/lifecycle.js";
 import { silentLogger, type Logger } from "../shared/log.js";
-import { BlobStore } from "./blob-store.js";
-
-import { CompletionBatcher, RunningBatcher } from "./completion-batcher.js";
+import { createPgPool } from "../shared/postgres.js";
+import { storeConfig, type StoreConfig } from "./blobs/store-config.js";
+import { BlobStore } from "./blobs/blob-store.js";
+import type { InstanceShare } from "./claims/admission.js";
+import type { CapacitySource } from "./claims/capacity.js";
+import { ClaimPass } from "./claims/claim-pass.js";
+import { runHousekeeping } from "./claims/housekeeping.js";
+import { LocalPermits } from "./claims/local-permits.js";
+import { QueueListener } from "./claims/queue-listener.js";
+import { Wakeup } from "./claims/wakeup.js";
+import { refusesWrites, WriteHealth, writeHealthMaxAgeMs } from "./claims/write-health.js";
 import { dispatcherConfig, effectiveLocalSlots, type DispatcherConfig } from "./config.js";
 import type { DispatcherEvents, DispatcherState } from "./events.js";
-import { ItemFollowers } from "./followers.js";
-import { CancelWatch } from "./cancels.js";
-import { ItemControlStore, type CancelResult, type ItemPage } from "./item-control.js";
-import type { ListFilter } from "./item-list.js";
-import { runHousekeeping } from "./housekeeping.js";
-import { ItemTasks } from "./item-tasks.js";
-import { LiveItems, type LiveItem } from "./live.js";
-import { createDefaultActions, type LocalActionRegistry } from "./local-actions.js";
-import { LocalPermits } from "./local-permits.js";
-import { migrate } from "./migrate.js";
-import { normalizeSubmit } from "./payload.js";
-import { QueueListener } from "./queue-listener.js";
-import { newCounters } from "./settle.js";
-import { QueueStore, type FylrRegistration } from "./store.js";
-import { storeConfig } from "./store-config.js";
-import { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
+import type { ExecBackend } from "./items/exec-backend.js";
+import { CancelWatch, ItemTasks } from "./items/item-tasks.js";
+import { ItemFollowers, LiveItems, type LiveItem } from "./items/live.js";
+import { createDefaultActions, type LocalActionRegistry } from "./items/local-actions.js";
+import { newCounters, type DispatcherCounters } from "./items/settle.js";
+import { CompletionBatcher, RunningBatcher, SubmitBatcher } from "./queue/group-commit.js";
+import { ItemControlStore, type CancelResult, type ItemPage } from "./queue/item-control.js";
+import type { ListFilter } from "./queue/item-list.js";
+import { migrate } from "./queue/migrate.js";
+import { normalizeSubmit } from "./queue/payload.js";
+import { QueueStore, type FylrRegistration, type StoredPosition } from "./queue/queue-store.js";
 import type { QueueItem, SubmitInput } from "./types.js";
-import { Wakeup } from "./wakeup.js";
-import { refusesWrites, WriteHealth, writeHealthMaxAgeMs } from "./write-health.js";
-import { ClaimPass } from "./claim-pass.js";
-import { SubmitBatcher } from "./submit-batcher.js";
 
 export type { DispatcherState };
-export { DispatcherStopTimeoutError, type DispatcherOptions, type DispatcherStats, type ItemPosition } from "./dispatcher-types.js";
 
 const transitions = new Transitions<DispatcherState>("dispatcher", {
   idle: ["running", "stopped"],
@@ -58,9 +56,64 @@ const forceTimeoutMs = 5000;
 // nothing (the queue known drained) must not delay a lone submit's claim.
 const queuedWakeGapMs = 10;
 
+/** Everything a dispatcher is built from. */
+export interface DispatcherOptions {
+  readonly pool: pg.Pool;
+  readonly capacity: CapacitySource;
+  readonly backend: ExecBackend;
+  /** Default: the built-in actions (checksum, count). */
+  readonly actions?: LocalActionRegistry;
+  /** Compiled config; missing keys take the defaults. */
+  readonly config?: Partial<DispatcherConfig>;
+  /** The store for inputs and outputs of any size; missing keys take the defaults. */
+  readonly store?: Partial<StoreConfig>;
+  /**
+   * Connections for streaming stored data (long transactions); default `pool`. A fylr
+   * gives it a pool of its own so uploads never starve heartbeats and claims.
+   */
+  readonly blobPool?: pg.Pool;
+  readonly logger?: Logger;
+  /** This fylr's id in the `fylrs` table; default a random UUID. */
+  readonly fylrId?: string;
+  /** This fylr's QueueService URL, recorded for operators. */
+  readonly apiUrl?: string;
+  /** Apply pending migrations in start() (default true). */
+  readonly migrate?: boolean;
+  /** Makes the LISTEN connection's client (default: a pg.Client with the pool's settings). */
+  readonly listenClient?: () => pg.Client;
+}
+
+/** A snapshot for QueueService.Stats. */
+export interface DispatcherStats {
+  readonly fylrId: string;
+  readonly state: DispatcherState;
+  readonly execHeld: number;
+  readonly execAdmission: number;
+  readonly shares: readonly InstanceShare[];
+  readonly localRunning: number;
+  readonly localCapacity: number;
+  readonly localReservedForHigh: number;
+  readonly counters: Readonly<DispatcherCounters>;
+}
+
+/** An item's place in line as this fylr knows it: the database's count plus its own live view. */
+export interface ItemPosition extends StoredPosition {
+  /** Present while this fylr holds the item. */
+  readonly live: LiveItem | undefined;
+}
+
+/** Running items did not end within the force timeout after being aborted. */
+export class DispatcherStopTimeoutError extends SlotbrokerError {
+  override name = "DispatcherStopTimeoutError";
+  constructor(left: number, waitedMs: number) {
+    super(Code.DeadlineExceeded, `${left} item task(s) still running ${waitedMs} ms after being aborted`);
+  }
+}
+
 /** The Postgres dispatcher of one fylr. */
 export class Dispatcher {
-  readonly store: QueueStore;
+  /** The queue store: typed calls over queue_items and fylrs. */
+  readonly queue: QueueStore;
   /** Cancel, list, retry and delete. */
   readonly control: ItemControlStore;
   /** Stored inputs and outputs: every fylr of the queue reads what any wrote. */
@@ -98,8 +151,8 @@ export class Dispatcher {
 
   constructor(private readonly options: DispatcherOptions) {
     this.config = dispatcherConfig(options.config);
-    this.store = new QueueStore(options.pool);
-    this.submits = new SubmitBatcher(this.store);
+    this.queue = new QueueStore(options.pool);
+    this.submits = new SubmitBatcher(this.queue);
     this.control = new ItemControlStore(options.pool);
     this.fylrId = options.fylrId ?? randomUUID();
     this.blobs = new BlobStore(options.blobPool ?? options.pool, storeConfig(options.store), this.fylrId, options.pool);
@@ -115,11 +168,11 @@ export class Dispatcher {
     this.events.on("queue:changed", (id) => this.followers.wake(id));
     // After a reconnect every follower looks again: a notification may have been missed.
     this.events.on("notify:up", () => this.followers.wakeAll());
-    const completer = new CompletionBatcher(this.store);
+    const completer = new CompletionBatcher(this.queue);
     this.tasks = new ItemTasks({
-      store: this.store,
+      queue: this.queue,
       completer,
-      starter: new RunningBatcher(this.store),
+      starter: new RunningBatcher(this.queue),
       backend: options.backend,
       actions: this.actions,
       live: this.live,
@@ -132,7 +185,7 @@ export class Dispatcher {
       finished: () => this.wakeup.notify("finished"),
     });
     this.claims = new ClaimPass({
-      store: this.store,
+      queue: this.queue,
       tasks: this.tasks,
       permits: this.permits,
       capacity: options.capacity,
@@ -176,9 +229,9 @@ export class Dispatcher {
     if (this.currentState !== "idle") throw new IllegalTransitionError("dispatcher", this.currentState, "running");
     if (this.options.migrate !== false) await migrate(this.options.pool, { logger: this.log });
     await this.blobs.room.checkDiskPath();
-    await this.store.registerFylr(this.registration());
+    await this.queue.registerFylr(this.registration());
     this.writes.wrote(performance.now());
-    this.claims.localNotifies = await this.store.hasMigration(7);
+    this.claims.localNotifies = await this.queue.hasMigration(7);
     this.setState("running");
     this.unsubscribeCapacity = this.options.capacity.subscribe(() => this.wakeup.notify("capacity"));
     if (this.config.listen) this.listen();
@@ -228,7 +281,7 @@ export class Dispatcher {
     await this.housekeepingDone;
     await this.heartbeatPool?.end().catch((err: unknown) => this.log.debug({ err }, "closing the heartbeat connection failed"));
     try {
-      await this.store.deregisterFylr(this.fylrId);
+      await this.queue.deregisterFylr(this.fylrId);
     } catch (err) {
       // Our row goes stale instead and siblings sweep our claims after the threshold.
       this.log.warn({ err }, "could not remove this fylr's row");
@@ -250,7 +303,7 @@ export class Dispatcher {
     const normalized = normalizeSubmit(input, this.actions, { maxInputBytes, defaultMaxAttempts, stdinUrlPrefixes });
     let place = this.currentState === "running" ? this.claims.reserveDirect(normalized) : undefined;
     try {
-      const result = place ? await this.store.submit(normalized, this.fylrId) : await this.submits.submit(normalized);
+      const result = place ? await this.queue.submit(normalized, this.fylrId) : await this.submits.submit(normalized);
       if (result.created && result.item.state === "claimed") {
         this.claims.startDirectly(result.item, () => this.currentState === "running", place);
         place = undefined; // held until the task holds it
@@ -296,12 +349,12 @@ export class Dispatcher {
 
   /** An item from the database, or undefined. */
   get(id: string): Promise<QueueItem | undefined> {
-    return this.store.get(id);
+    return this.queue.get(id);
   }
 
   /** Where an item stands: the database count ahead of it, plus this fylr's live view. */
   async position(id: string): Promise<ItemPosition | undefined> {
-    const stored = await this.store.position(id);
+    const stored = await this.queue.position(id);
     return stored && { ...stored, live: this.live.get(id) };
   }
 
@@ -393,7 +446,7 @@ export class Dispatcher {
   private housekeeping(beats: QueueStore): Promise<void> {
     return runHousekeeping(
       {
-        store: this.store,
+        queue: this.queue,
         beats,
         blobs: this.blobs,
         config: this.config,

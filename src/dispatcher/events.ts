@@ -2,8 +2,8 @@
  * The dispatcher's lifecycle events (see Dispatcher.events). Status pages, metrics and
  * tests subscribe; nothing in the dispatcher depends on who listens.
  */
-import type { LiveItem } from "./live.js";
-import type { ReapResult } from "./store.js";
+import type { LiveItem } from "./items/live.js";
+import type { ReapResult } from "./queue/queue-store.js";
 import type { ClaimedItem } from "./types.js";
 
 /** The loop's lifecycle. */

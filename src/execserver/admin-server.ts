@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { BodyDeadlines } from "../shared/body-deadlines.js";
-import { splitHostPort } from "../shared/config.js";
+import { BodyDeadlines } from "../shared/http-deadlines.js";
+import { splitHostPort } from "../shared/config-parsing.js";
 import { defaultConnectionLimits, type ConnectionLimits } from "../shared/http-limits.js";
 import type { Logger } from "../shared/log.js";
 import type { BearerAuth } from "./auth.js";

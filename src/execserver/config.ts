@@ -9,7 +9,7 @@ import {
   parseConfig,
   readYamlFile,
   splitHostPort,
-} from "../shared/config.js";
+} from "../shared/config-parsing.js";
 import { ConfigError } from "../shared/errors.js";
 import { connectionLimitsSchema, type ConnectionLimits } from "../shared/http-limits.js";
 

@@ -8,15 +8,14 @@ import {
   type Receipt,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
-import type { Events } from "../shared/events.js";
+import type { Events } from "../shared/typed-events.js";
 import type { Logger } from "../shared/log.js";
 import type { BrokerCore, CoreEffects, JobRecord, OfferOutcome } from "./broker-core.js";
 import type { BuiltinService } from "./config.js";
 import type { ExecserverEvents } from "./events.js";
 import type { CheckedJob } from "./limits.js";
 import { runJob as defaultRunJob, type RunJob } from "./runner/index.js";
-import { OfferEncoder } from "./wire.js";
-import { encodeDone } from "./wire-done.js";
+import { OfferEncoder, encodeDone } from "./frames.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** Options of the I/O side of the broker. */

@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { Events } from "../shared/events.js";
+import type { Events } from "../shared/typed-events.js";
 import { renderWithRuntime, runtimeMetrics } from "../shared/runtime-metrics.js";
 import type { BrokerCore, OfferOutcome, Waitgroup } from "./broker-core.js";
 import type { ExecserverEvents } from "./events.js";

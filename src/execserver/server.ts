@@ -10,8 +10,8 @@ import {
   type Hello,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
-import { Events } from "../shared/events.js";
-import { isLoopbackHost, splitHostPort } from "../shared/config.js";
+import { Events } from "../shared/typed-events.js";
+import { isLoopbackHost, splitHostPort } from "../shared/config-parsing.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { toGrpcError } from "../shared/grpc.js";
 import { Transitions } from "../shared/lifecycle.js";
@@ -21,17 +21,15 @@ import { BearerAuth } from "./auth.js";
 import { BrokerCore } from "./broker-core.js";
 import type { ExecserverConfig } from "./config.js";
 import { BrokerIo } from "./effects.js";
-import { logExecserverEvents } from "./event-log.js";
-import type { ExecserverEvents, ExecserverState } from "./events.js";
-import { GrpcDoor } from "./grpc-door.js";
-import { createGrpcServer, healthServices } from "./grpc-listener.js";
+import { logExecserverEvents, type ExecserverEvents, type ExecserverState } from "./events.js";
+import { GrpcDoor, createGrpcServer, healthServices } from "./grpc-door.js";
 import { HelloBroadcast } from "./hello-broadcast.js";
 import { IdleWaiters } from "./idle-waiters.js";
 import { LegacyTokens, LegacyTransport } from "./legacy/index.js";
 import { ExecserverMetrics } from "./metrics.js";
 import { createRunJob, jobDirRoot, jobDirsRemoved, readPipeCa, sharedJobLauncher, sweepLeftoverJobs, type RunJob } from "./runner/index.js";
 import { Session, type SessionHost } from "./session.js";
-import { buildStatus, helloWaitgroups } from "./status.js";
+import { buildStatus, helloWaitgroups } from "./status-snapshot.js";
 
 export type { ExecserverState };
 export { healthServices };

@@ -14,7 +14,7 @@ import { toGrpcError } from "../shared/grpc.js";
 import { LogBudget, type Logger } from "../shared/log.js";
 import { ClientConnection, type BrokerCore, type FrameSink, type RejectInfo } from "./broker-core.js";
 import { limits } from "./limits.js";
-import { helloFrame } from "./wire.js";
+import { helloFrame } from "./frames.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 /** What a session needs from the server around it. */
@@ -22,7 +22,7 @@ export interface SessionHost {
   readonly broker: BrokerCore;
   /** The current Hello content version; bumped when clients/services/draining change. */
   readonly helloVersion: number;
-  /** The current Hello without peer_address, encoded (see wire.ts helloFrame). */
+  /** The current Hello without peer_address, encoded (see frames.ts helloFrame). */
   sharedHello(): Uint8Array;
   /** The clock for grant latency and runtimes (ms, monotonic). */
   now(): number;
@@ -88,7 +88,7 @@ export class Session implements FrameSink {
   send(frame: ConnectResponse | Uint8Array): void {
     if (this.state === "closed") return;
     try {
-      // The server's Connect serializer passes Uint8Arrays through (see wire.ts).
+      // The server's Connect serializer passes Uint8Arrays through (see frames.ts).
       if (!this.call.write(frame as ConnectResponse) && this.call.writableLength > limits.maxQueuedFrames) {
         // A peer that stops reading would otherwise pin unbounded memory here.
         this.logger.warn({ queued: this.call.writableLength }, "peer is not reading its stream; closing it");

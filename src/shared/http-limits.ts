@@ -5,7 +5,7 @@
  * Connect/JSON request message.
  */
 import { z } from "zod";
-import { byteSize, durationMs } from "./config.js";
+import { byteSize, durationMs } from "./config-parsing.js";
 
 /** Compiled HTTP limits. */
 export interface HttpLimits {

@@ -183,7 +183,7 @@ describe("QueueService on a fylr", () => {
     const typed = await curlJson(fylr.url, "Submit", { calls: [{ service: "cat" }], priority: "urgent" });
     expect(typed.status).to.equal(400);
     expect(typed.json.message).to.match(/priority/);
-    const count = await fylr.dispatcher.store.countOpen();
+    const count = await fylr.dispatcher.queue.countOpen();
     expect(count, "nothing was queued").to.deep.equal([]);
   });
 
@@ -200,7 +200,7 @@ describe("QueueService on a fylr", () => {
       expect(json.code).to.equal("invalid_argument");
       expect(json.message).to.match(message);
     }
-    expect(await fylr.dispatcher.store.countOpen(), "nothing was queued").to.deep.equal([]);
+    expect(await fylr.dispatcher.queue.countOpen(), "nothing was queued").to.deep.equal([]);
     // Both spellings protobuf JSON defines are fields, not typos.
     const snake = await curlJson(fylr.url, "Submit", { calls: [{ service: "wc", stdin_data: "aGVsbG8K" }], max_attempts: 2 });
     expect(snake.status).to.equal(200);

@@ -235,7 +235,8 @@ describe("blob store", () => {
     const open = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL";
     await waitFor("the write rolled back", async () => (await pool.query<{ n: number }>(open)).rows[0]!.n === 0, 10_000);
     const report = await store.room.vacuum();
-    expect(report.noted).to.be.at.least(2048 * KiB);
+    // Noted counts chunk payload, the table size also counts page overhead: past vacuumAfterBytes is what matters.
+    expect(report.noted).to.be.at.least(1024 * KiB);
     // Its free-space and visibility maps stay (a few pages).
     expect(report.afterBytes).to.be.at.most(before + 256 * KiB);
     expect(await size()).to.be.at.most(before + 256 * KiB);

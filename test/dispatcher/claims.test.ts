@@ -30,13 +30,13 @@ describe("concurrent claims", () => {
   /** An in-process claimer on its own pool, with the same loop as the child's drain mode. */
   async function drainInProcess(id: string): Promise<{ claimed: string; lease: number; completed: boolean }[]> {
     const own = openPool(url, 2);
-    const store = new QueueStore(own);
+    const queue = new QueueStore(own);
     const seen: { claimed: string; lease: number; completed: boolean }[] = [];
     try {
-      await store.registerFylr({ id, hostname: "test", pid: process.pid });
+      await queue.registerFylr({ id, hostname: "test", pid: process.pid });
       let empty = 0;
       while (empty < 5) {
-        const items = await store.claim(id, "exec", -2_147_483_648, 1 + Math.floor(Math.random() * 8));
+        const items = await queue.claim(id, "exec", -2_147_483_648, 1 + Math.floor(Math.random() * 8));
         if (items.length === 0) {
           empty += 1;
           // A claimer's pause between empty claims (as in fixtures/claimer.ts), not a wait for a state.
@@ -44,7 +44,7 @@ describe("concurrent claims", () => {
           continue;
         }
         empty = 0;
-        for (const item of items) seen.push({ claimed: item.id, lease: item.lease, completed: await store.complete(item, [], inlineOutput(Buffer.from(id))) });
+        for (const item of items) seen.push({ claimed: item.id, lease: item.lease, completed: await queue.complete(item, [], inlineOutput(Buffer.from(id))) });
       }
     } finally {
       await release(own);

@@ -1,12 +1,12 @@
 // The batched success writes (CompletionBatcher): a lone completion takes the single-row
 // statement, completions of the same turn share one batch statement, and every entry keeps
 // its own lease fence either way; a batch that frees exec places carries the claim its
-// rider books (claim-along.ts) in the same statement. Real Postgres.
+// rider books (group-commit.ts) in the same statement. Real Postgres.
 import { create } from "@bufbuild/protobuf";
 import { expect } from "chai";
 import type pg from "pg";
 import { ReceiptSchema } from "../../gen/slotbroker/v1/broker_pb.js";
-import { CompletionBatcher, type Boarding } from "../../src/dispatcher/completion-batcher.js";
+import { CompletionBatcher, type Boarding } from "../../src/dispatcher/queue/group-commit.js";
 import { createDefaultActions, inlineOutput, migrate, normalizeSubmit, QueueStore, type ClaimedItem } from "../../src/dispatcher/index.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool, receiptFor } from "./support.js";
@@ -16,7 +16,7 @@ const lowest = -2_147_483_648;
 describe("completion batcher", () => {
   let url: string;
   let pool: pg.Pool;
-  let store: QueueStore;
+  let queue: QueueStore;
   let statements: string[];
 
   before(async () => {
@@ -26,41 +26,41 @@ describe("completion batcher", () => {
 
   beforeEach(async () => {
     pool = openPool(url);
-    store = new QueueStore(pool);
+    queue = new QueueStore(pool);
     await pool.query("TRUNCATE queue_items, fylrs CASCADE");
-    await store.registerFylr({ id: "f", hostname: "h", pid: 1 });
+    await queue.registerFylr({ id: "f", hostname: "h", pid: 1 });
     statements = [];
-    const [one, many] = [store.complete.bind(store), store.completeMany.bind(store)];
-    store.complete = (...args) => (statements.push("one"), one(...args));
-    store.completeMany = (...args) => (statements.push(`many ${args[0].length}`), many(...args));
+    const [one, many] = [queue.complete.bind(queue), queue.completeMany.bind(queue)];
+    queue.complete = (...args) => (statements.push("one"), one(...args));
+    queue.completeMany = (...args) => (statements.push(`many ${args[0].length}`), many(...args));
   });
 
   afterEach(() => closeAll(pool));
 
   async function claimed(n: number): Promise<ClaimedItem[]> {
     for (let i = 0; i < n; i++) {
-      await store.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+      await queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
     }
-    return store.claim("f", "exec", lowest, n);
+    return queue.claim("f", "exec", lowest, n);
   }
 
   it("writes a lone completion with the single-row statement: output, receipts and the fence as a batch would", async () => {
-    const batcher = new CompletionBatcher(store);
+    const batcher = new CompletionBatcher(queue);
     const [item, stale] = await claimed(2);
     const receipt = receiptFor({ exitCode: 0, stdout: Buffer.from("ok") });
     expect(await batcher.complete(item!, [{ service: "cat", receipt }], inlineOutput(Buffer.from("ok")))).to.equal(true);
     expect(await batcher.complete({ ...stale!, lease: stale!.lease - 1 }, [], undefined), "an older lease").to.equal(false);
     expect(statements).to.deep.equal(["one", "one"]);
-    const done = await store.get(item!.id);
+    const done = await queue.get(item!.id);
     expect(done).to.deep.include({ state: "succeeded", output: Buffer.from("ok") });
     expect(done!.results[0]!.receipt.stdoutPrefix).to.deep.equal(new Uint8Array(Buffer.from("ok")));
-    expect((await store.get(stale!.id))!.state).to.equal("claimed");
+    expect((await queue.get(stale!.id))!.state).to.equal("claimed");
     // A written item is not written again.
     expect(await batcher.complete(item!, [], undefined)).to.equal(false);
   });
 
   it("writes completions of one turn in one batch statement, each with its own fence", async () => {
-    const batcher = new CompletionBatcher(store);
+    const batcher = new CompletionBatcher(queue);
     const [a, b, c] = await claimed(3);
     const written = await Promise.all([
       batcher.complete(a!, [], inlineOutput(Buffer.from("a"))),
@@ -69,18 +69,18 @@ describe("completion batcher", () => {
     ]);
     expect(written).to.deep.equal([true, false, true]);
     expect(statements).to.deep.equal(["many 3"]);
-    expect((await store.get(a!.id))!.output).to.deep.equal(Buffer.from("a"));
-    expect((await store.get(b!.id))!.state).to.equal("claimed");
+    expect((await queue.get(a!.id))!.output).to.deep.equal(Buffer.from("a"));
+    expect((await queue.get(b!.id))!.state).to.equal("claimed");
   });
 
   it("stores a receipt with text no column can hold through the single-row statement too", async () => {
     const hostile = "a\u0000b\ud800c";
-    const batcher = new CompletionBatcher(store);
+    const batcher = new CompletionBatcher(queue);
     const [item] = await claimed(1);
     const receipt = create(ReceiptSchema, { exitCode: 0, stderrLine: hostile, errorMessage: hostile });
     expect(await batcher.complete(item!, [{ service: "cat", receipt }], undefined)).to.equal(true);
     expect(statements).to.deep.equal(["one"]);
-    expect((await store.get(item!.id))!.results[0]!.receipt.stderrLine).to.equal("a\ufffdb\ufffdc");
+    expect((await queue.get(item!.id))!.results[0]!.receipt.stderrLine).to.equal("a\ufffdb\ufffdc");
   });
 
   // A rider that books `limit` for fylr f and records what landed.
@@ -101,12 +101,12 @@ describe("completion batcher", () => {
   const free = (): void => void placesFreed++;
 
   it("claims along with a lone exec completion in one statement, in claim order, fence kept", async () => {
-    const batcher = new CompletionBatcher(store);
+    const batcher = new CompletionBatcher(queue);
     const [item, stale] = await claimed(2);
     const queued = [];
     for (const priority of [0, 5, 0]) {
       const n = normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }], priority }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 });
-      queued.push((await store.submit(n)).item);
+      queued.push((await queue.submit(n)).item);
     }
     const seen = rider(batcher, 2);
     expect(await batcher.complete(item!, [], inlineOutput(Buffer.from("ok")), free)).to.equal(true);
@@ -117,18 +117,18 @@ describe("completion batcher", () => {
       ["claimed", "f", 1, 1],
       ["claimed", "f", 1, 1],
     ]);
-    expect(await store.get(item!.id)).to.deep.include({ state: "succeeded", output: Buffer.from("ok") });
-    expect((await store.get(queued[2]!.id))!.state).to.equal("queued");
+    expect(await queue.get(item!.id)).to.deep.include({ state: "succeeded", output: Buffer.from("ok") });
+    expect((await queue.get(queued[2]!.id))!.state).to.equal("queued");
     // Fenced: not written, and the claim still went through (nothing left but one).
     expect(await batcher.complete({ ...stale!, lease: stale!.lease - 1 }, [], undefined, free)).to.equal(false);
     expect(seen.landed[1]!.map((i) => i.id)).to.deep.equal([queued[2]!.id]);
-    expect((await store.get(stale!.id))!.state).to.equal("claimed");
+    expect((await queue.get(stale!.id))!.state).to.equal("claimed");
   });
 
   it("claims along with a batch of completions, each with its own fence; a local completion books nothing", async () => {
-    const batcher = new CompletionBatcher(store);
+    const batcher = new CompletionBatcher(queue);
     const [a, b, c] = await claimed(3);
-    const { item: next } = await store.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+    const { item: next } = await queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
     const seen = rider(batcher, 3);
     const written = await Promise.all([
       batcher.complete(a!, [], inlineOutput(Buffer.from("a")), free),
@@ -140,9 +140,9 @@ describe("completion batcher", () => {
     expect(seen.freed).to.deep.equal([2]);
     expect(seen.freedAtLanding, "both exec places given up before the claimed item spawned").to.deep.equal([2]);
     expect(seen.landed.map((items) => items.map((i) => i.id))).to.deep.equal([[next.id]]);
-    expect((await store.get(a!.id))!.output).to.deep.equal(Buffer.from("a"));
-    expect((await store.get(b!.id))!.state).to.equal("claimed");
-    expect((await store.get(c!.id))!.state).to.equal("succeeded");
+    expect((await queue.get(a!.id))!.output).to.deep.equal(Buffer.from("a"));
+    expect((await queue.get(b!.id))!.state).to.equal("claimed");
+    expect((await queue.get(c!.id))!.state).to.equal("succeeded");
     // Only local completions: no booking asked for.
     const [d] = await claimed(1);
     expect(await batcher.complete(d!, [], undefined)).to.equal(true);
@@ -151,9 +151,9 @@ describe("completion batcher", () => {
   });
 
   it("claims nothing along for a fylr without a row, and notifies both changes", async () => {
-    const batcher = new CompletionBatcher(store);
+    const batcher = new CompletionBatcher(queue);
     const [item] = await claimed(1);
-    const { item: queued } = await store.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+    const { item: queued } = await queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
     const ghost = rider(batcher, 1, "gone");
     const listener = await pool.connect();
     const heard: string[] = [];
@@ -162,9 +162,9 @@ describe("completion batcher", () => {
     expect(await batcher.complete(item!, [], undefined, free)).to.equal(true);
     expect(ghost.landed).to.deep.equal([[]]);
     const seen = rider(batcher, 1);
-    const [held] = await store.claim("f", "exec", lowest, 1);
+    const [held] = await queue.claim("f", "exec", lowest, 1);
     expect(held!.id).to.equal(queued.id);
-    const { item: last } = await store.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+    const { item: last } = await queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
     heard.length = 0;
     expect(await batcher.complete(held!, [], undefined, free)).to.equal(true);
     expect(seen.landed.map((items) => items.map((i) => i.id))).to.deep.equal([[last.id]]);
@@ -174,13 +174,13 @@ describe("completion batcher", () => {
   });
 
   it("writes the successes alone when the claim along fails for good", async () => {
-    const batcher = new CompletionBatcher(store);
+    const batcher = new CompletionBatcher(queue);
     const [item] = await claimed(1);
     const seen = rider(batcher, -1); // LIMIT -1: refused by Postgres, not a transient error
     expect(await batcher.complete(item!, [], undefined, free)).to.equal(true);
     expect(seen.missed).to.equal(1);
     expect(seen.landed).to.deep.equal([]);
     expect(statements).to.deep.equal(["one"]);
-    expect((await store.get(item!.id))!.state).to.equal("succeeded");
+    expect((await queue.get(item!.id))!.state).to.equal("succeeded");
   });
 });

@@ -33,14 +33,14 @@ describe("a submit claimed in its own insert", function () {
   this.timeout(60_000);
   let url: string;
   let pool: pg.Pool;
-  let store: QueueStore;
+  let queue: QueueStore;
   before(async () => {
     url = await createTestDatabase("direct_claim");
     await migrate(url);
   });
   beforeEach(async () => {
     pool = openPool(url);
-    store = new QueueStore(pool);
+    queue = new QueueStore(pool);
     await pool.query("TRUNCATE queue_items, fylrs, blobs CASCADE");
   });
   afterEach(() => closeAll(pool));
@@ -64,13 +64,13 @@ describe("a submit claimed in its own insert", function () {
 
   /** Queues an item straight through the store, as another fylr's submit would. */
   const queueElsewhere = (input: SubmitInput): Promise<{ item: QueueItem }> =>
-    store.submit(normalizeSubmit(input, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
+    queue.submit(normalizeSubmit(input, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }));
 
   /** Counts the claim statements `d` sends. */
   function countClaims(d: Dispatcher): { readonly count: number } {
     const counter = { count: 0 };
-    const claim = d.store.claim.bind(d.store);
-    d.store.claim = (...args) => {
+    const claim = d.queue.claim.bind(d.queue);
+    d.queue.claim = (...args) => {
       counter.count += 1;
       return claim(...args);
     };
@@ -86,7 +86,7 @@ describe("a submit claimed in its own insert", function () {
     });
   }
 
-  const stateOf = async (id: string): Promise<QueueItem> => (await store.get(id))!;
+  const stateOf = async (id: string): Promise<QueueItem> => (await queue.get(id))!;
   /** Waits (woken by the queue's notifications) until the item's row passes `check`. */
   const awaitRow = async (id: string, check: (item: QueueItem) => boolean): Promise<void> => {
     const listener = await pool.connect();
@@ -157,10 +157,10 @@ describe("a submit claimed in its own insert", function () {
     const d = await idle(4);
     // Hold the next claim statement: the hint stays open while it is on its way.
     const claimGate = new Gate();
-    const claim = d.store.claim.bind(d.store);
+    const claim = d.queue.claim.bind(d.queue);
     let claimsStarted = 0;
     const claimOn = new EventMonitor(d.events, "wakeup");
-    d.store.claim = async (...args) => {
+    d.queue.claim = async (...args) => {
       claimsStarted += 1;
       await claimGate.wait(AbortSignal.timeout(20_000));
       return claim(...args);
@@ -205,7 +205,7 @@ describe("a submit claimed in its own insert", function () {
     expect(item).to.deep.include({ state: "queued", lease: 0, attempts: 0 });
     expect(item.claimedBy).to.equal(undefined);
     // Nobody claims it while the fylr has no row; once it is back, the poke's pass does.
-    await store.registerFylr({ id: d.fylrId, hostname: "test", pid: process.pid });
+    await queue.registerFylr({ id: d.fylrId, hostname: "test", pid: process.pid });
     d.poke();
     expect(await itemReaches(d, item.id, ["succeeded", "failed"])).to.deep.include({ state: "succeeded", claimedBy: d.fylrId, attempts: 1 });
     expect(d.stats().counters.claimedDirectly).to.equal(0);
@@ -217,9 +217,9 @@ describe("a submit claimed in its own insert", function () {
     const d = await idle(4, gated(gate));
     let maxHeld = 0;
     const stop = d.events.on("item:claimed", () => (maxHeld = Math.max(maxHeld, d.stats().execHeld)));
-    const submit = d.store.submit.bind(d.store);
+    const submit = d.queue.submit.bind(d.queue);
     let asked = 0;
-    d.store.submit = (n, claimFor) => {
+    d.queue.submit = (n, claimFor) => {
       if (claimFor) asked += 1;
       return submit(n, claimFor);
     };
@@ -312,9 +312,9 @@ describe("a submit claimed in its own insert", function () {
 
   it("a stop that begins while the insert is on its way starts nothing: the claimed item goes back to the queue", async () => {
     const d = await idle(4);
-    const submit = d.store.submit.bind(d.store);
+    const submit = d.queue.submit.bind(d.queue);
     let stopped: Promise<void> | undefined;
-    d.store.submit = async (...args) => {
+    d.queue.submit = async (...args) => {
       const result = await submit(...args);
       stopped = d.stop({ graceMs: 0 });
       return result;
@@ -390,7 +390,7 @@ describe("a submit claimed in its own insert", function () {
     await succeeded.awaitCount(2);
     expect(survivor.stats().counters).to.include({ orphansRescued: 2, claimed: 2, succeeded: 2 });
     // The dead owner's lease is refused.
-    expect(await store.release({ id: ids[0]!, claimedBy: victimId, lease: 1 }, 0)).to.equal(false);
+    expect(await queue.release({ id: ids[0]!, claimedBy: victimId, lease: 1 }, 0)).to.equal(false);
     await release(survivor);
     await release(victim.child);
   });

@@ -62,7 +62,7 @@ describe("a fleet of fylrs on one database", () => {
     // The most each fylr ever held, sampled on every change of its in-memory table.
     const most = new Map<string, number>(fylrs.map((f) => [f.fylrId, 0]));
     for (const f of fylrs) f.events.on("item:changed", () => most.set(f.fylrId, Math.max(most.get(f.fylrId)!, f.stats().execHeld)));
-    const store = new QueueStore(pool);
+    const queue = new QueueStore(pool);
     const total = 120;
     const claims = fylrs.map((f) => new EventMonitor(f.events, "item:claimed"));
     let succeeded = 0;
@@ -82,7 +82,7 @@ describe("a fleet of fylrs on one database", () => {
     expect(fylrs.map((f) => f.stats().execAdmission)).to.deep.equal([10, 10, 10, 10, 10]);
     expect(Object.values(await heldByFylr())).to.deep.equal([10, 10, 10, 10, 10]);
     expect([...most.values()], "the most each fylr ever held").to.deep.equal([10, 10, 10, 10, 10]);
-    expect((await store.countOpen()).find((c) => c.state === "queued")?.count).to.equal(total - 50);
+    expect((await queue.countOpen()).find((c) => c.state === "queued")?.count).to.equal(total - 50);
 
     // One fylr leaves; the execserver now reports 4 clients and the others' shares grow.
     await release(fylrs[0]);
@@ -94,7 +94,7 @@ describe("a fleet of fylrs on one database", () => {
 
     gate.open();
     await allSucceeded;
-    expect(await store.countOpen()).to.deep.equal([]);
+    expect(await queue.countOpen()).to.deep.equal([]);
     expect([...most.values()]).to.deep.equal([10, 12, 12, 12, 12]);
     const done = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items WHERE state = 'succeeded'");
     expect(done.rows[0]!.n).to.equal(total);
@@ -103,21 +103,21 @@ describe("a fleet of fylrs on one database", () => {
   });
 
   it("requeues the claims of a fylr killed with SIGKILL through a survivor, who finishes them; the dead lease is refused", async () => {
-    const store = new QueueStore(pool);
+    const queue = new QueueStore(pool);
     const ids: string[] = [];
     for (let i = 0; i < 4; i++) {
       const n = normalizeSubmit({ calls: [{ service: "cat", args: [], env: {}, stdin: { kind: "data", data: Buffer.from(`item ${i}`) } }] }, createDefaultActions(), {
         maxInputBytes: 1024,
         defaultMaxAttempts: 3,
       });
-      ids.push((await store.submit(n)).item.id);
+      ids.push((await queue.submit(n)).item.id);
     }
     const victim = startClaimer(["hold", url, "4"]);
     await victim.awaitLine((l) => l.holding === 4);
     const victimId = (await victim.awaitLine((l) => "fylrId" in l)).fylrId as string;
-    const held = await store.listFylrs();
+    const held = await queue.listFylrs();
     expect(held.find((f) => f.id === victimId)?.held).to.equal(4);
-    const before = await Promise.all(ids.map((id) => store.get(id)));
+    const before = await Promise.all(ids.map((id) => queue.get(id)));
     expect(before.every((i) => i?.state === "running" && i.claimedBy === victimId && i.lease === 1)).to.equal(true);
 
     victim.child.kill("SIGKILL");
@@ -134,11 +134,11 @@ describe("a fleet of fylrs on one database", () => {
       expect(item.output!.toString()).to.equal(`item ${i}`);
     }
     expect(survivor.stats().counters.orphansRescued).to.equal(4);
-    expect((await store.listFylrs()).map((f) => f.id)).to.not.include(victimId);
+    expect((await queue.listFylrs()).map((f) => f.id)).to.not.include(victimId);
     // The dead owner's late completion, had it come, is refused by the fence.
-    const late = await store.complete({ id: ids[0]!, claimedBy: victimId, lease: 1 }, [], inlineOutput(Buffer.from("late")));
+    const late = await queue.complete({ id: ids[0]!, claimedBy: victimId, lease: 1 }, [], inlineOutput(Buffer.from("late")));
     expect(late).to.equal(false);
-    expect((await store.get(ids[0]!))!.output!.toString()).to.equal("item 0");
+    expect((await queue.get(ids[0]!))!.output!.toString()).to.equal("item 0");
     await release(survivor);
     await release(victim.child);
   });

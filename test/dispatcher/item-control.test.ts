@@ -12,7 +12,7 @@ const lowest = -2_147_483_648;
 describe("item control store", () => {
   let url: string;
   let pool: pg.Pool;
-  let store: QueueStore;
+  let queue: QueueStore;
   let control: ItemControlStore;
 
   before(async () => {
@@ -21,18 +21,18 @@ describe("item control store", () => {
   });
   beforeEach(async () => {
     pool = openPool(url);
-    store = new QueueStore(pool);
+    queue = new QueueStore(pool);
     control = new ItemControlStore(pool);
     await pool.query("TRUNCATE queue_items, fylrs CASCADE");
-    await store.registerFylr({ id: "fylr-a", hostname: "h", pid: 1 });
+    await queue.registerFylr({ id: "fylr-a", hostname: "h", pid: 1 });
   });
   afterEach(() => closeAll(pool));
 
   async function runningItem(maxAttempts = 3): Promise<ClaimedItem> {
     const n = normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }], maxAttempts }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 });
-    await store.submit(n);
-    const [item] = await store.claim("fylr-a", "exec", lowest, 1);
-    expect(await store.markRunning(item!)).to.equal(true);
+    await queue.submit(n);
+    const [item] = await queue.claim("fylr-a", "exec", lowest, 1);
+    expect(await queue.markRunning(item!)).to.equal(true);
     return item!;
   }
 
@@ -50,23 +50,23 @@ describe("item control store", () => {
   it("a failed attempt or a release of an item with a cancel pending ends it cancelled, never queued", async () => {
     const failing = await runningItem();
     await control.cancel(failing.id);
-    expect(await store.failAttempt(failing, [], "boom", 0, false)).to.equal("cancelled");
+    expect(await queue.failAttempt(failing, [], "boom", 0, false)).to.equal("cancelled");
     const released = await runningItem();
     await control.cancel(released.id);
-    expect(await store.release(released, 0)).to.equal(true);
-    expect((await store.get(released.id))!.state).to.equal("cancelled");
+    expect(await queue.release(released, 0)).to.equal(true);
+    expect((await queue.get(released.id))!.state).to.equal("cancelled");
     // A fenced write after that is refused.
-    expect(await store.complete(released, [], undefined)).to.equal(false);
+    expect(await queue.complete(released, [], undefined)).to.equal(false);
   });
 
   it("the stale-claim rescue cancels a dead fylr's item whose cancel is pending", async () => {
     const item = await runningItem();
     await control.cancel(item.id);
     await pool.query("UPDATE fylrs SET heartbeat_at = now() - interval '1 hour' WHERE id = 'fylr-a'");
-    const reaped = await store.reapStale(1000, "fylr-b");
+    const reaped = await queue.reapStale(1000, "fylr-b");
     expect(reaped.cancelled.map((c) => c.id)).to.deep.equal([item.id]);
     expect(reaped.requeued).to.deep.equal([]);
-    expect((await store.get(item.id))!.state).to.equal("cancelled");
+    expect((await queue.get(item.id))!.state).to.equal("cancelled");
   });
 
   it("the cancel bound cancels an item whose job never confirmed, also with its fylr alive", async () => {
@@ -75,9 +75,9 @@ describe("item control store", () => {
     expect(await control.cancelOverdue(60_000)).to.deep.equal([]);
     await pool.query("UPDATE queue_items SET cancel_requested_at = now() - interval '2 minutes' WHERE id = $1", [item.id]);
     expect(await control.cancelOverdue(60_000)).to.deep.equal([item.id]);
-    const after = (await store.get(item.id))!;
+    const after = (await queue.get(item.id))!;
     expect(after.state).to.equal("cancelled");
     expect(after.error).to.match(/cancel bound/);
-    expect(await store.complete(item, [], undefined)).to.equal(false);
+    expect(await queue.complete(item, [], undefined)).to.equal(false);
   });
 });

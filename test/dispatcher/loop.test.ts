@@ -13,7 +13,7 @@ import {
   type DispatcherConfig,
   type ExecInstance,
 } from "../../src/dispatcher/index.js";
-import { releaseItem } from "../../src/dispatcher/sql.js";
+import { releaseItem } from "../../src/dispatcher/queue/sql.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../../harness/resources.js";
 import { EventMonitor } from "../support/event-monitor.js";
@@ -26,14 +26,14 @@ const sha256 = (b: Buffer | string): string => createHash("sha256").update(b).di
 describe("dispatcher loop", () => {
   let url: string;
   let pool: pg.Pool;
-  let store: QueueStore;
+  let queue: QueueStore;
   before(async () => {
     url = await createTestDatabase("loop");
     await migrate(url);
   });
   beforeEach(async () => {
     pool = openPool(url);
-    store = new QueueStore(pool);
+    queue = new QueueStore(pool);
     await pool.query("TRUNCATE queue_items, fylrs CASCADE");
   });
   afterEach(async () => {
@@ -159,8 +159,8 @@ describe("dispatcher loop", () => {
     expect(d.liveItem(a.id)).to.include({ phase: "running", instanceId: "exec-1" });
     await d.stop({ graceMs: 50 });
     expect(d.state).to.equal("stopped");
-    for (const id of [a.id, b.id]) expect(await store.get(id)).to.deep.include({ state: "queued", attempts: 0, claimedBy: undefined });
-    expect((await store.listFylrs()).map((f) => f.id)).to.not.include(d.fylrId);
+    for (const id of [a.id, b.id]) expect(await queue.get(id)).to.deep.include({ state: "queued", attempts: 0, claimedBy: undefined });
+    expect((await queue.listFylrs()).map((f) => f.id)).to.not.include(d.fylrId);
     expect(d.stats().counters).to.include({ requeued: 2 });
     await d.stop(); // idempotent
     await release(d);
@@ -180,7 +180,7 @@ describe("dispatcher loop", () => {
     expect(d.state).to.equal("stopping");
     gate.open();
     await stopping;
-    expect(await store.get(item.id)).to.deep.include({ state: "succeeded", output: Buffer.from("late") });
+    expect(await queue.get(item.id)).to.deep.include({ state: "succeeded", output: Buffer.from("late") });
     await release(d);
   });
 
@@ -195,13 +195,13 @@ describe("dispatcher loop", () => {
     const { item } = await d.submit({ calls: [{ service: "cat", args: [], env: {} }] });
     await until(d, item.id, ["running"]);
     // A sibling took the item over (as after a requeue and a new claim): newer lease, new owner.
-    await store.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
+    await queue.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
     await pool.query("UPDATE queue_items SET claimed_by = 'sibling', lease = lease + 1, state = 'claimed' WHERE id = $1", [item.id]);
     const fenced = new EventMonitor(d.events, "item:fenced");
     gate.open();
     await fenced.awaitNext({ filter: (i) => i.id === item.id });
     expect(d.stats().counters.fenced).to.equal(1);
-    expect(await store.get(item.id)).to.deep.include({ state: "claimed", claimedBy: "sibling", lease: 2, output: undefined });
+    expect(await queue.get(item.id)).to.deep.include({ state: "claimed", claimedBy: "sibling", lease: 2, output: undefined });
     expect(d.stats().counters.succeeded).to.equal(0);
     await release(d);
   });
@@ -230,7 +230,7 @@ describe("dispatcher loop", () => {
     // and the sweep share one transaction (a one-connection pool): a heartbeat of this fylr
     // that lands in between waits on the row lock and then finds its row gone, as after a
     // real stall, instead of freshening the row before the sweep (under load it did).
-    await store.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
+    await queue.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
     const siblingPool = openPool(url, 1);
     await siblingPool.query("BEGIN");
     await siblingPool.query("UPDATE fylrs SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", [d.fylrId]);
@@ -242,7 +242,7 @@ describe("dispatcher loop", () => {
     expect(aborted).to.equal(1);
     const [again] = await started.awaitNext({ filter: (i) => i.id === item.id && i.lease === 2 });
     expect(again.claimedBy).to.equal(d.fylrId);
-    expect((await store.listFylrs()).map((f) => f.id)).to.include(d.fylrId);
+    expect((await queue.listFylrs()).map((f) => f.id)).to.include(d.fylrId);
     gate.open();
     expect(await until(d, item.id, ["succeeded"])).to.deep.include({ lease: 2, attempts: 2 });
     expect(d.stats().counters.fenced).to.equal(0);
@@ -285,7 +285,7 @@ describe("dispatcher loop", () => {
   it("under a backlog each success claims the next item in its own statement, never past admission", async () => {
     // Queued before the loop starts: a backlog from the first pass on.
     const n = { kind: "exec" as const, priority: 0, payload: { calls: [{ service: "cat", args: [], env: {} }] }, startAfter: undefined, maxAttempts: 3, idempotencyKey: undefined };
-    for (let i = 0; i < 12; i++) await store.submit(n);
+    for (let i = 0; i < 12; i++) await queue.submit(n);
     const statements: string[] = [];
     const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
     (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
@@ -321,7 +321,7 @@ describe("dispatcher loop", () => {
 
   it("gives back an item a success claimed along once the fylr began to stop", async () => {
     const n = { kind: "exec" as const, priority: 0, payload: { calls: [{ service: "cat", args: [], env: {} }] }, startAfter: undefined, maxAttempts: 3, idempotencyKey: undefined };
-    for (let i = 0; i < 3; i++) await store.submit(n);
+    for (let i = 0; i < 3; i++) await queue.submit(n);
     // The first success that claims along waits here until the stop began.
     const gate = new Gate();
     let held: () => void = () => undefined;

@@ -2,7 +2,7 @@ import { once } from "node:events";
 import { expect } from "chai";
 import pg from "pg";
 import { loadMigrations, migrate } from "../../src/dispatcher/index.js";
-import { claimLocalItems, explainClaimPath, itemPosition } from "../../src/dispatcher/sql.js";
+import { claimLocalItems, explainClaimPath, itemPosition } from "../../src/dispatcher/queue/sql.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool } from "./support.js";
 

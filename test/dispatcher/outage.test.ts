@@ -41,12 +41,12 @@ describe("dispatcher after a database outage", function () {
       return openPool(via.toString(), 4);
     });
     const direct = openPool(url, 2);
-    const store = new QueueStore(direct);
+    const queue = new QueueStore(direct);
     const [a, b] = (await Promise.all(pools.map((pool) => startDispatcher({ pool, capacity: new ManualCapacitySource([one]), backend: backend(), config: fast })))) as [Dispatcher, Dispatcher];
     const ids: string[] = [];
     for (let i = 0; i < 4; i++) ids.push((await a.submit({ calls: [{ service: "cat", args: [], env: {} }] })).item.id);
-    await waitFor("all four items running", async () => (await Promise.all(ids.map((id) => store.get(id)))).every((i) => i?.state === "running"));
-    const owners = new Set((await Promise.all(ids.map((id) => store.get(id)))).map((i) => i!.claimedBy));
+    await waitFor("all four items running", async () => (await Promise.all(ids.map((id) => queue.get(id)))).every((i) => i?.state === "running"));
+    const owners = new Set((await Promise.all(ids.map((id) => queue.get(id)))).map((i) => i!.claimedBy));
     expect(owners.size, "both fylrs hold items").to.equal(2);
 
     // The database is gone for both, longer than the stale threshold…
@@ -55,17 +55,17 @@ describe("dispatcher after a database outage", function () {
     // …and comes back for a first, a moment before b: b's heartbeat is old, but b is as
     // alive as a.
     proxies[0]!.unblock();
-    await waitFor("a's heartbeat after the outage", async () => (await store.listFylrs()).some((f) => f.id === a.fylrId && Date.now() - f.heartbeatAt.getTime() < 300));
+    await waitFor("a's heartbeat after the outage", async () => (await queue.listFylrs()).some((f) => f.id === a.fylrId && Date.now() - f.heartbeatAt.getTime() < 300));
     await sleep(300);
     proxies[1]!.unblock();
-    await waitFor("b's heartbeat after the outage", async () => (await store.listFylrs()).some((f) => f.id === b.fylrId && Date.now() - f.heartbeatAt.getTime() < 300));
+    await waitFor("b's heartbeat after the outage", async () => (await queue.listFylrs()).some((f) => f.id === b.fylrId && Date.now() - f.heartbeatAt.getTime() < 300));
     await sleep(1.5 * fast.staleAfterMs!);
 
     expect(a.stats().counters.orphansRescued + b.stats().counters.orphansRescued, "claims requeued").to.equal(0);
     gate.open();
     for (const id of ids) {
       const item = await waitFor(`item ${id} to finish`, async () => {
-        const i = await store.get(id);
+        const i = await queue.get(id);
         return i?.state === "succeeded" ? i : undefined;
       });
       expect(item, `item ${id}`).to.deep.include({ attempts: 1, lease: 1 });

@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { compileDispatcherConfig, createDefaultActions, normalizeSubmit, type ExecCallSpec } from "../../src/dispatcher/index.js";
-import { decodePayload } from "../../src/dispatcher/payload.js";
+import { decodePayload } from "../../src/dispatcher/queue/payload.js";
 import type { SlotbrokerError } from "../../src/shared/errors.js";
 import { Code } from "../../src/shared/errors.js";
 

@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { QueueHint } from "../../src/dispatcher/queue-hint.js";
+import { QueueHint } from "../../src/dispatcher/claims/claim-pass.js";
 
 describe("QueueHint", () => {
   it("is open until a claim drained the queue", () => {

@@ -29,7 +29,7 @@ const cat = (text: string) => ({ calls: [{ service: "cat", args: [], env: {}, st
 describe("the running mark put off by dispatcher.runningMarkDelay", () => {
   let url: string;
   let pool: pg.Pool;
-  let store: QueueStore;
+  let queue: QueueStore;
   before(async () => {
     url = await createTestDatabase("running_mark");
     await migrate(url);
@@ -43,7 +43,7 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
   });
   beforeEach(async () => {
     pool = openPool(url);
-    store = new QueueStore(pool);
+    queue = new QueueStore(pool);
     await pool.query("TRUNCATE queue_items, fylrs, state_log CASCADE");
   });
   afterEach(async () => {
@@ -117,11 +117,11 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
     const { item } = await d.submit(cat("x"));
     await view.jobStarted(item.id);
     const jobAt = performance.now();
-    expect((await store.get(item.id))?.state).to.equal("claimed");
+    expect((await queue.get(item.id))?.state).to.equal("claimed");
     const [startedItem] = await new EventMonitor(d.events, "item:started").awaitNext({ filter: (i) => i.id === item.id });
     expect(performance.now() - jobAt).to.be.at.least(140);
     expect(startedItem.id).to.equal(item.id);
-    expect((await store.get(item.id))?.state).to.equal("running");
+    expect((await queue.get(item.id))?.state).to.equal("running");
     gate.open();
     expect(await itemReaches(d, item.id, ["succeeded"])).to.deep.include({ state: "succeeded", output: Buffer.from("ok") });
     expect(await history(item.id)).to.deep.equal(["queued", "claimed", "running", "succeeded"]);
@@ -146,13 +146,13 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
     const { item } = await d.submit(cat("x"));
     await view.jobStarted(item.id);
     // A sibling took the item over (as after a sweep and a new claim): newer lease, new owner.
-    await store.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
+    await queue.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
     await pool.query("UPDATE queue_items SET claimed_by = 'sibling', lease = lease + 1 WHERE id = $1", [item.id]);
     const fenced = new EventMonitor(d.events, "item:fenced");
     gate.open();
     await fenced.awaitNext({ filter: (i) => i.id === item.id });
     expect(d.stats().counters).to.include({ fenced: 1, succeeded: 0, cancelled: 0 });
-    expect(await store.get(item.id)).to.deep.include({ state: "claimed", claimedBy: "sibling", lease: 2, output: undefined });
+    expect(await queue.get(item.id)).to.deep.include({ state: "claimed", claimedBy: "sibling", lease: 2, output: undefined });
     expect(backend.requests).to.have.length(1);
     expect(await history(item.id)).to.not.include("running");
     await release(d);
@@ -167,13 +167,13 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
     const view = liveView(d);
     const { item } = await d.submit(cat("x"));
     await view.jobStarted(item.id);
-    await store.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
+    await queue.registerFylr({ id: "sibling", hostname: "h", pid: 9 });
     await pool.query("UPDATE queue_items SET claimed_by = 'sibling', lease = lease + 1 WHERE id = $1", [item.id]);
     await fenced.awaitNext({ filter: (i) => i.id === item.id });
     await view.letGo(item.id);
     expect(aborts).to.have.length(1);
     expect(d.stats().counters).to.include({ fenced: 1, succeeded: 0, failed: 0, requeued: 0 });
-    expect(await store.get(item.id)).to.deep.include({ state: "claimed", claimedBy: "sibling", lease: 2, output: undefined });
+    expect(await queue.get(item.id)).to.deep.include({ state: "claimed", claimedBy: "sibling", lease: 2, output: undefined });
     expect(backend.requests).to.have.length(1);
     await release(d);
   });
@@ -194,7 +194,7 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
     expect(aborts.map((r) => (r as { kind?: string }).kind)).to.deep.equal(["cancel-requested"]);
     expect(d.stats().counters).to.include({ fenced: 0, succeeded: 0, cancelled: 1 });
     // The stopped job's receipt joins the item the Cancel ended; its end time stays the Cancel's.
-    const final = (await store.get(item.id))!;
+    const final = (await queue.get(item.id))!;
     expect(final).to.deep.include({ state: "cancelled", error: "cancelled by request; cat was cancelled on request", finishedAt: cancel.item.finishedAt });
     expect(final.results.map((r) => r.receipt.error)).to.deep.equal([ErrorKind.CANCEL_REQUESTED]);
     expect(await history(item.id)).to.deep.equal(["queued", "claimed", "cancelled", "cancelled"]);
@@ -218,7 +218,7 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
     expect(aborts).to.have.length(1);
     expect(d.stats().counters).to.include({ fenced: 0, succeeded: 0 });
     // Cancelled whatever the receipt says; the receipt is kept.
-    const final = (await store.get(item.id))!;
+    const final = (await queue.get(item.id))!;
     expect(final).to.deep.include({ state: "cancelled", output: undefined, error: "cancelled by request; cat exited with code 0" });
     expect(final.results).to.have.length(1);
     await release(d);
@@ -226,11 +226,11 @@ describe("the running mark put off by dispatcher.runningMarkDelay", () => {
 
   it("a fylr killed during the grace: its claimed (never running) item is requeued by a survivor and run once", async () => {
     const n = normalizeSubmit(cat("again"), createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 });
-    const id = (await store.submit(n)).item.id;
+    const id = (await queue.submit(n)).item.id;
     const victim = startClaimer(["hold", url, "1", "600000"]);
     const victimId = (await victim.awaitLine((l) => "fylrId" in l)).fylrId as string;
     await victim.awaitLine((l) => l.jobsStarted === 1);
-    expect(await store.get(id)).to.deep.include({ state: "claimed", claimedBy: victimId, lease: 1 });
+    expect(await queue.get(id)).to.deep.include({ state: "claimed", claimedBy: victimId, lease: 1 });
     victim.child.kill("SIGKILL");
     await victim.exited;
     const backend = new TestBackend(runLocally);

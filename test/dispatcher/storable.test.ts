@@ -6,7 +6,7 @@ import { expect } from "chai";
 import type pg from "pg";
 import { ReceiptSchema } from "../../gen/slotbroker/v1/broker_pb.js";
 import { migrate, QueueStore } from "../../src/dispatcher/index.js";
-import { storableJson, storableText } from "../../src/dispatcher/storable.js";
+import { storableJson, storableText } from "../../src/dispatcher/queue/queue-store.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool } from "./support.js";
 
@@ -29,19 +29,19 @@ describe("outcomes with text no column can hold", () => {
   });
 
   it("records a failed attempt and a completion whose receipts carry such text", async () => {
-    const store = new QueueStore(pool);
-    await store.registerFylr({ id: "f", hostname: "h", pid: 1 });
-    const submit = (): Promise<string> => store.submit({ kind: "exec", priority: 0, payload: { calls: [{ service: "s", args: [], env: {} }] }, maxAttempts: 3 } as never).then((r) => r.item.id);
+    const queue = new QueueStore(pool);
+    await queue.registerFylr({ id: "f", hostname: "h", pid: 1 });
+    const submit = (): Promise<string> => queue.submit({ kind: "exec", priority: 0, payload: { calls: [{ service: "s", args: [], env: {} }] }, maxAttempts: 3 } as never).then((r) => r.item.id);
     const [a, b] = [await submit(), await submit()];
-    const [first, second] = await store.claim("f", "exec", -(2 ** 31), 2);
+    const [first, second] = await queue.claim("f", "exec", -(2 ** 31), 2);
     expect([first!.id, second!.id].sort()).to.deep.equal([a, b].sort());
     const receipt = create(ReceiptSchema, { exitCode: 3, stderrLine: hostile, errorMessage: hostile, instanceId: hostile });
     const fence = (i: typeof first): { id: string; claimedBy: string; lease: number } => ({ id: i!.id, claimedBy: "f", lease: i!.lease });
-    expect(await store.failAttempt(fence(first), [{ service: "s", receipt }], `exited with code 3: ${hostile}`, 0, false)).to.equal("queued");
-    expect(await store.completeMany([{ fence: fence(second), results: [{ service: "s", receipt }], output: undefined }])).to.deep.equal([true]);
-    const failed = await store.get(first!.id);
+    expect(await queue.failAttempt(fence(first), [{ service: "s", receipt }], `exited with code 3: ${hostile}`, 0, false)).to.equal("queued");
+    expect(await queue.completeMany([{ fence: fence(second), results: [{ service: "s", receipt }], output: undefined }])).to.deep.equal([true]);
+    const failed = await queue.get(first!.id);
     expect(failed!.error).to.equal("exited with code 3: a\ufffdb\ufffdc\ufffdd 😀");
     expect(failed!.results[0]!.receipt.stderrLine).to.equal("a\ufffdb\ufffdc\ufffdd 😀");
-    expect((await store.get(second!.id))!.state).to.equal("succeeded");
+    expect((await queue.get(second!.id))!.state).to.equal("succeeded");
   });
 });

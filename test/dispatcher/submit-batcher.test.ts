@@ -14,7 +14,7 @@ import {
   type NormalizedSubmit,
   type SubmitInput,
 } from "../../src/dispatcher/index.js";
-import { SubmitBatcher } from "../../src/dispatcher/submit-batcher.js";
+import { SubmitBatcher } from "../../src/dispatcher/queue/group-commit.js";
 import { Code } from "../../src/shared/errors.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../../harness/resources.js";
@@ -28,7 +28,7 @@ describe("group insert of queued submits", function () {
   this.timeout(30_000);
   let url: string;
   let pool: pg.Pool;
-  let store: QueueStore;
+  let queue: QueueStore;
   let statements: string[];
   /** The group statements fail as if their connection broke (no answer: they may have committed). */
   let breakGroups: boolean;
@@ -40,11 +40,11 @@ describe("group insert of queued submits", function () {
 
   beforeEach(async () => {
     pool = openPool(url);
-    store = new QueueStore(pool);
+    queue = new QueueStore(pool);
     await pool.query("TRUNCATE queue_items, fylrs CASCADE");
     statements = [];
-    const one = store.submit.bind(store);
-    store.submit = (...args) => (statements.push("one"), one(...args));
+    const one = queue.submit.bind(queue);
+    queue.submit = (...args) => (statements.push("one"), one(...args));
     const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
     breakGroups = false;
     (pool as { query: unknown }).query = (...args: unknown[]) => {
@@ -65,7 +65,7 @@ describe("group insert of queued submits", function () {
   };
 
   it("sends a lone submit at once with the single-row statement", async () => {
-    const batcher = new SubmitBatcher(store);
+    const batcher = new SubmitBatcher(queue);
     const pending = batcher.submit(cat("alone"));
     expect(statements, "sent before the caller went on").to.deep.equal(["one"]);
     const { item, created } = await pending;
@@ -75,7 +75,7 @@ describe("group insert of queued submits", function () {
   });
 
   it("groups the submits that arrive while two inserts are on their way, in arrival order", async () => {
-    const batcher = new SubmitBatcher(store);
+    const batcher = new SubmitBatcher(queue);
     const results = await Promise.all(Array.from({ length: 7 }, (_, i) => batcher.submit(cat(`${i}`, { priority: i % 2 }))));
     expect(statements).to.deep.equal(["one", "one", "many 5"]);
     expect(results.every((r) => r.created && r.item.state === "queued")).to.equal(true);
@@ -87,7 +87,7 @@ describe("group insert of queued submits", function () {
   });
 
   it("gives an entry whose key is taken (before, or earlier in its group) the key's holder, created once", async () => {
-    const batcher = new SubmitBatcher(store);
+    const batcher = new SubmitBatcher(queue);
     const held = await batcher.submit(cat("first", { idempotencyKey: "held" }));
     await new Promise((r) => setImmediate(r)); // its insert is over
     statements.length = 0;
@@ -108,7 +108,7 @@ describe("group insert of queued submits", function () {
   });
 
   it("sends every entry of a failed group statement again on its own: only the bad one fails", async () => {
-    const batcher = new SubmitBatcher(store);
+    const batcher = new SubmitBatcher(queue);
     const bad: NormalizedSubmit = { ...cat("bad"), maxAttempts: 0 }; // the table's CHECK refuses it
     const leads = [batcher.submit(cat("lead 1")), batcher.submit(cat("lead 2"))];
     const results = await Promise.allSettled([...leads, batcher.submit(cat("ok 1")), batcher.submit(bad), batcher.submit(cat("ok 2"))]);
@@ -118,7 +118,7 @@ describe("group insert of queued submits", function () {
   });
 
   it("fails every entry of a group statement whose answer never came (it may have committed): none is sent again", async () => {
-    const batcher = new SubmitBatcher(store);
+    const batcher = new SubmitBatcher(queue);
     breakGroups = true;
     const leads = [batcher.submit(cat("lead 1")), batcher.submit(cat("lead 2"))];
     const results = await Promise.allSettled([...leads, batcher.submit(cat("lost 1")), batcher.submit(cat("lost 2"))]);

@@ -24,7 +24,7 @@ import {
   type ExecRunOptions,
   type QueueItem,
 } from "../../src/dispatcher/index.js";
-import { Events } from "../../src/shared/events.js";
+import { Events } from "../../src/shared/typed-events.js";
 import { awaitCondition, EventMonitor, type WakeSource } from "../support/event-monitor.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { release, track } from "../../harness/resources.js";

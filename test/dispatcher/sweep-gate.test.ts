@@ -1,5 +1,5 @@
 import { expect } from "chai";
-import { SweepGate } from "../../src/dispatcher/sweep-gate.js";
+import { SweepGate } from "../../src/dispatcher/claims/housekeeping.js";
 
 describe("SweepGate", () => {
   it("allows a sweep only after the stale threshold since start", () => {

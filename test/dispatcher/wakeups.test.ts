@@ -79,8 +79,8 @@ describe("dispatcher wakeups (LISTEN/NOTIFY)", function () {
     // B has capacity: every notification may have queued something it could claim, so a
     // woken pass asks Postgres. Count those statements.
     const claimsAt: number[] = [];
-    const claim = b.store.claim.bind(b.store);
-    b.store.claim = (...args) => {
+    const claim = b.queue.claim.bind(b.queue);
+    b.queue.claim = (...args) => {
       claimsAt.push(performance.now());
       return claim(...args);
     };
@@ -88,7 +88,7 @@ describe("dispatcher wakeups (LISTEN/NOTIFY)", function () {
     // 40 commits 2 ms apart, each one NOTIFY; the queue stays empty.
     await pool.query(Array.from({ length: 40 }, () => "BEGIN; SELECT pg_notify('slotbroker_queue', 'queued'), pg_sleep(0.002); COMMIT;").join(" "));
     await passes.awaitCount(1);
-    b.store.claim = claim;
+    b.queue.claim = claim;
     expect(claimsAt.length, "claims started by the burst").to.be.within(1, 39);
     for (let i = 1; i < claimsAt.length; i++) expect(claimsAt[i]! - claimsAt[i - 1]!, `gap before claim ${i} of ${claimsAt.length}`).to.be.at.least(8);
     await release(a);

@@ -6,7 +6,7 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { fylrConfigSchema } from "../../src/app/index.js";
 import { execserverConfigSchema } from "../../src/execserver/index.js";
-import { schemaKeys, type SchemaKey } from "../../src/shared/config-schema.js";
+import { schemaKeys, type SchemaKey } from "../../src/shared/config-parsing.js";
 import { root } from "../integration/support.js";
 
 const guide = readFileSync(join(root, "docs", "operator-guide.md"), "utf8");

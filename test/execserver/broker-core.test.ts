@@ -12,7 +12,7 @@ import {
 import { BrokerCore, ClientConnection, type CoreEffects, type JobRecord, type OfferOutcome } from "../../src/execserver/broker-core.js";
 import { compileExecserverConfig } from "../../src/execserver/config.js";
 import { SlotLedger } from "../../src/execserver/slot-ledger.js";
-import { helloFrame, OfferEncoder } from "../../src/execserver/wire.js";
+import { helloFrame, OfferEncoder } from "../../src/execserver/frames.js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 
 // The broker core driven directly, with a hand-cranked clock and effects that only record.

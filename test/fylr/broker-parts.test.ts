@@ -1,10 +1,8 @@
 import { expect } from "chai";
 import { create } from "@bufbuild/protobuf";
 import { HelloSchema, type Hello } from "../../gen/slotbroker/v1/broker_pb.js";
-import { ParkedWants } from "../../src/fylr/broker/parked-wants.js";
-import { ReconnectBackoff } from "../../src/fylr/broker/reconnect-backoff.js";
-import { listedAnywhere, unknownServiceError, type ListingConnection } from "../../src/fylr/broker/service-listing.js";
-import { StartupGrace } from "../../src/fylr/broker/startup-grace.js";
+import { ParkedWants, ReconnectBackoff } from "../../src/fylr/broker/connection-state.js";
+import { listedAnywhere, unknownServiceError, type ListingConnection, StartupGrace } from "../../src/fylr/broker/service-listing.js";
 import { RaceBook, WantRace } from "../../src/fylr/broker/want-race.js";
 
 const hello = (services: Record<string, string>, draining = false): Hello => create(HelloSchema, { instanceId: "i", services, draining });

@@ -6,7 +6,7 @@ import type { AddressInfo } from "node:net";
 import { Readable, Writable } from "node:stream";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
 import { execBackend } from "../../src/app/exec-adapters.js";
-import { splitHostPort } from "../../src/shared/config.js";
+import { splitHostPort } from "../../src/shared/config-parsing.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { startReplica, stopReplica, type FylrReplica } from "../support/fylr-replica.js";
 import { release } from "../../harness/resources.js";

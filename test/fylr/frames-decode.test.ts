@@ -5,7 +5,7 @@ import {
   HelloSchema,
   type ConnectResponse,
 } from "../../gen/slotbroker/v1/broker_pb.js";
-import { OfferEncoder } from "../../src/execserver/wire.js";
+import { OfferEncoder } from "../../src/execserver/frames.js";
 import { decodeConnectResponseFast } from "../../src/fylr/broker/frames-decode.js";
 import { corrupt, expectAgreement, Rand, randomReceipt, type Agreement } from "../support/fuzz-frames.js";
 

@@ -10,7 +10,7 @@ import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/
 import { inState, watchUntil } from "../support/watch-item.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, fastFylrConfig, openPool, spawnFylr, type FylrProcess } from "./support.js";
-import type { FylrPageData } from "../../src/status/index.js";
+import type { FylrPageData } from "../../src/status-pages/index.js";
 
 interface Row {
   id: string;

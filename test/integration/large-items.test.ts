@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { expect } from "chai";
 import type pg from "pg";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
-import { parseByteSize } from "../../src/shared/config.js";
+import { parseByteSize } from "../../src/shared/config-parsing.js";
 import { freePort } from "../../src/shared/free-port.js";
 import { slotbrokerArgs } from "../../harness/node-children.js";
 import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";

@@ -8,7 +8,7 @@ import {
   type GetStatusResponse,
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { addReflection, bindServer, grpcClientConstructor, grpcServiceDefinition } from "../../src/shared/grpc.js";
-import { applyEnvOverrides, parseConfig, durationMs, splitHostPort } from "../../src/shared/config.js";
+import { applyEnvOverrides, parseConfig, durationMs, splitHostPort } from "../../src/shared/config-parsing.js";
 import { parseDuration } from "../../src/shared/duration.js";
 import { z } from "zod";
 import { createTestDatabase } from "../support/postgres.js";

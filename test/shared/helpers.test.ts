@@ -1,9 +1,9 @@
 import { expect } from "chai";
 import { PassThrough, Writable } from "node:stream";
 import { Code, SlotbrokerError } from "../../src/shared/errors.js";
-import { Events } from "../../src/shared/events.js";
+import { Events } from "../../src/shared/typed-events.js";
 import { IllegalTransitionError, Transitions } from "../../src/shared/lifecycle.js";
-import { lengthFieldSize, stringFieldSize, varintSize, writeVarint } from "../../src/shared/proto-wire.js";
+import { lengthFieldSize, stringFieldSize, varintSize, writeVarint } from "../../src/shared/protobuf-wire.js";
 import { retry, retryDelayMs } from "../../src/shared/retry.js";
 import { drained } from "../../src/shared/streams.js";
 

@@ -3,7 +3,7 @@
  * every occurrence of one event from the moment it is made, so an event that fires before
  * the test gets to `awaitNext` is not missed.
  */
-import type { EventMap, Events } from "../../src/shared/events.js";
+import type { EventMap, Events } from "../../src/shared/typed-events.js";
 
 /** Follows one event of an Events instance. */
 export class EventMonitor<M extends EventMap<M>, K extends keyof M> {

@@ -10,7 +10,7 @@
  *   tls: { certFile, keyFile, clientCaFile }
  */
 import { z } from "zod";
-import { durationMs, isLoopbackHost, splitHostPort } from "../../shared/config.js";
+import { durationMs, isLoopbackHost, splitHostPort } from "../../shared/config-parsing.js";
 import { ConfigError } from "../../shared/errors.js";
 import type { ClientRule } from "./client-certs.js";
 import { scopes as scopeNames, type Scope } from "./scopes.js";

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import { describeIssues } from "../../shared/config.js";
+import { describeIssues } from "../../shared/config-parsing.js";
 import { ConfigError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import type { ApiAuthConfig } from "./config.js";

@@ -1,24 +1,21 @@
-import type { Offer, Position, Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { RejectCode } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { randomBytes } from "node:crypto";
+import { RejectCode, type Offer, type Position, type Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
-import { Events } from "../../shared/events.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
+import { Events } from "../../shared/typed-events.js";
+import { Acquisition, type AcquiredSlot } from "./acquisition.js";
 import { currentTlsMaterial } from "./channel-setup.js";
 import type { BrokerConfig } from "./config.js";
 import type { BrokerConnection } from "./connection.js";
-import type { ParkedWantInfo } from "./connection-options.js";
-import { NoSlotError, JobRejectedError } from "./errors.js";
-import { Acquisition, type AcquiredSlot } from "./acquisition.js";
-import { JobIds } from "./job-ids.js";
+import type { ParkedWantInfo } from "./connection-state.js";
+import { JobRejectedError, NoSlotError } from "./errors.js";
+import type { BrokerClientEvents, BrokerClientStats } from "./events.js";
 import { PolledSlot } from "./polled-slot.js";
-import { TokenPolls } from "./token-polls.js";
 import { AddressPool, type BrokerInstance, type PoolPolling } from "./pool.js";
 import { RunningJobs } from "./running-jobs.js";
-import { listedAnywhere, unknownServiceError } from "./service-listing.js";
-import { Slot, emptyReceipt } from "./slot.js";
-import type { BrokerClientEvents, BrokerClientStats } from "./events.js";
-import { StartupGrace } from "./startup-grace.js";
-import { UnwantQueue } from "./unwant-queue.js";
+import { listedAnywhere, StartupGrace, unknownServiceError } from "./service-listing.js";
+import { emptyReceipt, Slot } from "./slot.js";
+import { TokenPolls } from "./token-polls.js";
 import { RaceBook } from "./want-race.js";
 
 export type { AcquiredSlot } from "./acquisition.js";
@@ -361,5 +358,66 @@ export class BrokerClient {
   private instancesChanged(): void {
     this.snapshot = undefined;
     this.events.emit("instances");
+  }
+}
+
+/**
+ * The job ids of one broker client: a random per-client prefix plus a counter. Unique among
+ * this client's jobs without a crypto call per acquire (randomFillSync showed up in the
+ * cycle profile).
+ */
+class JobIds {
+  private readonly prefix = randomBytes(9).toString("base64url");
+  private serial = 0;
+
+  /** A job id not handed out before by this generator. */
+  next(): string {
+    return `${this.prefix}.${(++this.serial).toString(36)}`;
+  }
+}
+
+/**
+ * The losers' wants of won races, withdrawn after a short grace (see unwantGrace in the
+ * config): an offer already in flight from another execserver arrives meanwhile and gets a
+ * DECLINE, which its execserver counts, instead of vanishing in a silent UNWANT. One queue
+ * and one timer for all of them, flushed in order.
+ */
+class UnwantQueue {
+  private readonly entries: { conn: BrokerConnection; jobId: string; at: number }[] = [];
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly graceMs: number) {}
+
+  /** UNWANTs `jobId` on `conns` after the grace (at once when it is 0). */
+  add(conns: readonly BrokerConnection[], jobId: string): void {
+    if (conns.length === 0) return;
+    if (this.graceMs <= 0) {
+      for (const conn of conns) conn.unwant(jobId);
+      return;
+    }
+    const at = Date.now() + this.graceMs;
+    for (const conn of conns) this.entries.push({ conn, jobId, at });
+    this.timer ??= setTimeout(() => this.flushDue(), this.graceMs);
+  }
+
+  /** Sends every queued UNWANT now and stops the timer (closing). */
+  flushAll(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    for (const { conn, jobId } of this.entries.splice(0)) conn.unwant(jobId);
+  }
+
+  private flushDue(): void {
+    this.timer = undefined;
+    const now = Date.now();
+    let due = 0;
+    while (due < this.entries.length && this.entries[due]!.at <= now) {
+      const { conn, jobId } = this.entries[due++]!;
+      // A surplus offer that arrived meanwhile already took the want off this connection.
+      conn.unwant(jobId);
+    }
+    this.entries.splice(0, due);
+    const next = this.entries[0];
+    if (next) this.timer = setTimeout(() => this.flushDue(), Math.max(1, next.at - now));
   }
 }

@@ -1,10 +1,10 @@
 import { hostname } from "node:os";
 import { z } from "zod";
-import { durationMs, listenAddress, parseConfig } from "../../shared/config.js";
+import { durationMs, listenAddress, parseConfig } from "../../shared/config-parsing.js";
 import { formatDuration } from "../../shared/duration.js";
 import { ConfigError } from "../../shared/errors.js";
 import type { BrokerTlsOptions } from "./channel-setup.js";
-import { defaultConnectionTimings as timing, type ConnectionTimings } from "./connection-options.js";
+import { defaultConnectionTimings as timing, type ConnectionTimings } from "./connection.js";
 import type { GrowthPolicy } from "./pool-policy.js";
 
 /** How the fylr treats an address that does not serve BrokerService. */

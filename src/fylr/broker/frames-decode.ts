@@ -1,10 +1,10 @@
 import type { ConnectResponse, Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { bail, ended, lenTag, readDuration, readNonce, tryDecode, varintTag, type WireReader } from "../../shared/proto-read.js";
+import { bail, ended, lenTag, readDuration, readNonce, tryDecode, varintTag, type WireReader } from "../../shared/protobuf-wire.js";
 
 // The frames a fylr receives per job, OFFER and DONE (and PONG), are decoded by hand:
 // protobuf-es's reflective decoder costs several microseconds per frame on the grant
 // path. HELLO, POSITION, REJECT, OFFER_EXPIRED and anything unexpected are left to
-// protobuf-es (see shared/proto-read.ts), so both always agree.
+// protobuf-es (see shared/protobuf-wire.ts), so both always agree.
 
 /** The ConnectResponse in `bytes`, or undefined when protobuf-es must decode it. */
 export function decodeConnectResponseFast(bytes: Uint8Array): ConnectResponse | undefined {

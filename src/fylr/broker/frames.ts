@@ -18,7 +18,7 @@ import {
   writeLengthPrefix,
   writeStringField,
   writeVarint,
-} from "../../shared/proto-wire.js";
+} from "../../shared/protobuf-wire.js";
 
 // The frames a fylr sends per want and per job are encoded by hand straight into one
 // Buffer instead of building message objects per frame (WANT/UNWANT go out by the
@@ -30,7 +30,7 @@ import {
 //   query   = 6 LEN Query   { job_id = 1 LEN }
 //   cancel  = 7 LEN Cancel  { job_id = 1 LEN }
 // Empty strings are left out, as proto3 does; a sub-message is written even when empty.
-// The varint and field helpers are shared with the execserver's OFFER (src/shared/proto-wire.ts).
+// The varint and field helpers are shared with the execserver's OFFER (src/shared/protobuf-wire.ts).
 
 /** A hand-encoded ConnectRequest carrying a Want. */
 export function encodeWant(jobId: string, service: string, priority: number): Buffer {

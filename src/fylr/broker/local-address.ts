@@ -1,7 +1,7 @@
 import { createSocket } from "node:dgram";
 import { isIP } from "node:net";
 import * as grpc from "@grpc/grpc-js";
-import { splitHostPort } from "../../shared/config.js";
+import { splitHostPort } from "../../shared/config-parsing.js";
 
 /** This side's address of a connection, and how it was found. */
 export interface LocalAddress {

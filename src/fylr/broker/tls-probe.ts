@@ -1,6 +1,6 @@
 import { isIP } from "node:net";
 import * as tls from "node:tls";
-import { splitHostPort } from "../../shared/config.js";
+import { splitHostPort } from "../../shared/config-parsing.js";
 import { readTlsMaterial, type BrokerTlsOptions } from "./channel-setup.js";
 
 // Alerts a server sends when it refuses the client's certificate (RFC 8446 §6.2).

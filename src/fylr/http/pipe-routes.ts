@@ -1,4 +1,4 @@
-import { trustBody } from "../../shared/body-deadlines.js";
+import { trustBody } from "../../shared/http-deadlines.js";
 import type { Logger } from "../../shared/log.js";
 import { abortError, type PipeRegistry } from "../pipes/index.js";
 import type { RawCall, RawRoute } from "./http-types.js";

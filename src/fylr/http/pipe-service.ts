@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ConnectRouter, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { PipeService, type WriteRequest } from "../../../gen/slotbroker/v1/pipe_pb.js";
-import { trustBody } from "../../shared/body-deadlines.js";
+import { trustBody } from "../../shared/http-deadlines.js";
 import { toConnectError } from "../../shared/errors.js";
 import { PipeError, type PipeRegistry } from "../pipes/index.js";
 import { nodeRequestKey } from "./node-request.js";

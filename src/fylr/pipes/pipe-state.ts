@@ -1,4 +1,4 @@
-import { Events } from "../../shared/events.js";
+import { Events } from "../../shared/typed-events.js";
 import { Transitions } from "../../shared/lifecycle.js";
 import type { Logger } from "../../shared/log.js";
 import { PipeError } from "./errors.js";

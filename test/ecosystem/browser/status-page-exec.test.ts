@@ -4,7 +4,7 @@ import { expect } from "chai";
 import type { Browser, Page } from "playwright-core";
 import { BrokerService, ConnectRequestSchema, type ConnectRequest, type ConnectResponse, type GetStatusResponse } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { grpcClientConstructor } from "../../../src/shared/grpc.js";
-import { jainIndex, type StatusViewJson } from "../../../src/status/index.js";
+import { jainIndex, type StatusViewJson } from "../../../src/status-pages/index.js";
 import { BrokerStream, closeLater, eventually, releaseAll } from "../../execserver/support/broker-stream.js";
 import { startTestServer } from "../../execserver/support/server.js";
 import { release, track } from "../../../harness/resources.js";

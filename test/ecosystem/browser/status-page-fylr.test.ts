@@ -6,7 +6,7 @@ import { ItemState } from "../../../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient, type QueueClient } from "../../../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrConfigInput, type FylrHandle } from "../../../src/app/index.js";
 import type { ExecserverHandle } from "../../../src/app/execserver.js";
-import type { FylrPageData } from "../../../src/status/index.js";
+import type { FylrPageData } from "../../../src/status-pages/index.js";
 import { closeLater, eventually, releaseAll } from "../../execserver/support/broker-stream.js";
 import { startTestServer } from "../../execserver/support/server.js";
 import { createTestDatabase } from "../../support/postgres.js";

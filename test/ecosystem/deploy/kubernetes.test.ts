@@ -17,7 +17,7 @@ import { parse, parseAllDocuments } from "yaml";
 import { ItemState } from "../../../gen/slotbroker/v1/queue_pb.js";
 import { compileFylrConfig, type FylrConfigInput } from "../../../src/app/index.js";
 import { compileExecserverConfig, type ExecserverConfigInput } from "../../../src/execserver/index.js";
-import { splitHostPort } from "../../../src/shared/config.js";
+import { splitHostPort } from "../../../src/shared/config-parsing.js";
 import { requireTool } from "../../../harness/system-tools.js";
 import { spawnExecserver, stopExecserver, waitFor } from "../../../harness/execserver-process.js";
 import { inState, watchUntil } from "../../support/watch-item.js";

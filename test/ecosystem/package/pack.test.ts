@@ -105,7 +105,7 @@ describe("the packed package, installed outside the checkout", function () {
     const [info] = JSON.parse(packed.stdout.slice(packed.stdout.indexOf("["))) as { filename: string; files: { path: string }[] }[];
     tarball = join(dir, info!.filename);
     const files = info!.files.map((f) => f.path);
-    expect(files).to.include("dist/src/cli.js").and.to.include("dist/src/dispatcher/migrations/0001_queue.sql");
+    expect(files).to.include("dist/src/cli.js").and.to.include("dist/src/dispatcher/queue/migrations/0001_queue.sql");
     expect(files.filter((f) => f.endsWith(".ts")), "no TypeScript in the package").to.deep.equal([]);
     expect(files.filter((f) => /^(test|bench|load|src)\//.test(f))).to.deep.equal([]);
     app = join(dir, "app");

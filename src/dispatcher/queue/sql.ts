@@ -1,0 +1,407 @@
+/**
+ * Every runtime query of the dispatcher, one named constant per purpose, `$n` parameters.
+ * Durations are passed in milliseconds and scaled in SQL; all times are the database's
+ * `now()`, so fylrs with skewed clocks still agree on staleness and start_after.
+ *
+ * Owner writes are fenced: `WHERE id = $1 AND claimed_by = $2 AND lease = $3` plus a held
+ * state. A write from an older claim (requeued since, or claimed again by anyone) matches
+ * no row, and the caller logs the refusal.
+ */
+
+/**
+ * Submit. $1 kind, $2 priority, $3 payload, $4 start_after (null = now), $5 max_attempts,
+ * $6 idempotency_key, $7 the submitting fylr when it may claim the item directly (else null).
+ * Empty result = key taken.
+ *
+ * With $7 the item is inserted already claimed by that fylr (lease 1, attempts 1,
+ * claimed_at: what a claim writes) when the claim's own rules hold at this statement: the
+ * item is exec-bound and eligible now, the fylr has a row (one declared dead claims
+ * nothing), and no eligible exec item of its priority or higher is queued (it never goes
+ * ahead of older work). Otherwise it is queued, exactly as without $7.
+ */
+export const insertItem = `
+INSERT INTO queue_items (kind, priority, payload, start_after, max_attempts, idempotency_key,
+                         state, claimed_by, lease, attempts, claimed_at)
+SELECT $1::text, $2::integer, $3::jsonb, d.start_after, $5::integer, $6::text,
+       CASE WHEN d.direct THEN 'claimed' ELSE 'queued' END,
+       CASE WHEN d.direct THEN $7::text END,
+       CASE WHEN d.direct THEN 1 ELSE 0 END,
+       CASE WHEN d.direct THEN 1 ELSE 0 END,
+       CASE WHEN d.direct THEN now() END
+FROM (
+  SELECT s.start_after,
+         $7::text IS NOT NULL AND $1::text = 'exec' AND s.start_after <= now()
+           AND EXISTS (SELECT 1 FROM fylrs WHERE id = $7::text)
+           AND NOT EXISTS (
+             SELECT 1 FROM queue_items q
+             WHERE q.state = 'queued' AND q.kind = 'exec' AND q.priority >= $2::integer AND q.start_after <= now()
+           ) AS direct
+  FROM (SELECT coalesce($4::timestamptz, now()) AS start_after) s
+) d
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *`;
+
+/**
+ * Submits queued together (group insert). Arrays of equal length, in arrival order: $1 ids
+ * (chosen by the caller, to tell the returned rows apart), $2 kinds, $3 priorities, $4
+ * payloads, $5 start_after (null = now), $6 max_attempts, $7 idempotency keys. Inserted in
+ * that order (seq follows it); an entry whose key is taken (also by an earlier entry of the
+ * same batch) is not inserted and returns no row.
+ */
+export const insertQueuedItems = `
+INSERT INTO queue_items (id, kind, priority, payload, start_after, max_attempts, idempotency_key)
+SELECT s.id, s.kind, s.priority, s.payload, coalesce(s.start_after, now()), s.max_attempts, s.idempotency_key
+FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[], $6::integer[], $7::text[])
+  WITH ORDINALITY AS s(id, kind, priority, payload, start_after, max_attempts, idempotency_key, n)
+ORDER BY s.n
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *`;
+
+/** The item holding an idempotency key. $1 key. */
+export const selectItemByKey = `SELECT * FROM queue_items WHERE idempotency_key = $1`;
+
+/** One item. $1 id. */
+export const selectItem = `SELECT * FROM queue_items WHERE id = $1`;
+
+/**
+ * Claim up to $4 queued items of kind $2 with priority ≥ $3 whose start_after has come,
+ * in claim order, for fylr $1. SKIP LOCKED lets concurrent claimers take disjoint rows
+ * without waiting; each claim bumps the lease and counts an attempt. A fylr without a row
+ * (declared dead and not yet back) claims nothing: its claims would be orphans at once.
+ */
+export const claimItems = `
+WITH ${claimCtes("$1", "$2", "$3", "$4")}
+SELECT * FROM claimed`;
+
+/**
+ * The claim of claimItems as two CTEs, `next` and `claimed` (the claimed rows), so a
+ * completion can carry it (group-commit.ts). Arguments are SQL expressions: the fylr, the
+ * kind, the lowest priority, the limit.
+ */
+export function claimCtes(fylr: string, kind: string, minPriority: string, limit: string): string {
+  return `next AS (
+  SELECT id FROM queue_items
+  WHERE state = 'queued' AND kind = ${kind} AND priority >= ${minPriority} AND start_after <= now()
+    AND EXISTS (SELECT 1 FROM fylrs WHERE id = ${fylr})
+  ORDER BY priority DESC, start_after, seq
+  LIMIT ${limit}
+  FOR UPDATE SKIP LOCKED
+), claimed AS (
+  UPDATE queue_items q
+  SET state = 'claimed', claimed_by = ${fylr}, lease = q.lease + 1, attempts = q.attempts + 1,
+      claimed_at = now(), updated_at = now()
+  FROM next
+  WHERE q.id = next.id
+  RETURNING q.*
+)`;
+}
+
+/**
+ * Claim local items for fylr $1 in one statement, honouring the high-priority reserve of
+ * the local semaphore: up to $3 items (all free permits) in claim order, of which items
+ * with priority < $2 ("normal") only as many as $4 (the permits normal items may take)
+ * minus the high-priority items taken along — the same rule LocalPermits applies, so every
+ * claimed item gets its permit. Candidates locked but not chosen are unlocked when the
+ * statement ends. Local items start at once, so they go straight to 'running'.
+ */
+export const claimLocalItems = `
+WITH candidates AS (
+  SELECT id, priority, start_after, seq FROM queue_items
+  WHERE state = 'queued' AND kind = 'local' AND start_after <= now()
+    AND EXISTS (SELECT 1 FROM fylrs WHERE id = $1)
+  ORDER BY priority DESC, start_after, seq
+  LIMIT $3
+  FOR UPDATE SKIP LOCKED
+), ranked AS (
+  SELECT id, priority >= $2 AS high,
+         row_number() OVER (PARTITION BY priority >= $2 ORDER BY priority DESC, start_after, seq) AS n,
+         count(*) FILTER (WHERE priority >= $2) OVER () AS highs
+  FROM candidates
+)
+UPDATE queue_items q
+SET state = 'running', claimed_by = $1, lease = q.lease + 1, attempts = q.attempts + 1,
+    claimed_at = now(), updated_at = now()
+FROM ranked
+WHERE q.id = ranked.id AND (ranked.high OR ranked.n <= $4 - ranked.highs)
+RETURNING q.*`;
+
+/** The claim query's SELECT alone, for EXPLAIN in tests. Same parameters minus $1. */
+export const explainClaimPath = `
+EXPLAIN SELECT id FROM queue_items
+WHERE state = 'queued' AND kind = $1 AND priority >= $2 AND start_after <= now()
+ORDER BY priority DESC, start_after, seq
+LIMIT $3
+FOR UPDATE SKIP LOCKED`;
+
+/** claimed → running (the slot came). Fenced: $1 id, $2 claimed_by, $3 lease. */
+export const markRunning = `
+UPDATE queue_items SET state = 'running', updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state = 'claimed'
+RETURNING state`;
+
+/**
+ * claimed → running for a batch of items, each fenced by its own (id, claimed_by, lease).
+ * Arrays of equal length: $1 ids, $2 owners, $3 leases. Returns the written entries' positions
+ * (1-based) in the arrays.
+ */
+export const markRunningMany = `
+UPDATE queue_items q SET state = 'running', updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::bigint[]) WITH ORDINALITY AS m(id, claimed_by, lease, n)
+WHERE q.id = m.id AND q.claimed_by = m.claimed_by AND q.lease = m.lease AND q.state = 'claimed'
+RETURNING m.n`;
+
+/**
+ * → succeeded. Fenced ($1–$3); $4 result, $5 output (whole, or the first bytes of a stored
+ * one), $6 output_blob, $7 output_size, $8 output_sha256. Recording output_blob adopts the
+ * stored output (trigger of migration 0004).
+ */
+export const completeItem = `
+UPDATE queue_items
+SET state = 'succeeded', result = $4, output = $5, output_blob = $6, output_size = $7, output_sha256 = $8,
+    error = NULL, finished_at = now(), updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
+RETURNING state`;
+
+/**
+ * → succeeded for a batch of items, each fenced by its own (id, claimed_by, lease). Arrays
+ * of equal length: $1 ids, $2 owners, $3 leases, $4 results, $5 outputs, $6 output blobs,
+ * $7 output sizes, $8 output digests. Returns the (id, lease) pairs that were written; the
+ * others were refused by the fence.
+ */
+export const completeItems = `
+UPDATE queue_items q
+SET state = 'succeeded', result = c.result, output = c.output, output_blob = c.output_blob, output_size = c.output_size,
+    output_sha256 = c.output_sha256, error = NULL, finished_at = now(), updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::jsonb[], $5::bytea[], $6::uuid[], $7::bigint[], $8::text[])
+  AS c(id, claimed_by, lease, result, output, output_blob, output_size, output_sha256)
+WHERE q.id = c.id AND q.claimed_by = c.claimed_by AND q.lease = c.lease AND q.state IN ('claimed', 'running')
+RETURNING q.id, q.lease`;
+
+/**
+ * A failed attempt. Fenced ($1–$3); $4 result, $5 error, $6 retry delay ms, $7 permanent.
+ * With attempts left and not permanent: back to queued after the delay. Otherwise: failed.
+ * A cancel asked for meanwhile wins over both: cancelled.
+ */
+export const failAttempt = `
+UPDATE queue_items
+SET state       = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                       WHEN attempts < max_attempts AND NOT $7::boolean THEN 'queued' ELSE 'failed' END,
+    claimed_by  = CASE WHEN attempts < max_attempts AND NOT $7::boolean AND cancel_requested_at IS NULL THEN NULL ELSE claimed_by END,
+    start_after = CASE WHEN attempts < max_attempts AND NOT $7::boolean AND cancel_requested_at IS NULL
+                       THEN now() + $6::double precision * interval '1 millisecond' ELSE start_after END,
+    finished_at = CASE WHEN attempts < max_attempts AND NOT $7::boolean AND cancel_requested_at IS NULL THEN NULL ELSE now() END,
+    result = $4, error = $5, updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
+RETURNING state`;
+
+/**
+ * Give an item back without spending its attempt: no slot in time ($4 = one minute), or
+ * stopped before it could finish ($4 = 0). Fenced ($1–$3). An item whose cancel was asked
+ * for is cancelled instead: it never goes back to the queue.
+ */
+export const releaseItem = `
+UPDATE queue_items
+SET state       = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
+    claimed_by  = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE claimed_by END,
+    attempts    = CASE WHEN cancel_requested_at IS NULL THEN greatest(attempts - 1, 0) ELSE attempts END,
+    finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE now() END,
+    error       = CASE WHEN cancel_requested_at IS NULL THEN error ELSE 'cancelled by request' END,
+    start_after = now() + $4::double precision * interval '1 millisecond', updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
+RETURNING state`;
+
+/**
+ * A held item ends cancelled (its job stopped on request). Fenced ($1–$3); $4 result (the
+ * receipts, the stopped job's included), $5 error. An item of this claim that a Cancel
+ * already ended while it was 'claimed' (its job had started but was not yet written
+ * running, dispatcher.runningMarkDelay) gets the receipts it has none of; its end time stays.
+ */
+export const finishCancelled = `
+UPDATE queue_items
+SET state = 'cancelled', result = $4, error = $5, cancel_requested_at = coalesce(cancel_requested_at, now()),
+    finished_at = CASE WHEN state = 'cancelled' THEN finished_at ELSE now() END, updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND lease = $3
+  AND (state IN ('claimed', 'running')
+       OR (state = 'cancelled' AND result IS NULL AND jsonb_array_length($4::jsonb -> 'calls') > 0))
+RETURNING state`;
+
+/**
+ * Cancel. $1 id. A queued or claimed item becomes 'cancelled' at once; a running one gets
+ * cancel_requested_at (kept from a first request). The row lock orders this against a
+ * claim, a completion or another cancel of the same row: each sees the other's result.
+ * Held items notify "cancel <id>" so the fylr holding it (whichever that is) stops it.
+ * No row: unknown, or already finished (the caller reads the state to say which).
+ */
+export const cancelItem = `
+WITH target AS (
+  SELECT id, state FROM queue_items WHERE id = $1 FOR UPDATE
+), changed AS (
+  UPDATE queue_items q
+  SET state               = CASE WHEN t.state = 'running' THEN 'running' ELSE 'cancelled' END,
+      finished_at         = CASE WHEN t.state = 'running' THEN q.finished_at ELSE now() END,
+      error               = CASE WHEN t.state = 'running' THEN q.error ELSE 'cancelled by request' END,
+      cancel_requested_at = coalesce(q.cancel_requested_at, now()),
+      updated_at          = now()
+  FROM target t
+  WHERE q.id = t.id AND t.state IN ('queued', 'claimed', 'running')
+  RETURNING q.*, t.state AS previous_state
+)
+SELECT changed.*,
+       CASE WHEN previous_state IN ('claimed', 'running') THEN pg_notify('slotbroker_queue', 'cancel ' || id) END AS notified
+FROM changed`;
+
+/**
+ * Held items whose cancel was asked for longer than $1 ms ago and never settled (their
+ * fylr is gone or its execserver never answered): cancelled now, by any fylr.
+ */
+export const cancelOverdue = `
+UPDATE queue_items
+SET state = 'cancelled', finished_at = now(), updated_at = now(),
+    error = 'cancelled by request; the job was not confirmed stopped within the cancel bound'
+WHERE cancel_requested_at IS NOT NULL AND state IN ('claimed', 'running')
+  AND cancel_requested_at < now() - $1::double precision * interval '1 millisecond'
+RETURNING id`;
+
+/** Of the items with these ids ($1 uuid[]), those cancelled or with a cancel pending: the holder's check. */
+export const cancelledAmong = `
+SELECT id FROM queue_items
+WHERE id = ANY($1::uuid[]) AND (state = 'cancelled' OR cancel_requested_at IS NOT NULL)`;
+
+/**
+ * Retry. $1 id. A failed or cancelled item goes back to the queue with fresh attempts; the
+ * results, output and stored outputs of its earlier run go (an uploaded input stays: the
+ * item reads it again). No row: unknown, or not failed/cancelled.
+ */
+export const retryItem = `
+WITH target AS (
+  SELECT id FROM queue_items WHERE id = $1 AND state IN ('failed', 'cancelled') FOR UPDATE
+), dropped AS (
+  DELETE FROM blobs b USING target WHERE b.item_id = target.id AND b.role <> 'input'
+)
+UPDATE queue_items q
+SET state = 'queued', claimed_by = NULL, attempts = 0, start_after = now(), finished_at = NULL,
+    result = NULL, output = NULL, output_blob = NULL, output_size = NULL, output_sha256 = NULL,
+    error = NULL, cancel_requested_at = NULL, updated_at = now()
+FROM target
+WHERE q.id = target.id
+RETURNING q.*`;
+
+/**
+ * Delete. $1 id. Only a finished item; its stored inputs and outputs go with it (ON DELETE
+ * CASCADE). Returns the number of items deleted and of blobs they owned.
+ */
+export const deleteItem = `
+WITH gone AS (
+  DELETE FROM queue_items WHERE id = $1 AND state IN ('succeeded', 'failed', 'cancelled') RETURNING id
+)
+SELECT (SELECT count(*) FROM gone)::int AS items,
+       (SELECT count(*) FROM blobs b WHERE b.item_id IN (SELECT id FROM gone))::int AS blobs`;
+
+/** Register a fylr. $1 id, $2 hostname, $3 pid, $4 api_url, $5 version. */
+export const registerFylr = `
+INSERT INTO fylrs (id, hostname, pid, api_url, version) VALUES ($1, $2, $3, $4, $5)`;
+
+/** Whether migration $1 is applied. */
+export const migrationApplied = `SELECT EXISTS (SELECT 1 FROM slotbroker_migrations WHERE version = $1) AS found`;
+
+/** Heartbeat. $1 id. No row: a sibling declared this fylr dead and removed it. */
+export const heartbeatFylr = `UPDATE fylrs SET heartbeat_at = now() WHERE id = $1`;
+
+/** Goodbye on graceful stop; any claims left behind become orphans at once. $1 id. */
+export const deregisterFylr = `DELETE FROM fylrs WHERE id = $1`;
+
+/**
+ * The survivors' sweep. $1 stale threshold ms, $2 this fylr's id.
+ *
+ * Removes fylr rows whose heartbeat is older than the threshold, and in the same statement
+ * requeues every held item whose owner has no fresh row (stale, removed now, or gone
+ * already) — except this fylr's own. An item that has used its last attempt is failed
+ * instead, so an item that crashes its fylr cannot loop forever.
+ *
+ * Safe under concurrency: the DELETE holds the stale rows' locks, so a paused owner's
+ * heartbeat waits and then finds its row gone (and learns it was declared dead); a second
+ * sweeper waits on the item rows, re-checks `state` after the first commits and skips
+ * them. Nothing is requeued twice.
+ */
+export const reapStale = `
+WITH dead AS (
+  DELETE FROM fylrs
+  WHERE heartbeat_at < now() - $1::double precision * interval '1 millisecond' AND id <> $2
+  RETURNING id
+), stale AS (
+  SELECT q.id, q.claimed_by AS owner FROM queue_items q
+  WHERE q.state IN ('claimed', 'running') AND q.claimed_by <> $2
+    AND NOT EXISTS (
+      SELECT 1 FROM fylrs f
+      WHERE f.id = q.claimed_by AND f.heartbeat_at >= now() - $1::double precision * interval '1 millisecond'
+    )
+), orphans AS (
+  -- Re-checked on the current row version: a row another sweeper requeued (or someone
+  -- claimed again) since this statement's snapshot no longer matches and is skipped.
+  -- An item whose cancel was asked for is never resurrected: it ends cancelled.
+  UPDATE queue_items q
+  SET state       = CASE WHEN q.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                         WHEN q.attempts < q.max_attempts THEN 'queued' ELSE 'failed' END,
+      claimed_by  = CASE WHEN q.attempts < q.max_attempts AND q.cancel_requested_at IS NULL THEN NULL ELSE q.claimed_by END,
+      finished_at = CASE WHEN q.attempts < q.max_attempts AND q.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+      error       = CASE WHEN q.cancel_requested_at IS NOT NULL
+                         THEN 'cancelled by request; fylr ' || q.claimed_by || ' stopped heartbeating before confirming it'
+                         WHEN q.attempts < q.max_attempts THEN q.error
+                         ELSE 'fylr ' || q.claimed_by || ' stopped heartbeating during the last attempt' END,
+      updated_at  = now()
+  FROM stale
+  WHERE q.id = stale.id AND q.state IN ('claimed', 'running') AND q.claimed_by = stale.owner
+  RETURNING q.id, q.state, stale.owner AS claimed_by
+)
+SELECT
+  (SELECT coalesce(json_agg(id), '[]'::json) FROM dead) AS dead,
+  (SELECT coalesce(json_agg(json_build_object('id', id, 'state', state, 'claimedBy', claimed_by)), '[]'::json) FROM orphans) AS orphans`;
+
+/**
+ * Where an item stands: its state and, while queued, how many queued items of its kind
+ * would be claimed before it. Two index range scans on the claim index: more urgent items
+ * (eligible by the time this one is), and same-priority items earlier in claim order.
+ * $1 id.
+ */
+export const itemPosition = `
+SELECT i.state, i.kind,
+  CASE WHEN i.state = 'queued' THEN
+      (SELECT count(*) FROM queue_items q
+       WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority > i.priority
+         AND q.start_after <= greatest(now(), i.start_after))
+    + (SELECT count(*) FROM queue_items q
+       WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority = i.priority
+         AND (q.start_after, q.seq) < (i.start_after, i.seq))
+  ELSE 0 END AS ahead
+FROM queue_items i WHERE i.id = $1`;
+
+/** Unfinished items by kind and state, for status pages. */
+export const countOpen = `
+SELECT kind, state, count(*)::int AS n FROM queue_items
+WHERE state IN ('queued', 'claimed', 'running')
+GROUP BY kind, state`;
+
+/** Live fylrs and how many items each holds. */
+export const listFylrs = `
+SELECT f.id, f.hostname, f.pid, f.api_url, f.started_at, f.heartbeat_at,
+       (SELECT count(*)::int FROM queue_items q WHERE q.claimed_by = f.id AND q.state IN ('claimed', 'running')) AS held
+FROM fylrs f ORDER BY f.started_at`;
+
+/**
+ * Open items (queued, claimed, running) of all fylrs, by kind, state and priority, for the
+ * status page. Stays on indexes however many finished rows the table keeps: queued rows
+ * come from the claim index (index-only), held rows from the held-items index (bounded by
+ * the fylrs' admission).
+ */
+export const openItemsByPriority = `
+SELECT kind, state, priority, count(*)::int AS n FROM (
+  SELECT kind, 'queued' AS state, priority FROM queue_items WHERE state = 'queued'
+  UNION ALL
+  SELECT kind, state, priority FROM queue_items WHERE state IN ('claimed', 'running')
+) AS open_items
+GROUP BY kind, state, priority`;
+
+/** Some items by id ($1 uuid[]), summarised for the status page, the error cut to one line's worth. */
+export const itemSummariesById = `
+SELECT id, kind, priority, state, attempts, claimed_by, updated_at, left(error, 240) AS error
+FROM queue_items WHERE id = ANY($1::uuid[])`;
