@@ -24,20 +24,19 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { chmodSync, closeSync, createReadStream, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { stringify } from "yaml";
 import { waitForOutput } from "../harness/child-output.js";
 import { parseByteSize } from "../src/shared/config-parsing.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { createDatabase } from "../harness/databases.js";
 import { emit } from "./lib/figure.js";
-import { nodeScript } from "../harness/node-children.js";
+import { nodeScript, projectRoot } from "../harness/node-children.js";
 
 const MiB = 1 << 20;
 const size = parseByteSize(process.env.LARGE_BENCH_SIZE ?? process.argv[2] ?? "1GiB") ?? 1 << 30;
-const here = dirname(fileURLToPath(import.meta.url));
-const root = join(here, "..");
+// The checkout, also when this file runs from the harness's compiled copy under .build/.
+const root = projectRoot;
 // The shipped build (what `npm install` and the package run), not the sources through tsx:
 // tsx's compiler would add ~70 MB to every process's resident memory.
 const cli = join(root, "dist", "src", "cli.js");
@@ -123,7 +122,7 @@ try {
   // --- the pipe-throughput path, one round at the same size
   note("pipe-throughput path");
   let pipeMBps = 0;
-  const pipeBench = spawn(process.execPath, [...nodeScript(join(here, "pipe-throughput.bench.ts"))], {
+  const pipeBench = spawn(process.execPath, [...nodeScript(join(root, "bench", "pipe-throughput.bench.ts"))], {
     cwd: root,
     stdio: ["ignore", "pipe", "inherit"],
     env: { ...process.env, PIPE_BENCH_SIZE: `${size}`, PIPE_BENCH_ROUNDS: "1" },
