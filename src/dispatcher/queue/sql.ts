@@ -424,5 +424,5 @@ WITH due AS (
 ), gone AS (
   DELETE FROM queue_items WHERE id = ANY (ARRAY (SELECT id FROM due)) RETURNING id
 )
-SELECT (SELECT count(*) FROM gone)::int AS items, count(b.id)::int AS blobs, coalesce(sum(b.size), 0)::bigint AS bytes
-FROM blobs b WHERE b.item_id IN (SELECT id FROM gone)`;
+SELECT (SELECT count(*) FROM gone)::int AS items, count(*)::int AS blobs, coalesce(sum(size), 0)::bigint AS bytes
+FROM blobs WHERE item_id = ANY (ARRAY (SELECT id FROM gone))`;
