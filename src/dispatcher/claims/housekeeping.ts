@@ -1,13 +1,12 @@
 /**
  * The dispatcher's second loop: this fylr's heartbeat and the sweep of dead siblings'
- * claims every heartbeat interval, the sweep of expired stored data when it is due, and
- * the VACUUM that gives the space of rolled-back writes back, the sweep of finished items
- * past the queue's retention; now and then the audit of
- * its own claims that no task holds (lost claims, below). It runs apart from the claim
- * loop, so a slow claim pass (a busy database, a large batch) never delays the heartbeat
- * towards the stale threshold, and it runs on while a stopping dispatcher lets its items
- * finish: a graceful stop longer than the threshold must not look like a death to the
- * siblings.
+ * claims every heartbeat interval; the sweep of expired stored data, the VACUUM that gives
+ * the space of rolled-back writes back and the sweep of finished items past the queue's
+ * retention when each is due; now and then the audit of its own claims that no task holds
+ * (lost claims, below). It runs apart from the claim loop, so a slow claim pass (a busy
+ * database, a large batch) never delays the heartbeat towards the stale threshold, and it
+ * runs on while a stopping dispatcher lets its items finish: a graceful stop longer than
+ * the threshold must not look like a death to the siblings.
  */
 import { sleep } from "../../shared/abort.js";
 import type { Events } from "../../shared/typed-events.js";
