@@ -25,7 +25,7 @@ import { create } from "@bufbuild/protobuf";
 import pg from "pg";
 import { ReceiptSchema } from "../gen/slotbroker/v1/broker_pb.js";
 import { inlineOutput, migrate, QueueStore, type CallResult } from "../src/dispatcher/index.js";
-import { explainClaimPath } from "../src/dispatcher/queue/sql.js";
+import { claimItems } from "../src/dispatcher/queue/sql.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { createPgPool } from "../src/shared/postgres.js";
 import { emit, percentile } from "./lib/figure.js";
@@ -107,13 +107,13 @@ async function tableBytes(pool: pg.Pool): Promise<number> {
   return Number((await pool.query<{ b: string }>("SELECT pg_total_relation_size('queue_items') AS b")).rows[0]!.b);
 }
 
-/** The claim statement's plan on `pool`'s table, executed and rolled back. */
+/** The claim statement's plan (QueueStore.claim's) on `pool`'s table, executed and rolled back. */
 async function claimPlan(pool: pg.Pool): Promise<string> {
   const client = await pool.connect();
   try {
     await client.query("BEGIN");
-    const text = explainClaimPath.replace(/^\s*EXPLAIN /, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ");
-    const plan = (await client.query<{ "QUERY PLAN": string }>(text, ["exec", minPriority, 1])).rows.map((r) => r["QUERY PLAN"]).join("\n");
+    const text = `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ${claimItems}`;
+    const plan = (await client.query<{ "QUERY PLAN": string }>(text, [fylrId, "exec", minPriority, 1])).rows.map((r) => r["QUERY PLAN"]).join("\n");
     await client.query("ROLLBACK");
     return plan;
   } finally {
