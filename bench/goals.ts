@@ -69,6 +69,10 @@ export const benchGoals: Readonly<Record<string, BenchGoals>> = {
     goals: [ratio("items_per_s_vs_faster", ">=", 1)],
     headline: "items_per_s_vs_faster",
   },
+  "queue-size": {
+    summary: "claim + complete with 10⁶ finished and 10⁵ queued rows in the table, against an empty table",
+    goals: [ratio("items_per_s_vs_empty", ">=", 0.9), ratio("claim_p99_vs_empty", "<=", 1.5)],
+  },
   "claim-fairness": {
     summary: "5 fylrs on one 40-slot execserver: claims per fylr with the claim share against greedy claiming",
     goals: [value("max_min_claims", "<=", 1.2), value("max_held_per_fylr", "<=", 10)],

@@ -46,7 +46,7 @@ export function machine(loadAtStart: [number, number, number]): {
 
 // Environment variables the benchmarks read (their sizes, runtimes, profiling flags). A run's
 // command lists those that were set, so it can be repeated as it ran.
-const benchEnv = /^(BENCH_|E2E_|CONNECTIONS_|CLAIMS_|CLAIM_FAIRNESS_|JOB_START_|LARGE_BENCH_|MEMORY_|PIPE_BENCH_|WAKEUP_)|^(RUNNING_MARK_DELAY|SUBMIT_ONLY|SLOTBROKER_LOG_LEVEL)$/;
+const benchEnv = /^(BENCH_|E2E_|CONNECTIONS_|CLAIMS_|CLAIM_FAIRNESS_|JOB_START_|LARGE_BENCH_|MEMORY_|PIPE_BENCH_|QUEUE_SIZE|WAKEUP_)|^(RUNNING_MARK_DELAY|SUBMIT_ONLY|SLOTBROKER_LOG_LEVEL)$/;
 
 /**
  * The command that started this run, as typed: `npm run bench -- …` when npm ran it, with

@@ -9,6 +9,7 @@
  *   execserver: { addresses: [127.0.0.1:7600], token, tls: { caFile, certFile, keyFile }, connectTimeout: 30s, … }
  *   dispatcher: { headroom: 2, pollInterval: 1s, staleAfter: 15s, … }
  *   store: { maxItemBytes: 64GiB, retention: 7d, inlineBytes: 64KiB, … }
+ *   queue: { retention: 7d, sweepInterval: 1m }   # finished item rows
  *   api: { watchPoll: 500ms }
  *   http: { headersTimeout: 20s, idleTimeout: 60s, maxConnections: 4096, maxRequestBytes: 16MiB }
  *   auth: { tokens: [{ name, token, scopes }], tokensFile, clients: [{ subject, scopes }] }
@@ -17,7 +18,14 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { z } from "zod";
-import { dispatcherConfigSchema, storeConfigSchema, type DispatcherConfig, type StoreConfig } from "../dispatcher/index.js";
+import {
+  dispatcherConfigSchema,
+  queueConfigSchema,
+  storeConfigSchema,
+  type DispatcherConfig,
+  type QueueConfig,
+  type StoreConfig,
+} from "../dispatcher/index.js";
 import {
   apiAuthSchema,
   brokerConfigSchema,
@@ -48,6 +56,8 @@ export const fylrConfigSchema = z.strictObject({
   dispatcher: dispatcherConfigSchema.prefault({}),
   /** Inputs and outputs of any size: limits, retention, the inline size. */
   store: storeConfigSchema.prefault({}),
+  /** The queue table: how long finished item rows are kept. */
+  queue: queueConfigSchema.prefault({}),
   api: z.strictObject({ watchPoll: durationMs.prefault("500ms") }).prefault({}),
   /** The HTTP port's limits against slow or greedy clients. */
   http: httpLimitsSchema.prefault({}),
@@ -70,6 +80,7 @@ export interface FylrConfig {
   readonly broker: BrokerConfig;
   readonly dispatcher: DispatcherConfig;
   readonly store: StoreConfig;
+  readonly queue: QueueConfig;
   /** Watch's database poll for items other fylrs run. */
   readonly watchPollMs: number;
   /** Header/idle deadlines, connection and request caps of the HTTP port. */
@@ -108,6 +119,7 @@ export function compileFylrConfig(raw: unknown, source = "config", env: NodeJS.P
     broker,
     dispatcher: c.dispatcher,
     store: c.store,
+    queue: c.queue,
     watchPollMs: c.api.watchPoll,
     http: c.http,
     auth,

@@ -33,6 +33,7 @@ export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker
   counter("slotbroker_fylr_requeues_total", "Items sent back to the queue (retry, no slot in time, given back on stop).", "requeued");
   counter("slotbroker_fylr_orphan_rescues_total", "Stale claims of dead fylrs requeued by this fylr.", "orphansRescued");
   counter("slotbroker_fylr_fenced_total", "Writes refused by the lease fence.", "fenced");
+  counter("slotbroker_fylr_finished_items_deleted_total", "Finished item rows this fylr deleted after the queue's retention (queue.retention).", "finishedDeleted");
   new Gauge({
     name: "slotbroker_fylr_exec_items",
     help: "Exec items: held now, and the admission (sum of instance shares).",

@@ -126,6 +126,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
       actions: options.actions,
       config: config.dispatcher,
       store: config.store,
+      queue: config.queue,
       blobPool,
       logger,
       fylrId: config.id,

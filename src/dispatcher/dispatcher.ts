@@ -37,6 +37,7 @@ import { ItemControlStore, type CancelResult, type ItemPage } from "./queue/item
 import type { ListFilter } from "./queue/item-list.js";
 import { migrate } from "./queue/migrate.js";
 import { normalizeSubmit } from "./queue/payload.js";
+import { queueConfig, type QueueConfig } from "./queue/queue-config.js";
 import { QueueStore, type FylrRegistration, type StoredPosition } from "./queue/queue-store.js";
 import type { QueueItem, SubmitInput } from "./types.js";
 
@@ -67,6 +68,8 @@ export interface DispatcherOptions {
   readonly config?: Partial<DispatcherConfig>;
   /** The store for inputs and outputs of any size; missing keys take the defaults. */
   readonly store?: Partial<StoreConfig>;
+  /** The queue table's retention of finished rows; missing keys take the defaults. */
+  readonly queue?: Partial<QueueConfig>;
   /**
    * Connections for streaming stored data (long transactions); default `pool`. A fylr
    * gives it a pool of its own so uploads never starve heartbeats and claims.
@@ -119,6 +122,8 @@ export class Dispatcher {
   /** Stored inputs and outputs: every fylr of the queue reads what any wrote. */
   readonly blobs: BlobStore;
   readonly config: DispatcherConfig;
+  /** The retention of finished rows (the `queue:` section). */
+  readonly queueConfig: QueueConfig;
   readonly fylrId: string;
   /** Lifecycle events: claims, starts, outcomes, requeues, wakeups, passes, state. */
   readonly events: Events<DispatcherEvents>;
@@ -151,6 +156,7 @@ export class Dispatcher {
 
   constructor(private readonly options: DispatcherOptions) {
     this.config = dispatcherConfig(options.config);
+    this.queueConfig = queueConfig(options.queue);
     this.queue = new QueueStore(options.pool);
     this.submits = new SubmitBatcher(this.queue);
     this.control = new ItemControlStore(options.pool);
@@ -450,6 +456,7 @@ export class Dispatcher {
         beats,
         blobs: this.blobs,
         config: this.config,
+        queueConfig: this.queueConfig,
         fylrId: this.fylrId,
         counters: this.counters,
         events: this.events,

@@ -196,6 +196,26 @@ describe("QueueService: List, Retry, Delete", function () {
     await closeAll(pool);
   });
 
+  it("forgets a finished item queue.retention after it finished: NOT_FOUND for Get, Position and Watch, gone from List, its key free", async () => {
+    // A second fylr with a short retention sweeps; any fylr may, the first keeps the default.
+    const sweeper = await startTestFylr(fastFylrConfig(databaseUrl, [exec.grpcAddress], { queue: { retention: "500ms", sweepInterval: "100ms" } }));
+    const { item } = await client.submit({ calls: [{ service: "cat" }], idempotencyKey: "nightly-report" });
+    expect(ItemState[(await followItem(client, item!.id)).state]).to.equal("SUCCEEDED");
+    const waiting = (await client.submit({ calls: [{ service: "cat" }], startAfter: later() })).item!;
+    await waitFor("the sweep to delete the finished item", async () => (await client.list({})).items.every((i) => i.id !== item!.id));
+    await expectCode(client.get({ id: item!.id }), Code.NotFound, /not found/);
+    await expectCode(client.position({ id: item!.id }), Code.NotFound, /not found/);
+    await expectCode((async () => { for await (const _ of client.watch({ id: item!.id })) expect.fail("a watch of a deleted item answered"); })(), Code.NotFound, /not found/);
+    expect((await fetch(`${fylr.url}/queue/items/${item!.id}/output`)).status).to.equal(404);
+    // Open items stay, and the key makes a new item.
+    expect((await client.list({})).items.map((i) => i.id)).to.deep.equal([waiting.id]);
+    const again = await client.submit({ calls: [{ service: "cat" }], idempotencyKey: "nightly-report", startAfter: later() });
+    expect(again.created).to.equal(true);
+    expect(again.item!.id).to.not.equal(item!.id);
+    expect(sweeper.dispatcher.stats().counters.finishedDeleted + fylr.dispatcher.stats().counters.finishedDeleted).to.equal(1);
+    await closeAll(sweeper);
+  });
+
   it("answers Cancel and List as JSON over plain HTTP (the curl examples in docs/protocol.md)", async () => {
     const { item } = await client.submit({ calls: [{ service: "cat" }], startAfter: later() });
     // Refused while it waits for its start_after (a retried item may run and finish at once).

@@ -68,7 +68,7 @@ describe("dispatcher ↔ queue.proto", () => {
       localRunning: 1,
       localCapacity: 2,
       localReservedForHigh: 1,
-      counters: { claimed: 5, claimedDirectly: 0, succeeded: 4, failed: 1, requeued: 2, orphansRescued: 0, fenced: 0, cancelled: 0, passes: 9 },
+      counters: { claimed: 5, claimedDirectly: 0, succeeded: 4, failed: 1, requeued: 2, orphansRescued: 0, fenced: 0, cancelled: 0, finishedDeleted: 0, passes: 9 },
     });
     expect(toJson(StatsResponseSchema, stats)).to.deep.include({ execAdmission: 10, claimedTotal: "5", shares: [{ instanceId: "i", address: "a:1", capacity: 40, clients: 5, share: 10 }] });
   });

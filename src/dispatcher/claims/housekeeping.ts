@@ -1,12 +1,12 @@
 /**
  * The dispatcher's second loop: this fylr's heartbeat and the sweep of dead siblings'
- * claims every heartbeat interval, the sweep of expired stored data when it is due, and
- * the VACUUM that gives the space of rolled-back writes back; now and then the audit of
- * its own claims that no task holds (lost claims, below). It runs apart from the claim
- * loop, so a slow claim pass (a busy database, a large batch) never delays the heartbeat
- * towards the stale threshold, and it runs on while a stopping dispatcher lets its items
- * finish: a graceful stop longer than the threshold must not look like a death to the
- * siblings.
+ * claims every heartbeat interval; the sweep of expired stored data, the VACUUM that gives
+ * the space of rolled-back writes back and the sweep of finished items past the queue's
+ * retention when each is due; now and then the audit of its own claims that no task holds
+ * (lost claims, below). It runs apart from the claim loop, so a slow claim pass (a busy
+ * database, a large batch) never delays the heartbeat towards the stale threshold, and it
+ * runs on while a stopping dispatcher lets its items finish: a graceful stop longer than
+ * the threshold must not look like a death to the siblings.
  */
 import { sleep } from "../../shared/abort.js";
 import type { Events } from "../../shared/typed-events.js";
@@ -15,6 +15,7 @@ import type { BlobStore } from "../blobs/blob-store.js";
 import type { DispatcherConfig } from "../config.js";
 import type { DispatcherEvents } from "../events.js";
 import type { DispatcherCounters } from "../items/settle.js";
+import { finishedSweepBatch, type QueueConfig } from "../queue/queue-config.js";
 import { statementName, type QueueStore } from "../queue/queue-store.js";
 import type { WriteHealth } from "./write-health.js";
 import { fromPgError } from "../queue/pg-errors.js";
@@ -28,6 +29,8 @@ export interface HousekeepingDeps {
   readonly beats: QueueStore;
   readonly blobs: BlobStore;
   readonly config: DispatcherConfig;
+  /** The retention of finished rows. */
+  readonly queueConfig: QueueConfig;
   readonly fylrId: string;
   readonly counters: DispatcherCounters;
   readonly events: Events<DispatcherEvents>;
@@ -53,7 +56,9 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
   const cancelCheck = new Background(log, "cancel check");
   const lostClaims = new Background(log, "audit of held claims");
   const vacuum = new Background(log, "vacuum of the store");
+  const itemSweep = new Background(log, "sweep of finished items");
   let lastBlobSweepAt = -Infinity;
+  let lastItemSweepAt = -Infinity;
   let lastAuditAt = performance.now();
   const gate = new SweepGate(config.staleAfterMs, performance.now());
   while (!signal.aborted) {
@@ -80,6 +85,10 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
       lastBlobSweepAt = performance.now();
     }
     if (deps.blobs.room.vacuumDue()) vacuum.runUnlessBusy(() => vacuumStore(deps));
+    const retentionMs = deps.queueConfig.retentionMs;
+    if (retentionMs !== undefined && performance.now() - lastItemSweepAt >= deps.queueConfig.sweepIntervalMs) {
+      if (itemSweep.runUnlessBusy(() => sweepFinishedItems(deps, retentionMs, signal))) lastItemSweepAt = performance.now();
+    }
     const wait = config.heartbeatIntervalMs - (performance.now() - startedAt);
     await sleep(Math.max(0, wait), signal).catch(() => undefined);
   }
@@ -88,6 +97,7 @@ export async function runHousekeeping(deps: HousekeepingDeps, signal: AbortSigna
   await cancelCheck.idle();
   await lostClaims.idle();
   await vacuum.idle();
+  await itemSweep.idle();
 }
 
 // One background task of a kind at a time; its failures are logged, staged.
@@ -167,6 +177,25 @@ async function sweepBlobs(deps: HousekeepingDeps): Promise<void> {
   }
   if (total.blobs > 0) deps.log.info(total, "deleted stored data past its expiry or retention");
   await reclaimRoom(deps);
+}
+
+// Finished rows past queue.retention, oldest first, a bounded batch per statement until a
+// batch comes back short or the fylr stops: never on the claim path, never one long
+// transaction. Any fylr may do it; rows another sweeper holds are skipped, so each row is
+// deleted (and counted) once.
+async function sweepFinishedItems(deps: HousekeepingDeps, retentionMs: number, signal: AbortSignal): Promise<void> {
+  const total = { items: 0, blobs: 0, bytes: 0 };
+  while (!signal.aborted) {
+    const swept = await deps.queue.sweepFinished(retentionMs, finishedSweepBatch);
+    total.items += swept.items;
+    total.blobs += swept.blobs;
+    total.bytes += swept.bytes;
+    deps.counters.finishedDeleted += swept.items;
+    // Their stored data went with them: dead chunk rows for the store's VACUUM.
+    deps.blobs.room.noteDead(swept.bytes);
+    if (swept.items < finishedSweepBatch) break;
+  }
+  if (total.items > 0) deps.log.info({ ...total, retentionMs }, "deleted finished items past the queue's retention (queue.retention)");
 }
 
 async function auditClaims(deps: HousekeepingDeps): Promise<void> {

@@ -33,13 +33,15 @@ export interface DispatcherCounters {
   fenced: number;
   /** Items this fylr stopped on request and wrote as cancelled. */
   cancelled: number;
+  /** Finished rows this fylr deleted after the queue's retention (queue.retention). */
+  finishedDeleted: number;
   /** Loop passes run (a liveness figure: it grows about once per poll interval). */
   passes: number;
 }
 
 /** A fresh set of zeroed counters. */
 export function newCounters(): DispatcherCounters {
-  return { claimed: 0, claimedDirectly: 0, succeeded: 0, failed: 0, requeued: 0, orphansRescued: 0, fenced: 0, cancelled: 0, passes: 0 };
+  return { claimed: 0, claimedDirectly: 0, succeeded: 0, failed: 0, requeued: 0, orphansRescued: 0, fenced: 0, cancelled: 0, finishedDeleted: 0, passes: 0 };
 }
 
 /** What settling needs. */

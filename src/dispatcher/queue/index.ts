@@ -8,6 +8,7 @@ export { ItemControlStore, type CancelResult, type ItemPage } from "./item-contr
 export { decodePageToken, defaultPageSize, encodePageToken, listQuery, maxPageSize, type ListFilter } from "./item-list.js";
 export { loadMigrations, migrate, migrationsDir, type Migration, type MigrationReport } from "./migrate.js";
 export { normalizeSubmit, type NormalizedSubmit } from "./payload.js";
+export { compileQueueConfig, finishedSweepBatch, queueConfig, queueConfigSchema, type QueueConfig } from "./queue-config.js";
 export { fromPgError, isTransient, sqlState } from "./pg-errors.js";
 export {
   QueueStore,
@@ -17,4 +18,5 @@ export {
   type OpenItemCount,
   type ReapResult,
   type StoredPosition,
+  type SweptItems,
 } from "./queue-store.js";

@@ -96,6 +96,13 @@ export function claimOrder(a: QueueItem, b: QueueItem): number {
   return b.priority - a.priority || a.startAfter.getTime() - b.startAfter.getTime() || a.createdAt.getTime() - b.createdAt.getTime();
 }
 
+/** What one sweep of finished rows deleted: rows, and the stored blobs and bytes that went with them. */
+export interface SweptItems {
+  readonly items: number;
+  readonly blobs: number;
+  readonly bytes: number;
+}
+
 /** Typed access to queue_items and fylrs. */
 export class QueueStore {
   constructor(readonly pool: pg.Pool) {}
@@ -295,6 +302,15 @@ export class QueueStore {
       failed: orphans.filter((o) => o.state === "failed").map(({ id, claimedBy }) => ({ id, claimedBy })),
       cancelled: orphans.filter((o) => o.state === "cancelled").map(({ id, claimedBy }) => ({ id, claimedBy })),
     };
+  }
+
+  /**
+   * Deletes up to `limit` finished rows that finished more than `retentionMs` ago, oldest
+   * first, with their stored data; rows another sweeper is deleting are skipped.
+   */
+  async sweepFinished(retentionMs: number, limit: number): Promise<SweptItems> {
+    const row = (await this.query<{ items: number; blobs: number; bytes: string }>("sweep finished items", sql.sweepFinishedItems, [retentionMs, limit])).rows[0];
+    return { items: row?.items ?? 0, blobs: row?.blobs ?? 0, bytes: Number(row?.bytes ?? 0) };
   }
 
   /** State and queue position of an item, or undefined. */

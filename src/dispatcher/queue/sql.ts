@@ -405,3 +405,24 @@ GROUP BY kind, state, priority`;
 export const itemSummariesById = `
 SELECT id, kind, priority, state, attempts, claimed_by, updated_at, left(error, 240) AS error
 FROM queue_items WHERE id = ANY($1::uuid[])`;
+
+/**
+ * Deletes up to $2 finished rows that finished more than $1 ms ago, oldest first: an index
+ * range scan of queue_items_finished_idx (migration 0011), then one primary-key lookup per
+ * row (an array, so no plan joins the whole table). Rows another sweeper holds are
+ * skipped, so two fylrs sweeping at once delete each row once. Stored data of the rows goes
+ * with them (ON DELETE CASCADE); returns how many rows, blobs and stored bytes went.
+ */
+export const sweepFinishedItems = `
+WITH due AS (
+  SELECT id FROM queue_items
+  WHERE state IN ('succeeded', 'failed', 'cancelled')
+    AND finished_at < now() - $1::double precision * interval '1 millisecond'
+  ORDER BY finished_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM queue_items WHERE id = ANY (ARRAY (SELECT id FROM due)) RETURNING id
+)
+SELECT (SELECT count(*) FROM gone)::int AS items, count(*)::int AS blobs, coalesce(sum(size), 0)::bigint AS bytes
+FROM blobs WHERE item_id = ANY (ARRAY (SELECT id FROM gone))`;
