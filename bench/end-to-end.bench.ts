@@ -33,8 +33,9 @@
 //
 // Children run as plain JavaScript from the run's build (harness/node-children.ts; E2E_RUNTIME=tsx: through tsx).
 // Node flags: BENCH_CHILD_NODE_ARGS go to every child; E2E_EXEC_NODE_ARGS to the two
-// execservers alone, e.g. E2E_EXEC_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles
-// them without slowing the fylrs and workers.
+// execservers alone, e.g. E2E_EXEC_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof/exec" profiles
+// them without slowing the fylrs and workers; E2E_FYLR_NODE_ARGS to the two fylrs alone. Each
+// profile is summarised with `npx tsx bench/profile-summary.ts FILE.cpuprofile`.
 //
 // Postgres: DATABASE_URL when set, else an embedded server in a temp dir.
 import { randomBytes } from "node:crypto";
@@ -197,6 +198,7 @@ async function main(): Promise<void> {
             JSON.stringify({ name, listen: "127.0.0.1:0", databaseUrl: sbUrl, execserver: { addresses: execs.map((e) => e.address) } }),
           ],
           /url=(\S+)/,
+          process.env.E2E_FYLR_NODE_ARGS,
         ),
       ),
     );
