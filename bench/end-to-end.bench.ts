@@ -24,17 +24,21 @@
 // job:start/job:complete; epoch clocks of the processes): submit → committed (Submit
 // returned) → claimed → waiting (WANT parked) → running (OFFER came, JOB sent) → finishing
 // (DONE came, stdout collected) → settled. Medians are printed and go into params.
-// Rounds alternate which system goes first. With E2E_TIMELINE=1 the fylrs also say when each
+// Before the rounds every system runs WARMUP items per service under the throughput load
+// (and 20 latency items), unmeasured: V8 is still compiling hot functions for the first
+// thousand items or so, and CPU per item is meant to be what a running system spends, not
+// its start-up. Rounds alternate which system goes first. With E2E_TIMELINE=1 the fylrs also say when each
 // Submit request came in and when its answer was written, and submit → committed of the
 // latency items is split into submit → fylr request (the client and the way there), fylr
 // request → answer (the fylr) and answer → committed (the way back and the client).
 //
-//   npm run bench -- end-to-end     E2E_ITEMS=300 E2E_LATENCY_ITEMS=100 E2E_ROUNDS=2 E2E_SLOTS=4 E2E_TIMELINE=
+//   npm run bench -- end-to-end     E2E_ITEMS=300 E2E_LATENCY_ITEMS=100 E2E_ROUNDS=2 E2E_SLOTS=4 E2E_WARMUP=300 E2E_TIMELINE=
 //
 // Children run as plain JavaScript from the run's build (harness/node-children.ts; E2E_RUNTIME=tsx: through tsx).
 // Node flags: BENCH_CHILD_NODE_ARGS go to every child; E2E_EXEC_NODE_ARGS to the two
-// execservers alone, e.g. E2E_EXEC_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles
-// them without slowing the fylrs and workers.
+// execservers alone, e.g. E2E_EXEC_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof/exec" profiles
+// them without slowing the fylrs and workers; E2E_FYLR_NODE_ARGS to the two fylrs alone. Each
+// profile is summarised with `npx tsx bench/profile-summary.ts FILE.cpuprofile`.
 //
 // Postgres: DATABASE_URL when set, else an embedded server in a temp dir.
 import { randomBytes } from "node:crypto";
@@ -59,6 +63,7 @@ import { startChild } from "./lib/raw-grpc.js";
 const items = Number(process.env.E2E_ITEMS ?? 300);
 const latencyItems = Number(process.env.E2E_LATENCY_ITEMS ?? 100);
 const rounds = Number(process.env.E2E_ROUNDS ?? 2);
+const warmup = Number(process.env.E2E_WARMUP ?? 300);
 const slots = Number(process.env.E2E_SLOTS ?? 4);
 const submitters = 16;
 // Children of both systems run as plain JavaScript (as deployed) unless E2E_RUNTIME=tsx.
@@ -197,6 +202,7 @@ async function main(): Promise<void> {
             JSON.stringify({ name, listen: "127.0.0.1:0", databaseUrl: sbUrl, execserver: { addresses: execs.map((e) => e.address) } }),
           ],
           /url=(\S+)/,
+          process.env.E2E_FYLR_NODE_ARGS,
         ),
       ),
     );
@@ -237,10 +243,14 @@ async function main(): Promise<void> {
       "graphile-worker": new CpuMeter({ workers: pids(workers), postgres: () => postgresBackends(gwDb.name) }),
       floor: new CpuMeter({ apps: pids(floorApps), execs: () => withLiveChildren(pids(floorExecs)()), postgres: () => postgresBackends(floorDb.name) }),
     };
-    note(`warm-up (2 execservers × ${slots} slots, 2 fylrs; 2 workers × concurrency ${slots})`);
+    note(`warm-up: ${warmup} items per system and service (2 execservers × ${slots} slots, 2 fylrs; 2 workers × concurrency ${slots})`);
     for (const system of systems) {
-      for (const service of ["true", "sha256"] as const) await latency(stacks[system], service, 20);
+      for (const service of ["true", "sha256"] as const) {
+        await latency(stacks[system], service, 20);
+        if (warmup > 0) await throughput(stacks[system], service, warmup);
+      }
     }
+    trips.timeline([]); // the warm-up's answers
     const rates: Record<string, number[]> = {};
     const lat: Record<string, Trip[]> = {};
     const cpu: Record<string, Record<string, number>> = {};
@@ -271,7 +281,7 @@ async function main(): Promise<void> {
       const prefix = service === "true" ? "" : "sha256_";
       const what = service === "true" ? "`true`, no input" : "`sha256sum` of 4 KiB stdin";
       const rate = (s: System): number => rates[`${s}/${service}`]!.reduce((a, b) => a + b, 0) / rounds;
-      const params = { service: what, slots: 2 * slots, items, latency_items: latencyItems, rounds, fylrs: 2, execservers: 2, workers: 2, runtime };
+      const params = { service: what, slots: 2 * slots, items, latency_items: latencyItems, rounds, warmup, fylrs: 2, execservers: 2, workers: 2, runtime };
       emit({
         bench: "end-to-end",
         metric: `${prefix}items_per_s`,

@@ -65,7 +65,16 @@ export class BodyDeadlines {
     };
   }
 
+  // Timing starts one turn of the event loop later: a small body (a Submit) that came with
+  // its headers is complete by then (Node parses it after the handler ran), and needs no
+  // timer and no 'close' listener on a keep-alive socket that serves thousands of them.
   private start(req: AnyRequest, res: AnyResponse): void {
+    setImmediate(() => {
+      if (!req.complete && !req.socket?.destroyed) this.time(req, res);
+    });
+  }
+
+  private time(req: AnyRequest, res: AnyResponse): void {
     const { bodyTimeoutMs, bodyMinRate } = this.limits;
     const stream = "stream" in req ? req.stream : undefined;
     const socket = req.socket;

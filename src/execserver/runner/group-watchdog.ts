@@ -1,10 +1,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { basename, dirname } from "node:path";
 import { performance } from "node:perf_hooks";
 
 // One `sh` per execserver process reads lines from a pipe whose only writer is the
 // execserver (builtins only: no process per line):
 //   ?DIR   a job is about to be forked with working directory DIR (its group id is not
-//          known yet);
+//          known yet); not sent for a job directory in an @DIR, found by the scan below;
 //   +PGID  the job's process group, once spawn() returned;
 //   =DIR   DIR is covered by its +PGID (or the spawn failed);
 //   -PGID  the job is over;
@@ -18,6 +19,10 @@ import { performance } from "node:perf_hooks";
 // It runs in a session (and process group) of its own and ignores HUP, INT and TERM, so
 // whatever reaches the execserver's group does not reach it: `kill -9 -- -PGID` (a
 // shell's or supervisord's group kill), a terminal's hang-up, a Ctrl-C.
+
+/** Names of job directories, inside their execserver's directory (see job-dir.ts). */
+export const JOB_DIR_PREFIX = "slotbroker-job-";
+
 const REAPER_SCRIPT = `set -f
 trap '' HUP INT TERM
 nl='
@@ -38,7 +43,7 @@ for g in $groups; do kill -s KILL -- "-$g" 2>/dev/null; done
 IFS=$nl
 set +f
 scan=$pending
-for d in $dirs; do for j in "$d"/slotbroker-job-*; do [ -d "$j" ] && scan="$scan$j$nl"; done; done
+for d in $dirs; do for j in "$d"/${JOB_DIR_PREFIX}*; do [ -d "$j" ] && scan="$scan$j$nl"; done; done
 for p in $scan; do
   for proc in /proc/[0-9]*; do
     [ "$proc/cwd" -ef "$p" ] || continue
@@ -67,11 +72,16 @@ class GroupReaper {
     if (child) this.#write(child, `+${pgid}\n`);
   }
 
-  /** A job is about to be forked in `dir`; see REAPER_SCRIPT. */
-  expect(dir: string, onError: OnError): void {
+  /**
+   * A job is about to be forked in `dir`; see REAPER_SCRIPT. False when nothing needs to be
+   * said: `dir` is a job directory in an @DIR, which the reaper scans anyway.
+   */
+  expect(dir: string, onError: OnError): boolean {
     const child = this.#ensure(onError);
+    if (child && this.#owned.has(dirname(dir)) && basename(dir).startsWith(JOB_DIR_PREFIX)) return false;
     if (child) this.#write(child, `?${dir}\n`);
     this.#pending.add(dir);
+    return true;
   }
 
   /** `dir`'s job is registered by its group id, or was never forked. */
@@ -181,14 +191,16 @@ export function batchReaperLines<T>(fn: () => T): T {
 /**
  * Covers the moment between fork and the job's GroupWatchdog: if the execserver dies
  * then, the reaper finds the job by its working directory. Call the returned function once
- * the watchdog exists or the spawn failed. A directory whose name holds a line break
- * cannot go through the reaper's line protocol and is not covered.
+ * the watchdog exists or the spawn failed. A job directory in this process's own directory
+ * (makeJobDir's) costs no line: the reaper scans those anyway. A directory whose name holds
+ * a line break cannot go through the reaper's line protocol and is not covered.
  */
 export function watchForkIn(dir: string, onError: OnError): () => void {
-  if (dir.includes("\n")) return () => undefined;
-  reaper.expect(dir, onError);
+  if (dir.includes("\n") || !reaper.expect(dir, onError)) return noop;
   return () => reaper.settle(dir);
 }
+
+const noop = (): void => undefined;
 
 /**
  * Has the reaper remove `dir` (the execserver's own directory of job directories) once

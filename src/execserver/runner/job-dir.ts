@@ -4,13 +4,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "../../shared/log.js";
 import { thisProcess } from "./job-dir-owner.js";
-import { removeWhenGone } from "./group-watchdog.js";
+import { JOB_DIR_PREFIX, removeWhenGone } from "./group-watchdog.js";
 
 /** Names of the directories of one execserver process's job directories: "slotbroker-jobs-PID-XXXXXX". */
 export const OWNER_DIR_PREFIX = "slotbroker-jobs-";
-// Names of job directories, inside their execserver's directory (the reaper's script and
-// the soak's leftover check know it too).
-const JOB_DIR_PREFIX = "slotbroker-job-";
 /** The file in an execserver's directory that says who made it (see DirOwner). */
 export const OWNER_FILE = "owner.json";
 

@@ -45,6 +45,12 @@ describe("runner: an execserver killed between fork and watch", function () {
     assert.equal(await isGone(pid), true, `job ${pid} outlived the process that forked it`);
   });
 
+  it("still kills a job forked in a job directory of the execserver's own, which the reaper scans without an announcement", async () => {
+    const pid = await orphanedJob(dir, "--job-dir");
+    leftovers.push(pid);
+    assert.equal(await isGone(pid), true, `job ${pid} outlived the process that forked it`);
+  });
+
   it("(control) a job forked without the announcement outlives it: the window is real", async () => {
     const pid = await orphanedJob(dir, "--unwatched");
     leftovers.push(pid);
