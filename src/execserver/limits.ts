@@ -13,6 +13,10 @@ export const limits = {
   jobIdBytes: 128,
   /** Want.service, in UTF-8 bytes. */
   serviceBytes: 128,
+  /** Want.fairness_key, in UTF-8 bytes. */
+  fairnessKeyBytes: 128,
+  /** Want.fairness_weight: grants per turn of a key. */
+  fairnessWeight: 1000,
   /** JobSpec.args and env: entries and bytes (shared with the fylr's submit checks). */
   args: jobSpecLimits.args,
   argsBytes: jobSpecLimits.argsBytes,
@@ -41,6 +45,13 @@ export function exceedsBytes(text: string, max: number): boolean {
 export function checkJobId(jobId: string): string | undefined {
   if (jobId === "") return "job_id: must not be empty";
   if (exceedsBytes(jobId, limits.jobIdBytes)) return `job_id: longer than ${limits.jobIdBytes} bytes`;
+  return undefined;
+}
+
+/** Why a Want's fairness key or weight is unacceptable, or undefined when they are fine. */
+export function checkFairness(key: string, weight: number): string | undefined {
+  if (exceedsBytes(key, limits.fairnessKeyBytes)) return `fairness_key: longer than ${limits.fairnessKeyBytes} bytes`;
+  if (weight > limits.fairnessWeight) return `fairness_weight: ${weight} is more than ${limits.fairnessWeight}`;
   return undefined;
 }
 
