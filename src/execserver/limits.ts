@@ -1,7 +1,7 @@
 import type { JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
 import type { ServiceConfig } from "./config.js";
 import { durationMs } from "@bufbuild/protobuf/wkt";
-import { checkArgs, checkEnvSize, checkNoNul, jobSpecLimits } from "../shared/job-limits.js";
+import { checkArgs, checkEnvSize, checkNoNul, fairnessLimits, jobSpecLimits } from "../shared/job-limits.js";
 
 /**
  * Size limits on what a peer may send. They bound the memory one frame can pin; a frame
@@ -13,10 +13,10 @@ export const limits = {
   jobIdBytes: 128,
   /** Want.service, in UTF-8 bytes. */
   serviceBytes: 128,
-  /** Want.fairness_key, in UTF-8 bytes. */
-  fairnessKeyBytes: 128,
-  /** Want.fairness_weight: grants per turn of a key. */
-  fairnessWeight: 1000,
+  /** Want.fairness_key, in UTF-8 bytes (shared with the fylr). */
+  fairnessKeyBytes: fairnessLimits.keyBytes,
+  /** Want.fairness_weight: grants per turn of a key (shared with the fylr). */
+  fairnessWeight: fairnessLimits.weight,
   /** JobSpec.args and env: entries and bytes (shared with the fylr's submit checks). */
   args: jobSpecLimits.args,
   argsBytes: jobSpecLimits.argsBytes,
