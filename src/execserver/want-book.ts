@@ -79,7 +79,9 @@ class PriorityClass<T> implements HeapItem {
   heapIndex = -1;
   cursor: OwnerQueue<T> | undefined = undefined;
   size = 0;
-  // Fairness key → how many connections have wants under it in this class.
+  // How many connections have wants under a key in this class: the default key counted
+  // apart, so that connections without keys cost no map operations here.
+  defaultKeyUses = 0;
   readonly keyUses = new Map<string, number>();
 
   constructor(readonly priority: number) {}
@@ -238,7 +240,7 @@ export class WantBook<T> {
   depth(): PriorityDepthEntry[] {
     return this.heap
       .values()
-      .map((cls) => ({ priority: cls.priority, wants: cls.size, keys: cls.keyUses.size }))
+      .map((cls) => ({ priority: cls.priority, wants: cls.size, keys: cls.keyUses.size + (cls.defaultKeyUses > 0 ? 1 : 0) }))
       .sort((a, b) => b.priority - a.priority);
   }
 
@@ -279,8 +281,9 @@ export class WantBook<T> {
       return key;
     }
     key = new KeyQueue<T>(name, weight, queue);
-    const uses = queue.cls.keyUses;
-    uses.set(name, (uses.get(name) ?? 0) + 1);
+    const cls = queue.cls;
+    if (name === DEFAULT_KEY) cls.defaultKeyUses++;
+    else cls.keyUses.set(name, (cls.keyUses.get(name) ?? 0) + 1);
     if (!cursor) {
       queue.keyCursor = key;
       queue.credit = weight;
@@ -338,10 +341,13 @@ export class WantBook<T> {
 
   private dropKey(key: KeyQueue<T>): void {
     const queue = key.ownerQueue;
-    const uses = queue.cls.keyUses;
-    const n = uses.get(key.key)!;
-    if (n === 1) uses.delete(key.key);
-    else uses.set(key.key, n - 1);
+    const cls = queue.cls;
+    if (key.key === DEFAULT_KEY) cls.defaultKeyUses--;
+    else {
+      const n = cls.keyUses.get(key.key)!;
+      if (n === 1) cls.keyUses.delete(key.key);
+      else cls.keyUses.set(key.key, n - 1);
+    }
     if (key.ringNext === key) {
       this.dropQueue(queue);
       return;
