@@ -51,6 +51,12 @@ class RawStream {
     this.call.write(frame);
   }
 
+  /** The first frame: the Hello. */
+  async hello(): Promise<{ capabilities: string[] }> {
+    const frame = this.frames.shift() ?? (await new Promise<Frame>((resolve) => this.waiting.push(resolve)));
+    return frame.hello as { capabilities: string[] };
+  }
+
   /** The next frame that is not a Hello. */
   async next(): Promise<Frame> {
     for (;;) {
@@ -111,6 +117,7 @@ describe("fairness keys at a real execserver, driven by a client built from the 
   it("offers one connection's keyed wants key by key, weighted, first in first out within a key", async () => {
     const stream = new RawStream(server.grpcAddress, "keyed");
     try {
+      expect((await stream.hello()).capabilities).to.include("fairness-keys");
       await blockSlot(stream);
       for (const id of ["a1", "a2", "a3", "a4"]) stream.send({ want: { jobId: id, service: "noop", fairnessKey: "tenant-a", fairnessWeight: 3 } });
       for (const id of ["b1", "b2"]) stream.send({ want: { jobId: id, service: "noop", fairnessKey: "tenant-b" } });

@@ -453,8 +453,10 @@ export type Hello = Message<"slotbroker.v1.Hello"> & {
    * unanswered Offer is followed by OfferExpired), "half-close" (a half-closed stream
    * still gets the Done of every running job before the server ends it), "cancel"
    * (the Cancel frame is understood: it withdraws a want or stops a running job),
-   * "stdin-inline" (JobSpec.stdin_inline is understood). Unknown capabilities must be
-   * ignored.
+   * "stdin-inline" (JobSpec.stdin_inline is understood), "fairness-keys" (a connection's
+   * wants are served by Want.fairness_key and fairness_weight; an older server ignores
+   * both fields and serves a connection's wants first in, first out). Unknown
+   * capabilities must be ignored.
    *
    * @generated from field: repeated string capabilities = 5;
    */
