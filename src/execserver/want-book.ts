@@ -202,7 +202,8 @@ export class WantBook<T> {
    * How many wants the grant rule would pick before `want` if nothing else changed;
    * undefined when it is not parked. Replays the rule without mutating: costs
    * O(classes + position in its key's queue + keys of its owner in its class + owners in
-   * its class), which is bounded by the number of wants ahead of it plus the keys.
+   * its class); every key and owner it visits but the last has a want ahead of it, so this
+   * is bounded by the number of wants ahead of it.
    */
   positionOf(want: ParkedWant<T>): number | undefined {
     const key = want.queue;
