@@ -8,7 +8,7 @@ import { PriorityHeap, type HeapItem } from "./priority-heap.js";
 //     with wants in that class) and a cursor — the queue whose turn is next;
 //   OwnerQueue: an intrusive doubly-linked ring of KeyQueues (one per fairness key the
 //     connection has wants under in that class), a cursor — the key whose turn it is —
-//     and the grants left in that key's turn (its weight when the turn starts);
+//     and the grants left in that key's turn (0 until its first grant, then its weight);
 //   KeyQueue: an intrusive doubly-linked FIFO of ParkedWants.
 //
 // A connection that joins a class, or a key that joins a connection's ring, is linked in
@@ -60,7 +60,7 @@ class KeyQueue<T> {
 class OwnerQueue<T> {
   /** The key whose turn it is; set as soon as the queue has a want. */
   keyCursor!: KeyQueue<T>;
-  /** Grants left in keyCursor's turn. */
+  /** Grants left in keyCursor's turn; 0 when the turn has not started. */
   credit = 0;
   // Key → its queue, made when a second key arrives; until then keyCursor is the only key,
   // so a connection that sends no keys costs no map.
@@ -118,7 +118,8 @@ export class WantBook<T> {
 
   /**
    * Parks a want at the tail of its key's queue within its owner's queue in its class;
-   * `weight` (a positive integer) becomes the key's weight from its next turn on. O(1)
+   * `weight` (a positive integer) becomes the key's weight from its next turn that has not
+   * started yet. O(1)
    * (+O(log classes) for a new class).
    */
   park(owner: object, priority: number, value: T, key: string = DEFAULT_KEY, weight = 1): ParkedWant<T> {
@@ -287,7 +288,7 @@ export class WantBook<T> {
     else cls.keyUses.set(name, (cls.keyUses.get(name) ?? 0) + 1);
     if (!cursor) {
       queue.keyCursor = key;
-      queue.credit = weight;
+      queue.credit = 0;
       return key;
     }
     if (!queue.keys) queue.keys = new Map([[cursor.key, cursor]]);
@@ -300,14 +301,14 @@ export class WantBook<T> {
     return key;
   }
 
-  // Removes and returns the owner queue's next want by its key order.
+  // Removes and returns the owner queue's next want by its key order. A turn's credit is
+  // set at its first grant, from the key about to be read anyway: moving the cursor on
+  // does not touch the next key.
   private take(queue: OwnerQueue<T>): ParkedWant<T> {
     const key = queue.keyCursor;
+    if (queue.credit === 0) queue.credit = key.weight;
     const want = key.head!;
-    if (--queue.credit === 0) {
-      queue.keyCursor = key.ringNext;
-      queue.credit = key.ringNext.weight;
-    }
+    if (--queue.credit === 0) queue.keyCursor = key.ringNext;
     this.unlink(want);
     return want;
   }
@@ -356,7 +357,7 @@ export class WantBook<T> {
     // Its turn, if it was its turn, ends here: the next key starts a fresh one.
     if (queue.keyCursor === key) {
       queue.keyCursor = key.ringNext;
-      queue.credit = key.ringNext.weight;
+      queue.credit = 0;
     }
     key.ringPrev.ringNext = key.ringNext;
     key.ringNext.ringPrev = key.ringPrev;
@@ -387,7 +388,7 @@ export class WantBook<T> {
 // turn in round 0 being what is left of it (queue.credit). O(keys of the queue).
 function ownGrantsBefore<T>(queue: OwnerQueue<T>, key: KeyQueue<T>, j: number): number {
   const first = queue.keyCursor;
-  const credit = queue.credit;
+  const credit = queue.credit || first.weight;
   // The round whose turn of `key` serves it.
   const round = key !== first ? Math.floor(j / key.weight) : j < credit ? 0 : 1 + Math.floor((j - credit) / key.weight);
   let grants = j;

@@ -11,7 +11,7 @@ interface RefWant {
 }
 
 // Round-robin rings: a ring of names, the index whose turn it is and, for key rings, the
-// grants left in that turn.
+// grants left in that turn (0: not started; set from the key's weight at its first grant).
 interface Ring {
   ring: string[];
   cursor: number;
@@ -34,7 +34,7 @@ class ReferenceBook {
     this.weights.set(`${priority}/${owner}/${key}`, weight);
     if (!hadKey) {
       const kr = this.keyRings.get(`${priority}/${owner}`);
-      if (!kr) this.keyRings.set(`${priority}/${owner}`, { ring: [key], cursor: 0, credit: weight });
+      if (!kr) this.keyRings.set(`${priority}/${owner}`, { ring: [key], cursor: 0, credit: 0 });
       else {
         kr.ring.splice(kr.cursor, 0, key);
         kr.cursor++;
@@ -112,10 +112,8 @@ class ReferenceBook {
     const key = kr.ring[kr.cursor]!;
     const index = this.wants.findIndex((w) => w.owner === owner && w.priority === priority && w.key === key);
     const [want] = this.wants.splice(index, 1);
-    if (--kr.credit === 0) {
-      kr.cursor = (kr.cursor + 1) % kr.ring.length;
-      kr.credit = this.weights.get(`${priority}/${owner}/${kr.ring[kr.cursor]}`)!;
-    }
+    if (kr.credit === 0) kr.credit = this.weights.get(`${priority}/${owner}/${key}`)!;
+    if (--kr.credit === 0) kr.cursor = (kr.cursor + 1) % kr.ring.length;
     if (!this.has(owner, priority, key)) this.leaveKey(priority, owner, key);
     return want!.id;
   }
@@ -132,7 +130,7 @@ class ReferenceBook {
     else if (idx === kr.cursor) {
       // its turn ends; the next key starts a fresh one
       if (kr.cursor >= kr.ring.length) kr.cursor = 0;
-      kr.credit = this.weights.get(`${priority}/${owner}/${kr.ring[kr.cursor]}`)!;
+      kr.credit = 0;
     }
   }
 
