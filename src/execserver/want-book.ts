@@ -35,11 +35,6 @@ export class ParkedWant<T> {
   get parked(): boolean {
     return this.queue !== undefined;
   }
-
-  /** Its fairness key while parked; undefined once granted or removed. */
-  get key(): string | undefined {
-    return this.queue?.key;
-  }
 }
 
 class KeyQueue<T> {
@@ -119,8 +114,7 @@ export class WantBook<T> {
   /**
    * Parks a want at the tail of its key's queue within its owner's queue in its class;
    * `weight` (a positive integer) becomes the key's weight from its next turn that has not
-   * started yet. O(1)
-   * (+O(log classes) for a new class).
+   * started yet. O(1) (+O(log classes) for a new class).
    */
   park(owner: object, priority: number, value: T, key: string = DEFAULT_KEY, weight = 1): ParkedWant<T> {
     const want = new ParkedWant(value, priority, owner);
@@ -139,9 +133,10 @@ export class WantBook<T> {
   }
 
   /**
-   * Removes and returns the oldest want `owner` has in class `priority`, when that class is
-   * still the most urgent one, by its key order; the cursor does not move. For a turn that ended without a
-   * grant (the owner withdrew the want it was offered): the owner keeps the turn. O(1).
+   * Removes and returns the want `owner` has next by its key order in class `priority`,
+   * when that class is still the most urgent one; the cursor does not move. For a turn
+   * that ended without a grant (the owner withdrew the want it was offered): the owner
+   * keeps the turn. O(1).
    */
   popOwner(owner: object, priority: number): ParkedWant<T> | undefined {
     const queue = this.owners.get(owner)?.get(priority);
