@@ -113,7 +113,7 @@ describe("metrics", function () {
     const c = await BrokerStream.open(server.grpcAddress, { clientName: "c" });
     c.want("nap", "sleep");
     c.job("nap", (await c.next("offer")).offerToken, { args: ["60"] });
-    for (const id of ["p5a", "p5b"]) c.want(id, "sleep", 5);
+    for (const id of ["p5a", "p5b"]) c.want(id, "sleep", 5, id === "p5a" ? "tenant-1" : "tenant-2");
     c.want("p0", "sleep", 0);
     await c.ping();
 
@@ -126,6 +126,8 @@ describe("metrics", function () {
     expect(sample(m, "slotbroker_book_depth", { waitgroup: "slow", priority: "5" })).to.equal(2);
     expect(sample(m, "slotbroker_book_depth", { waitgroup: "slow", priority: "0" })).to.equal(1);
     expect(m.filter((s) => s.name === "slotbroker_book_depth" && s.labels.waitgroup !== "slow")).to.deep.equal([]);
+    expect(sample(m, "slotbroker_book_keys", { waitgroup: "slow", priority: "5" })).to.equal(2);
+    expect(sample(m, "slotbroker_book_keys", { waitgroup: "slow", priority: "0" })).to.equal(1);
     // Every offer made counts once in the histogram: 3 noop, 2 noop2, 1 sleep.
     expect(sample(m, "slotbroker_grant_latency_seconds_count", { waitgroup: "one" })).to.equal(3);
     expect(sample(m, "slotbroker_grant_latency_seconds_count", { waitgroup: "two" })).to.equal(2);

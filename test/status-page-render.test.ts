@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { expect } from "chai";
 import { ConnectionStatusSchema, GetStatusResponseSchema, LegacyStatusSchema, type GetStatusResponse } from "../gen/slotbroker/v1/broker_pb.js";
 import { durationFromMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { execserverSection } from "../src/commands/status-tables.js";
 import { pageStyle } from "../src/status-pages/page-style.js";
 import {
   boxRow,
@@ -36,7 +37,7 @@ function execStatus(connections: number, patch: { draining?: boolean } = {}): Ge
     startedAt: timestampFromDate(new Date(now - 65_000)),
     services: { ffmpeg: "video", convert: "images", identify: "images" },
     waitgroups: [
-      { name: "video", processes: 4, running: 2, offered: 1, free: 1, waiting: 7n, book: [{ priority: 0, wants: 5n }, { priority: 10, wants: 2n }], completed: 9n, meanRuntime: durationFromMs(1500) },
+      { name: "video", processes: 4, running: 2, offered: 1, free: 1, waiting: 7n, book: [{ priority: 0, wants: 5n, keys: 3 }, { priority: 10, wants: 2n, keys: 1 }], completed: 9n, meanRuntime: durationFromMs(1500) },
       { name: "images", processes: 2, running: 0, offered: 0, free: 2, waiting: 0n, book: [], completed: 0n },
     ],
     connections: Array.from({ length: connections }, (_, i) =>
@@ -159,8 +160,8 @@ describe("status page renderers", () => {
       const v = execView(execStatus(3), now);
       expect(v.totals).to.deep.equal({ processes: 6, running: 2, offered: 1, free: 3, waiting: 7 });
       expect(v.waitgroups[0]!.book).to.deep.equal([
-        { priority: 10, wants: 2 },
-        { priority: 0, wants: 5 },
+        { priority: 10, wants: 2, keys: 1 },
+        { priority: 0, wants: 5, keys: 3 },
       ]);
       expect(v.waitgroups[1]!.services).to.deep.equal(["convert", "identify"]);
       expect(v.uptimeMs).to.equal(65_000);
@@ -190,6 +191,13 @@ describe("status page renderers", () => {
       const page = renderExecStatusPage(execStatus(2), { now: () => now });
       expect(page).to.not.contain("<script>alert");
       expect(page).to.contain("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;");
+    });
+
+    it("shows per priority how many fairness keys the parked wants are under", () => {
+      const book = renderExecSections(execView(execStatus(0), now)).book.value;
+      expect(book).to.match(/data-key="10" data-value="2">\s*<div class="bar-label"><span class="name">priority 10<\/span><span class="detail">1 key<\/span>/);
+      expect(book).to.match(/data-key="0" data-value="5">\s*<div class="bar-label"><span class="name">priority 0<\/span><span class="detail">3 keys<\/span>/);
+      expect(execserverSection("127.0.0.1:1", execStatus(0))).to.match(/BOOK +PRIORITY +WANTS +KEYS\nvideo +0 +5 +3\nvideo +10 +2 +1/);
     });
 
     it("draws one slot box per process with the state counts of GetStatus", () => {

@@ -30,6 +30,8 @@ export function execBackend(client: ExecClient, options: { readonly followRedire
         env: request.env,
         timeoutMs: request.timeoutMs,
         priority: options.priority,
+        fairnessKey: options.fairnessKey,
+        fairnessWeight: options.fairnessWeight,
         signal: options.signal,
         stdin: request.stdin instanceof URL ? fetchLazily(request.stdin, options.signal, redirect) : request.stdin,
         stdout: options.stdout,

@@ -31,8 +31,8 @@ export function execserverSection(address: string, s: GetStatusResponse): string
       }),
     ),
   );
-  const book = s.waitgroups.flatMap((w) => w.book.map((d) => [w.name, d.priority, d.wants] as const));
-  parts.push(book.length === 0 ? "book: empty (no wants parked)" : formatTable(["BOOK", "PRIORITY", "WANTS"], book));
+  const book = s.waitgroups.flatMap((w) => w.book.map((d) => [w.name, d.priority, d.wants, d.keys] as const));
+  parts.push(book.length === 0 ? "book: empty (no wants parked)" : formatTable(["BOOK", "PRIORITY", "WANTS", "KEYS"], book));
   if (s.connections.length > 0) {
     parts.push(
       formatTable(

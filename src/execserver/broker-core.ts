@@ -1,6 +1,6 @@
 import { PositionState, RejectCode, type JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
 import type { ServiceConfig } from "./config.js";
-import { checkJobId, checkJobSpec, exceedsBytes, limits } from "./limits.js";
+import { checkFairness, checkJobId, checkJobSpec, exceedsBytes, limits } from "./limits.js";
 import { TokenSource } from "./slot-ledger.js";
 import { JobRecord, Waitgroup, type ClientConnection, type BrokerCoreOptions, type CoreEffects, type OfferOutcome, type PositionInfo, type RejectInfo } from "./broker-records.js";
 
@@ -98,9 +98,12 @@ export class BrokerCore {
     return connection.running;
   }
 
-  /** WANT: park a want, granting it at once when a slot is free. */
-  want(connection: ClientConnection, jobId: string, serviceName: string, priority: number): RejectInfo | undefined {
-    const badId = checkJobId(jobId);
+  /**
+   * WANT: park a want under its fairness key, granting it at once when a slot is free.
+   * `fairnessWeight` 0 means 1.
+   */
+  want(connection: ClientConnection, jobId: string, serviceName: string, priority: number, fairnessKey = "", fairnessWeight = 0): RejectInfo | undefined {
+    const badId = checkJobId(jobId) ?? checkFairness(fairnessKey, fairnessWeight);
     if (badId) return this.reject(connection, RejectCode.INVALID_ARGUMENT, badId);
     if (this.drainingFlag) return this.reject(connection, RejectCode.DRAINING, "execserver is draining; want elsewhere");
     const service = this.services.get(serviceName);
@@ -129,7 +132,7 @@ export class BrokerCore {
     // An idle slot and an empty book: the want is granted at once without being parked.
     if (group.ledger.free > 0 && group.book.size === 0) this.grant(record);
     else {
-      record.want = group.book.park(connection, priority, record);
+      record.want = group.book.park(connection, priority, record, fairnessKey, fairnessWeight || 1);
       this.pump(group);
     }
     return undefined;

@@ -43,12 +43,14 @@ function readConnectRequest(r: WireReader): ConnectRequest {
 }
 
 function readWant(r: WireReader, end: number): Extract<ConnectRequest["frame"], { case: "want" }>["value"] {
-  const want = { $typeName: "slotbroker.v1.Want" as const, jobId: "", service: "", priority: 0 };
+  const want = { $typeName: "slotbroker.v1.Want" as const, jobId: "", service: "", priority: 0, fairnessKey: "", fairnessWeight: 0 };
   while (r.pos < end) {
     const t = r.tag();
     if (t === lenTag(1)) want.jobId = r.string();
     else if (t === lenTag(2)) want.service = r.string();
     else if (t === varintTag(3)) want.priority = r.int32();
+    else if (t === lenTag(4)) want.fairnessKey = r.string();
+    else if (t === varintTag(5)) want.fairnessWeight = r.uint32();
     else bail();
   }
   return ended(r, end, want);

@@ -1,7 +1,7 @@
 import type { JobSpec } from "../../gen/slotbroker/v1/broker_pb.js";
 import type { ServiceConfig } from "./config.js";
 import { durationMs } from "@bufbuild/protobuf/wkt";
-import { checkArgs, checkEnvSize, checkNoNul, jobSpecLimits } from "../shared/job-limits.js";
+import { checkArgs, checkEnvSize, checkNoNul, fairnessLimits, jobSpecLimits } from "../shared/job-limits.js";
 
 /**
  * Size limits on what a peer may send. They bound the memory one frame can pin; a frame
@@ -13,6 +13,10 @@ export const limits = {
   jobIdBytes: 128,
   /** Want.service, in UTF-8 bytes. */
   serviceBytes: 128,
+  /** Want.fairness_key, in UTF-8 bytes (shared with the fylr). */
+  fairnessKeyBytes: fairnessLimits.keyBytes,
+  /** Want.fairness_weight: grants per turn of a key (shared with the fylr). */
+  fairnessWeight: fairnessLimits.weight,
   /** JobSpec.args and env: entries and bytes (shared with the fylr's submit checks). */
   args: jobSpecLimits.args,
   argsBytes: jobSpecLimits.argsBytes,
@@ -41,6 +45,13 @@ export function exceedsBytes(text: string, max: number): boolean {
 export function checkJobId(jobId: string): string | undefined {
   if (jobId === "") return "job_id: must not be empty";
   if (exceedsBytes(jobId, limits.jobIdBytes)) return `job_id: longer than ${limits.jobIdBytes} bytes`;
+  return undefined;
+}
+
+/** Why a Want's fairness key or weight is unacceptable, or undefined when they are fine. */
+export function checkFairness(key: string, weight: number): string | undefined {
+  if (exceedsBytes(key, limits.fairnessKeyBytes)) return `fairness_key: longer than ${limits.fairnessKeyBytes} bytes`;
+  if (weight > limits.fairnessWeight) return `fairness_weight: ${weight} is more than ${limits.fairnessWeight}`;
   return undefined;
 }
 

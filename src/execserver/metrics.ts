@@ -76,6 +76,17 @@ export class ExecserverMetrics {
         for (const wg of wgs) for (const d of wg.book.depth()) this.set({ waitgroup: wg.name, priority: String(d.priority) }, d.wants);
       },
     });
+    // A count per class, never a series per key: keys are unbounded, classes are not.
+    new Gauge({
+      name: "slotbroker_book_keys",
+      help: "Distinct fairness keys with wants parked, per waitgroup and priority.",
+      labelNames: ["waitgroup", "priority"],
+      registers,
+      collect() {
+        this.reset();
+        for (const wg of wgs) for (const d of wg.book.depth()) this.set({ waitgroup: wg.name, priority: String(d.priority) }, d.keys);
+      },
+    });
     new Gauge({
       name: "slotbroker_connections",
       help: "Open broker streams.",

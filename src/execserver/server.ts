@@ -57,7 +57,7 @@ export interface ExecserverOptions {
   readonly abortWaitMs?: number;
 }
 
-const capabilities = ["query", "position-eta", "offer-expired", "half-close", "cancel", "stdin-inline"];
+const capabilities = ["query", "position-eta", "offer-expired", "half-close", "cancel", "stdin-inline", "fairness-keys"];
 
 /**
  * One execserver: the gRPC server (BrokerService, health, reflection), the admin HTTP

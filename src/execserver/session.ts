@@ -155,7 +155,7 @@ export class Session implements FrameSink {
     switch (frame.case) {
       case "want": {
         const w = frame.value;
-        this.answer(w.jobId, broker.want(this.connection, w.jobId, w.service, w.priority));
+        this.answer(w.jobId, broker.want(this.connection, w.jobId, w.service, w.priority, w.fairnessKey, w.fairnessWeight));
         return;
       }
       case "unwant":

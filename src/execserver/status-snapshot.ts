@@ -43,7 +43,7 @@ export function buildStatus(
         offered: wg.ledger.offered,
         free: wg.ledger.free,
         waiting: BigInt(wg.book.size),
-        book: wg.book.depth().map((d) => create(PriorityDepthSchema, { priority: d.priority, wants: BigInt(d.wants) })),
+        book: wg.book.depth().map((d) => create(PriorityDepthSchema, { priority: d.priority, wants: BigInt(d.wants), keys: d.keys })),
         completed: BigInt(wg.ledger.completed),
         meanRuntime: mean === undefined ? undefined : durationFromMs(Math.round(mean)),
         legacyTokens: counts?.tokens ?? 0,

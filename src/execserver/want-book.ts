@@ -6,14 +6,19 @@ import { PriorityHeap, type HeapItem } from "./priority-heap.js";
 //   classes: Map priority → PriorityClass, plus a max-heap of the non-empty classes;
 //   PriorityClass: an intrusive doubly-linked ring of OwnerQueues (one per connection
 //     with wants in that class) and a cursor — the queue whose turn is next;
-//   OwnerQueue: an intrusive doubly-linked FIFO of ParkedWants.
+//   OwnerQueue: an intrusive doubly-linked ring of KeyQueues (one per fairness key the
+//     connection has wants under in that class), a cursor — the key whose turn it is —
+//     and the grants left in that key's turn (0 until its first grant, then its weight);
+//   KeyQueue: an intrusive doubly-linked FIFO of ParkedWants.
 //
-// A connection that joins a class is linked in just before the cursor, i.e. at the end of
-// the current round, so it neither jumps the queue nor waits more than one round.
+// A connection that joins a class, or a key that joins a connection's ring, is linked in
+// just before the cursor, i.e. at the end of the current round, so it neither jumps the
+// queue nor waits more than one round. A key that empties leaves the ring and forgets
+// its turn: coming back, it starts afresh and has banked no grants.
 
 /** A want parked in a WantBook; the handle to remove it or ask for its position. */
 export class ParkedWant<T> {
-  /** @internal */ queue: OwnerQueue<T> | undefined = undefined;
+  /** @internal */ queue: KeyQueue<T> | undefined = undefined;
   /** @internal */ prev: ParkedWant<T> | undefined = undefined;
   /** @internal */ next: ParkedWant<T> | undefined = undefined;
 
@@ -32,9 +37,29 @@ export class ParkedWant<T> {
   }
 }
 
-class OwnerQueue<T> {
+class KeyQueue<T> {
   head: ParkedWant<T> | undefined = undefined;
   tail: ParkedWant<T> | undefined = undefined;
+  size = 0;
+  ringPrev: KeyQueue<T> = this;
+  ringNext: KeyQueue<T> = this;
+
+  constructor(
+    readonly key: string,
+    /** Grants per turn: the weight of the latest want parked under this key. */
+    public weight: number,
+    readonly ownerQueue: OwnerQueue<T>,
+  ) {}
+}
+
+class OwnerQueue<T> {
+  /** The key whose turn it is; set as soon as the queue has a want. */
+  keyCursor!: KeyQueue<T>;
+  /** Grants left in keyCursor's turn; 0 when the turn has not started. */
+  credit = 0;
+  // Key → its queue, made when a second key arrives; until then keyCursor is the only key,
+  // so a connection that sends no keys costs no map.
+  keys: Map<string, KeyQueue<T>> | undefined = undefined;
   size = 0;
   ringPrev: OwnerQueue<T> = this;
   ringNext: OwnerQueue<T> = this;
@@ -49,6 +74,10 @@ class PriorityClass<T> implements HeapItem {
   heapIndex = -1;
   cursor: OwnerQueue<T> | undefined = undefined;
   size = 0;
+  // How many connections have wants under a key in this class: the default key counted
+  // apart, so that connections without keys cost no map operations here.
+  defaultKeyUses = 0;
+  readonly keyUses = new Map<string, number>();
 
   constructor(readonly priority: number) {}
 }
@@ -57,11 +86,18 @@ class PriorityClass<T> implements HeapItem {
 export interface PriorityDepthEntry {
   readonly priority: number;
   readonly wants: number;
+  /** Distinct fairness keys with wants at this priority, over all connections. */
+  readonly keys: number;
 }
+
+/** The default fairness key: wants that name none share it. */
+export const DEFAULT_KEY = "";
 
 /**
  * Parked wants of one waitgroup, granted by the global rule: highest priority class
- * first, round-robin across owners (connections) within a class, FIFO within an owner.
+ * first, round-robin across owners (connections) within a class, weighted round-robin
+ * across an owner's fairness keys (a key of weight w gets w grants in a row per turn),
+ * FIFO within a key. An owner that uses only the default key is served FIFO.
  */
 export class WantBook<T> {
   private readonly classes = new Map<number, PriorityClass<T>>();
@@ -75,10 +111,14 @@ export class WantBook<T> {
     return this.count;
   }
 
-  /** Parks a want at the tail of its owner's queue in its class. O(1) (+O(log classes) for a new class). */
-  park(owner: object, priority: number, value: T): ParkedWant<T> {
+  /**
+   * Parks a want at the tail of its key's queue within its owner's queue in its class;
+   * `weight` (a positive integer) becomes the key's weight from its next turn that has not
+   * started yet. O(1) (+O(log classes) for a new class).
+   */
+  park(owner: object, priority: number, value: T, key: string = DEFAULT_KEY, weight = 1): ParkedWant<T> {
     const want = new ParkedWant(value, priority, owner);
-    this.append(this.queueFor(owner, priority), want);
+    this.append(this.keyFor(this.queueFor(owner, priority), key, weight), want);
     return want;
   }
 
@@ -87,24 +127,21 @@ export class WantBook<T> {
     const cls = this.heap.peek();
     if (!cls) return undefined;
     const queue = cls.cursor!;
-    const want = queue.head!;
     // The turn passes to the next owner whether or not this one has more wants.
     cls.cursor = queue.ringNext;
-    this.unlink(want);
-    return want;
+    return this.take(queue);
   }
 
   /**
-   * Removes and returns the oldest want `owner` has in class `priority`, when that class is
-   * still the most urgent one; the cursor does not move. For a turn that ended without a
-   * grant (the owner withdrew the want it was offered): the owner keeps the turn. O(1).
+   * Removes and returns the want `owner` has next by its key order in class `priority`,
+   * when that class is still the most urgent one; the cursor does not move. For a turn
+   * that ended without a grant (the owner withdrew the want it was offered): the owner
+   * keeps the turn. O(1).
    */
   popOwner(owner: object, priority: number): ParkedWant<T> | undefined {
     const queue = this.owners.get(owner)?.get(priority);
     if (!queue || this.heap.peek()!.priority !== priority) return undefined;
-    const want = queue.head!;
-    this.unlink(want);
-    return want;
+    return this.take(queue);
   }
 
   /**
@@ -120,7 +157,7 @@ export class WantBook<T> {
 
   /** The want pop() would return, without removing it. */
   peek(): ParkedWant<T> | undefined {
-    return this.heap.peek()?.cursor?.head;
+    return this.heap.peek()?.cursor?.keyCursor.head;
   }
 
   /** Removes a parked want; false when it was not parked (already granted or removed). */
@@ -136,12 +173,15 @@ export class WantBook<T> {
     if (!queues) return 0;
     let removed = 0;
     for (const queue of [...queues.values()]) {
-      for (let want = queue.head; want; ) {
-        const next: ParkedWant<T> | undefined = want.next;
-        this.unlink(want);
-        onRemoved?.(want);
-        removed++;
-        want = next;
+      // Emptying the cursor's key moves the cursor on; the last key's last want drops the queue.
+      while (queue.size > 0) {
+        for (let want = queue.keyCursor.head; want; ) {
+          const next: ParkedWant<T> | undefined = want.next;
+          this.unlink(want);
+          onRemoved?.(want);
+          removed++;
+          want = next;
+        }
       }
     }
     return removed;
@@ -157,19 +197,23 @@ export class WantBook<T> {
   /**
    * How many wants the grant rule would pick before `want` if nothing else changed;
    * undefined when it is not parked. Replays the rule without mutating: costs
-   * O(classes + position in its own queue + owners in its class), which is bounded by the
-   * number of wants ahead of it.
+   * O(classes + position in its key's queue + keys of its owner in its class + owners in
+   * its class); every key and owner it visits but the last has a want ahead of it, so this
+   * is bounded by the number of wants ahead of it.
    */
   positionOf(want: ParkedWant<T>): number | undefined {
-    const queue = want.queue;
-    if (!queue) return undefined;
+    const key = want.queue;
+    if (!key) return undefined;
+    const queue = key.ownerQueue;
     const cls = queue.cls;
     let ahead = 0;
     for (const other of this.heap.values()) if (other.priority > cls.priority) ahead += other.size;
-    // Its own queue serves it in round k (0-based): every other owner gets up to k+1
-    // turns first if it comes before it in ring order from the cursor, up to k otherwise.
-    let k = 0;
-    for (let w = queue.head; w !== want; w = w!.next) k++;
+    let j = 0;
+    for (let w = key.head; w !== want; w = w!.next) j++;
+    // Its own owner grants k wants before it; it is served in the owner's round k
+    // (0-based): every other owner gets up to k+1 turns first if it comes before it in
+    // ring order from the cursor, up to k otherwise.
+    const k = ownGrantsBefore(queue, key, j);
     const start = cls.cursor!;
     let passedOwn = false;
     let q = start;
@@ -193,7 +237,7 @@ export class WantBook<T> {
   depth(): PriorityDepthEntry[] {
     return this.heap
       .values()
-      .map((cls) => ({ priority: cls.priority, wants: cls.size }))
+      .map((cls) => ({ priority: cls.priority, wants: cls.size, keys: cls.keyUses.size + (cls.defaultKeyUses > 0 ? 1 : 0) }))
       .sort((a, b) => b.priority - a.priority);
   }
 
@@ -226,28 +270,93 @@ export class WantBook<T> {
     return queue;
   }
 
-  private append(queue: OwnerQueue<T>, want: ParkedWant<T>): void {
-    want.queue = queue;
-    want.prev = queue.tail;
-    if (queue.tail) queue.tail.next = want;
-    else queue.head = want;
-    queue.tail = want;
+  private keyFor(queue: OwnerQueue<T>, name: string, weight: number): KeyQueue<T> {
+    const cursor = queue.size === 0 ? undefined : queue.keyCursor;
+    let key = queue.keys ? queue.keys.get(name) : cursor?.key === name ? cursor : undefined;
+    if (key) {
+      key.weight = weight;
+      return key;
+    }
+    key = new KeyQueue<T>(name, weight, queue);
+    const cls = queue.cls;
+    if (name === DEFAULT_KEY) cls.defaultKeyUses++;
+    else cls.keyUses.set(name, (cls.keyUses.get(name) ?? 0) + 1);
+    if (!cursor) {
+      queue.keyCursor = key;
+      queue.credit = 0;
+      return key;
+    }
+    if (!queue.keys) queue.keys = new Map([[cursor.key, cursor]]);
+    queue.keys.set(name, key);
+    // Link just before the cursor: the end of the current round.
+    key.ringPrev = cursor.ringPrev;
+    key.ringNext = cursor;
+    cursor.ringPrev.ringNext = key;
+    cursor.ringPrev = key;
+    return key;
+  }
+
+  // Removes and returns the owner queue's next want by its key order. A turn's credit is
+  // set at its first grant, from the key about to be read anyway: moving the cursor on
+  // does not touch the next key.
+  private take(queue: OwnerQueue<T>): ParkedWant<T> {
+    const key = queue.keyCursor;
+    if (queue.credit === 0) queue.credit = key.weight;
+    const want = key.head!;
+    if (--queue.credit === 0) queue.keyCursor = key.ringNext;
+    this.unlink(want);
+    return want;
+  }
+
+  private append(key: KeyQueue<T>, want: ParkedWant<T>): void {
+    want.queue = key;
+    want.prev = key.tail;
+    if (key.tail) key.tail.next = want;
+    else key.head = want;
+    key.tail = want;
+    key.size++;
+    const queue = key.ownerQueue;
     queue.size++;
     queue.cls.size++;
     this.count++;
   }
 
   private unlink(want: ParkedWant<T>): void {
-    const queue = want.queue!;
+    const key = want.queue!;
     if (want.prev) want.prev.next = want.next;
-    else queue.head = want.next;
+    else key.head = want.next;
     if (want.next) want.next.prev = want.prev;
-    else queue.tail = want.prev;
+    else key.tail = want.prev;
     want.queue = want.prev = want.next = undefined;
+    key.size--;
+    const queue = key.ownerQueue;
     queue.size--;
     queue.cls.size--;
     this.count--;
-    if (queue.size === 0) this.dropQueue(queue);
+    if (key.size === 0) this.dropKey(key);
+  }
+
+  private dropKey(key: KeyQueue<T>): void {
+    const queue = key.ownerQueue;
+    const cls = queue.cls;
+    if (key.key === DEFAULT_KEY) cls.defaultKeyUses--;
+    else {
+      const n = cls.keyUses.get(key.key)!;
+      if (n === 1) cls.keyUses.delete(key.key);
+      else cls.keyUses.set(key.key, n - 1);
+    }
+    if (key.ringNext === key) {
+      this.dropQueue(queue);
+      return;
+    }
+    // Its turn, if it was its turn, ends here: the next key starts a fresh one.
+    if (queue.keyCursor === key) {
+      queue.keyCursor = key.ringNext;
+      queue.credit = 0;
+    }
+    key.ringPrev.ringNext = key.ringNext;
+    key.ringNext.ringPrev = key.ringPrev;
+    queue.keys!.delete(key.key);
   }
 
   private dropQueue(queue: OwnerQueue<T>): void {
@@ -267,4 +376,28 @@ export class WantBook<T> {
       this.heap.remove(cls);
     }
   }
+}
+
+// How many wants `queue` grants before the want at index `j` of `key`, by its key rule:
+// round r gives every key of the ring one turn in ring order from the cursor, the cursor's
+// turn in round 0 being what is left of it (queue.credit). O(keys of the queue).
+function ownGrantsBefore<T>(queue: OwnerQueue<T>, key: KeyQueue<T>, j: number): number {
+  const first = queue.keyCursor;
+  const credit = queue.credit || first.weight;
+  // The round whose turn of `key` serves it.
+  const round = key !== first ? Math.floor(j / key.weight) : j < credit ? 0 : 1 + Math.floor((j - credit) / key.weight);
+  let grants = j;
+  let passed = false;
+  let other = first;
+  do {
+    if (other === key) passed = true;
+    else {
+      const turns = passed ? round : round + 1;
+      if (turns === 0) break;
+      const served = other === first ? credit + (turns - 1) * other.weight : turns * other.weight;
+      grants += Math.min(other.size, served);
+    }
+    other = other.ringNext;
+  } while (other !== first);
+  return grants;
 }

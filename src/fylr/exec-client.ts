@@ -41,6 +41,10 @@ export interface RunOptions {
   readonly timeoutMs?: number;
   /** WANT priority; larger is more urgent (default 0). */
   readonly priority?: number;
+  /** WANT fairness key, e.g. the tenant (default "": the default key). */
+  readonly fairnessKey?: string;
+  /** WANT fairness weight: grants per turn of the key, 1 to 1000 (default 1). */
+  readonly fairnessWeight?: number;
   /**
    * The job's stdin; empty when unset. A stream is consumed by the job, or destroyed when
    * the job fails after a slot was taken; it stays untouched when no slot came. Bytes up to
@@ -123,6 +127,8 @@ export class ExecClient {
     const acquired = await this.options.broker.acquire({
       service: options.service,
       priority: options.priority,
+      fairnessKey: options.fairnessKey,
+      fairnessWeight: options.fairnessWeight,
       signal,
       connectTimeoutMs: options.connectTimeoutMs,
       onPosition: options.onPosition,

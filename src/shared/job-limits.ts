@@ -16,6 +16,14 @@ export const jobSpecLimits = {
   maxFrameBytes: 1024 * 1024,
 } as const;
 
+/** Limits an execserver enforces on a WANT's fairness key and weight. */
+export const fairnessLimits = {
+  /** Want.fairness_key, in UTF-8 bytes. */
+  keyBytes: 128,
+  /** Want.fairness_weight: grants per turn of a key. */
+  weight: 1000,
+} as const;
+
 /** Why `args` breaks the execserver's limits, or undefined. `at` names the field. */
 export function checkArgs(args: readonly string[], at: string): string | undefined {
   if (args.length > jobSpecLimits.args) return `${at}: more than ${jobSpecLimits.args} entries`;

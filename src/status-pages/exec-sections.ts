@@ -132,11 +132,19 @@ function book(view: ExecView): Html {
       : groups.map(
           (wg) =>
             html`<div class="book" data-waitgroup="${wg.name}"><h3>${wg.name} <span class="detail">${formatCount(wg.waiting)} parked</span></h3>${barList(
-              wg.book.map((d) => ({ key: String(d.priority), label: `priority ${d.priority}`, value: d.wants, tone: "queued" })),
+              wg.book.map((d) => ({ key: String(d.priority), label: `priority ${d.priority}`, detail: keysText(d.keys), value: d.wants, tone: "queued" })),
               { name: `book-${wg.name}`, max },
             )}</div>`,
         );
-  return card("Want-book by priority", body, { note: "Parked wants per priority class, most urgent on top; the top class is served first." });
+  return card("Want-book by priority", body, {
+    note: "Parked wants per priority class, most urgent on top; the top class is served first. Within a class, each connection's wants are served key by key.",
+  });
+}
+
+// An execserver older than fairness keys reports 0 keys: say nothing then.
+function keysText(keys: number): string | undefined {
+  if (keys === 0) return undefined;
+  return keys === 1 ? "1 key" : `${formatCount(keys)} keys`;
 }
 
 // Only when the token protocol is on: an empty section otherwise, so the page is unchanged.

@@ -38,7 +38,8 @@ export interface WaitgroupView {
   /** Services that run in it, sorted. */
   readonly services: readonly string[];
   /** Parked wants per priority class, most urgent first. */
-  readonly book: readonly { readonly priority: number; readonly wants: number }[];
+  /** Per priority class: parked wants and the distinct fairness keys they are under. */
+  readonly book: readonly { readonly priority: number; readonly wants: number; readonly keys: number }[];
 }
 
 /** One broker stream as drawn. */
@@ -148,7 +149,7 @@ export function execView(status: GetStatusResponse, now: number, limits: ExecVie
     completed: Number(wg.completed),
     meanRuntimeMs: wg.meanRuntime && durationMs(wg.meanRuntime),
     services: (servicesByGroup.get(wg.name) ?? []).sort(),
-    book: [...wg.book].sort((a, b) => b.priority - a.priority).map((d) => ({ priority: d.priority, wants: Number(d.wants) })),
+    book: [...wg.book].sort((a, b) => b.priority - a.priority).map((d) => ({ priority: d.priority, wants: Number(d.wants), keys: d.keys })),
   }));
   const totals = { processes: 0, running: 0, offered: 0, free: 0, waiting: 0 };
   for (const wg of waitgroups) {

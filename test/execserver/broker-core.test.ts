@@ -223,6 +223,28 @@ describe("broker core (execserver)", () => {
     expect(fx.ended).to.deep.equal([["a0", "accepted"], ["a1", "dropped"], ["b0", "declined"]]);
   });
 
+  it("offers one connection's slots key by key, and rejects a bad fairness key or weight naming the field", () => {
+    const { broker, fx, conn } = setup(1);
+    const a = conn("a");
+    broker.want(a, "running", "s", 0);
+    for (let i = 0; i < 4; i++) broker.want(a, `big${i}`, "s", 0, "big", 2);
+    broker.want(a, "small0", "s", 0, "small");
+    broker.want(a, "plain0", "s", 0);
+    const long = broker.want(a, "k", "s", 0, "k".repeat(129));
+    expect(long).to.deep.equal({ code: RejectCode.INVALID_ARGUMENT, message: "fairness_key: longer than 128 bytes" });
+    const heavy = broker.want(a, "w", "s", 0, "t", 1001);
+    expect(heavy).to.deep.equal({ code: RejectCode.INVALID_ARGUMENT, message: "fairness_weight: 1001 is more than 1000" });
+    expect(broker.want(a, "edge", "s", 0, "é".repeat(64), 1000)).to.equal(undefined);
+    expect(a.rejects).to.equal(2);
+    expect(broker.waitgroups.get("g")!.book.depth()).to.deep.equal([{ priority: 0, wants: 7, keys: 4 }]);
+    for (let i = 0; i < 7; i++) {
+      const offer = fx.offers.at(-1)!;
+      expect(broker.job(a, offer.jobId, offer.offerToken, undefined)).to.equal(undefined);
+      broker.finish(offer);
+    }
+    expect(fx.offers.map((r) => r.jobId)).to.deep.equal(["running", "big0", "big1", "small0", "plain0", "edge", "big2", "big3"]);
+  });
+
   it("rejects JOBs and WANTs with DRAINING once draining, withdrawing the offer", () => {
     const { broker, fx, conn } = setup(1);
     const a = conn("a");

@@ -28,7 +28,10 @@ function randomBytes(rand: Rand): Uint8Array {
 function randomRequest(rand: Rand): ConnectRequest {
   const jobId = rand.string();
   const frames: ConnectRequest["frame"][] = [
-    { case: "want", value: { $typeName: "slotbroker.v1.Want", jobId, service: rand.string(), priority: rand.int32() } },
+    {
+      case: "want",
+      value: { $typeName: "slotbroker.v1.Want", jobId, service: rand.string(), priority: rand.int32(), fairnessKey: rand.string(), fairnessWeight: rand.pick([0, 1, 3, 1000, 2 ** 32 - 1]) },
+    },
     { case: "unwant", value: { $typeName: "slotbroker.v1.Unwant", jobId } },
     { case: "job", value: { $typeName: "slotbroker.v1.Job", jobId, offerToken: rand.string(), spec: randomSpec(rand) } },
     { case: "decline", value: { $typeName: "slotbroker.v1.Decline", jobId, offerToken: rand.string() } },
@@ -68,7 +71,9 @@ describe("execserver hand decoder (WANT, UNWANT, JOB, DECLINE, PING)", () => {
 
   it("reads the fylr's own hand-encoded WANT and JOB", () => {
     const want = decodeConnectRequestFast(encodeWant("j-1", "sha256", -3));
-    expect(want?.frame.case === "want" && want.frame.value).to.include({ jobId: "j-1", service: "sha256", priority: -3 });
+    expect(want?.frame.case === "want" && want.frame.value).to.include({ jobId: "j-1", service: "sha256", priority: -3, fairnessKey: "", fairnessWeight: 0 });
+    const keyed = decodeConnectRequestFast(encodeWant("j-2", "sha256", 0, "tenant-ü", 3000));
+    expect(keyed?.frame.case === "want" && keyed.frame.value).to.include({ jobId: "j-2", fairnessKey: "tenant-ü", fairnessWeight: 3000 });
     const spec = create(JobSpecSchema, { args: ["-x"], stdinUrl: "http://h/in", stdoutUrl: "http://h/out" });
     const job = decodeConnectRequestFast(encodeJob("j-1", "tok", spec));
     expect(job?.frame.case === "job" && job.frame.value.spec?.args).to.deep.equal(["-x"]);

@@ -3,16 +3,45 @@ import { WantBook, type ParkedWant } from "../../src/execserver/want-book.js";
 
 // A deliberately naive model of the grant rule, built from arrays and linear scans, to
 // check the linked structure against.
-class ReferenceBook {
-  wants: { id: string; owner: string; priority: number }[] = [];
-  // per priority: ring of owners in round-robin order and the cursor index
-  rings = new Map<number, { ring: string[]; cursor: number }>();
+interface RefWant {
+  id: string;
+  owner: string;
+  priority: number;
+  key: string;
+}
 
-  park(id: string, owner: string, priority: number): void {
-    const hadOwnerInClass = this.wants.some((w) => w.owner === owner && w.priority === priority);
-    this.wants.push({ id, owner, priority });
+// Round-robin rings: a ring of names, the index whose turn it is and, for key rings, the
+// grants left in that turn (0: not started; set from the key's weight at its first grant).
+interface Ring {
+  ring: string[];
+  cursor: number;
+  credit: number;
+}
+
+class ReferenceBook {
+  wants: RefWant[] = [];
+  // per priority: ring of owners in round-robin order
+  rings = new Map<number, Ring>();
+  // per priority and owner: ring of keys in weighted round-robin order
+  keyRings = new Map<string, Ring>();
+  // per priority, owner and key: the weight of its latest want
+  weights = new Map<string, number>();
+
+  park(id: string, owner: string, priority: number, key = "", weight = 1): void {
+    const hadOwnerInClass = this.has(owner, priority);
+    const hadKey = this.has(owner, priority, key);
+    this.wants.push({ id, owner, priority, key });
+    this.weights.set(`${priority}/${owner}/${key}`, weight);
+    if (!hadKey) {
+      const kr = this.keyRings.get(`${priority}/${owner}`);
+      if (!kr) this.keyRings.set(`${priority}/${owner}`, { ring: [key], cursor: 0, credit: 0 });
+      else {
+        kr.ring.splice(kr.cursor, 0, key);
+        kr.cursor++;
+      }
+    }
     if (hadOwnerInClass) return;
-    const r = this.rings.get(priority) ?? { ring: [], cursor: 0 };
+    const r = this.rings.get(priority) ?? { ring: [], cursor: 0, credit: 0 };
     this.rings.set(priority, r);
     if (r.ring.length === 0) r.ring = [owner];
     else {
@@ -26,23 +55,83 @@ class ReferenceBook {
     const top = Math.max(...this.wants.map((w) => w.priority));
     const r = this.rings.get(top)!;
     const owner = r.ring[r.cursor]!;
-    const index = this.wants.findIndex((w) => w.owner === owner && w.priority === top);
-    const [want] = this.wants.splice(index, 1);
-    if (this.wants.some((w) => w.owner === owner && w.priority === top)) r.cursor = (r.cursor + 1) % r.ring.length;
+    const id = this.take(owner, top);
+    if (this.has(owner, top)) r.cursor = (r.cursor + 1) % r.ring.length;
     else this.leave(top, owner);
-    return want!.id;
+    return id;
+  }
+
+  popOwner(owner: string, priority: number): string | undefined {
+    if (!this.has(owner, priority) || Math.max(...this.wants.map((w) => w.priority)) !== priority) return undefined;
+    const id = this.take(owner, priority);
+    if (!this.has(owner, priority)) this.leave(priority, owner);
+    return id;
+  }
+
+  passTurn(owner: string, priority: number): void {
+    const r = this.rings.get(priority);
+    if (r && r.ring[r.cursor] === owner) r.cursor = (r.cursor + 1) % r.ring.length;
   }
 
   remove(id: string): boolean {
     const index = this.wants.findIndex((w) => w.id === id);
     if (index < 0) return false;
     const [want] = this.wants.splice(index, 1);
-    if (!this.wants.some((w) => w.owner === want!.owner && w.priority === want!.priority)) this.leave(want!.priority, want!.owner);
+    const { owner, priority, key } = want!;
+    if (!this.has(owner, priority, key)) this.leaveKey(priority, owner, key);
+    if (!this.has(owner, priority)) this.leave(priority, owner);
     return true;
   }
 
   removeOwner(owner: string): void {
     for (const w of this.wants.filter((x) => x.owner === owner)) this.remove(w.id);
+  }
+
+  clone(): ReferenceBook {
+    const copy = new ReferenceBook();
+    copy.wants = this.wants.map((w) => ({ ...w }));
+    for (const [p, r] of this.rings) copy.rings.set(p, { ...r, ring: [...r.ring] });
+    for (const [k, r] of this.keyRings) copy.keyRings.set(k, { ...r, ring: [...r.ring] });
+    copy.weights = new Map(this.weights);
+    return copy;
+  }
+
+  positionOf(id: string): number | undefined {
+    if (!this.wants.some((w) => w.id === id)) return undefined;
+    const copy = this.clone();
+    for (let ahead = 0; ; ahead++) if (copy.pop() === id) return ahead;
+  }
+
+  private has(owner: string, priority: number, key?: string): boolean {
+    return this.wants.some((w) => w.owner === owner && w.priority === priority && (key === undefined || w.key === key));
+  }
+
+  // The owner's oldest want under the key whose turn it is; the turn ends after `weight` grants.
+  private take(owner: string, priority: number): string {
+    const kr = this.keyRings.get(`${priority}/${owner}`)!;
+    const key = kr.ring[kr.cursor]!;
+    const index = this.wants.findIndex((w) => w.owner === owner && w.priority === priority && w.key === key);
+    const [want] = this.wants.splice(index, 1);
+    if (kr.credit === 0) kr.credit = this.weights.get(`${priority}/${owner}/${key}`)!;
+    if (--kr.credit === 0) kr.cursor = (kr.cursor + 1) % kr.ring.length;
+    if (!this.has(owner, priority, key)) this.leaveKey(priority, owner, key);
+    return want!.id;
+  }
+
+  private leaveKey(priority: number, owner: string, key: string): void {
+    const kr = this.keyRings.get(`${priority}/${owner}`)!;
+    const idx = kr.ring.indexOf(key);
+    kr.ring.splice(idx, 1);
+    if (kr.ring.length === 0) {
+      this.keyRings.delete(`${priority}/${owner}`);
+      return;
+    }
+    if (idx < kr.cursor) kr.cursor--;
+    else if (idx === kr.cursor) {
+      // its turn ends; the next key starts a fresh one
+      if (kr.cursor >= kr.ring.length) kr.cursor = 0;
+      kr.credit = 0;
+    }
   }
 
   private leave(priority: number, owner: string): void {
@@ -52,19 +141,6 @@ class ReferenceBook {
     if (idx < r.cursor) r.cursor--;
     if (r.cursor >= r.ring.length) r.cursor = 0;
     if (r.ring.length === 0) this.rings.delete(priority);
-  }
-
-  clone(): ReferenceBook {
-    const copy = new ReferenceBook();
-    copy.wants = this.wants.map((w) => ({ ...w }));
-    for (const [p, r] of this.rings) copy.rings.set(p, { ring: [...r.ring], cursor: r.cursor });
-    return copy;
-  }
-
-  positionOf(id: string): number | undefined {
-    if (!this.wants.some((w) => w.id === id)) return undefined;
-    const copy = this.clone();
-    for (let ahead = 0; ; ahead++) if (copy.pop() === id) return ahead;
   }
 }
 
@@ -176,10 +252,15 @@ describe("WantBook", () => {
     book.park(a, 7, "z");
     book.park(c, -2, "w");
     expect(book.depth()).to.deep.equal([
-      { priority: 7, wants: 1 },
-      { priority: 1, wants: 2 },
-      { priority: -2, wants: 1 },
+      { priority: 7, wants: 1, keys: 1 },
+      { priority: 1, wants: 2, keys: 1 },
+      { priority: -2, wants: 1, keys: 1 },
     ]);
+    // Keys are counted once per class, however many connections use them.
+    book.park(b, 1, "k1", "tenant-1");
+    book.park(c, 1, "k2", "tenant-1");
+    book.park(c, 1, "k3", "tenant-2");
+    expect(book.depth()[1]).to.deep.equal({ priority: 1, wants: 5, keys: 3 });
   });
 
   it("positionOf replays the grant rule without mutating the book", () => {
@@ -235,5 +316,148 @@ describe("WantBook", () => {
       for (let id = ref.pop(); id; id = ref.pop()) expected.push(id);
       expect(drain(book), `seed ${seed} final order`).to.deep.equal(expected);
     }
+  });
+
+  describe("fairness keys", () => {
+    it("orders priority, then connections round-robin, then keys round-robin, then FIFO", () => {
+      const book = new WantBook<string>();
+      for (const id of ["x1", "x2"]) book.park(a, 0, `a-${id}`, "x");
+      for (const id of ["y1", "y2"]) book.park(a, 0, `a-${id}`, "y");
+      for (const id of ["b1", "b2", "b3"]) book.park(b, 0, id);
+      book.park(c, 1, "c-urgent", "z");
+      expect(drain(book)).to.deep.equal(["c-urgent", "a-x1", "b1", "a-y1", "b2", "a-x2", "b3", "a-y2"]);
+    });
+
+    it("gives a key of weight w exactly w grants per turn of a weight-1 key", () => {
+      const book = new WantBook<string>();
+      for (let i = 0; i < 300; i++) book.park(a, 0, "heavy", "h", 3);
+      for (let i = 0; i < 300; i++) book.park(a, 0, "light", "l", 1);
+      for (let i = 0; i < 300; i++) book.park(a, 0, "mid", "m", 2);
+      const order = drain(book);
+      expect(order.slice(0, 12)).to.deep.equal(["heavy", "heavy", "heavy", "light", "mid", "mid", "heavy", "heavy", "heavy", "light", "mid", "mid"]);
+      // Over any window of whole rounds the shares are exactly 3:1:2.
+      const window = order.slice(0, 600);
+      const count = (v: string): number => window.filter((x) => x === v).length;
+      expect([count("heavy"), count("light"), count("mid")]).to.deep.equal([300, 100, 200]);
+    });
+
+    it("serves a connection's default key FIFO, like a connection without keys", () => {
+      const book = new WantBook<string>();
+      for (let i = 0; i < 5; i++) book.park(a, 0, `a${i}`, "", 1);
+      expect(drain(book)).to.deep.equal(["a0", "a1", "a2", "a3", "a4"]);
+    });
+
+    it("keeps a key's turn through an unwant in the middle of it and ends it when the key empties", () => {
+      const book = new WantBook<string>();
+      const h = Array.from({ length: 6 }, (_, i) => book.park(a, 0, `h${i}`, "h", 3));
+      for (let i = 0; i < 3; i++) book.park(a, 0, `l${i}`, "l", 1);
+      expect(book.pop()!.value).to.equal("h0");
+      book.remove(h[1]!);
+      // two grants left in the turn: h2 and h3
+      expect([book.pop()!.value, book.pop()!.value, book.pop()!.value]).to.deep.equal(["h2", "h3", "l0"]);
+      expect(book.pop()!.value).to.equal("h4");
+      // the key empties with two grants of its turn left: the next key's turn starts
+      book.remove(h[5]!);
+      expect(drain(book)).to.deep.equal(["l1", "l2"]);
+    });
+
+    it("a key that empties and comes back banks no grants", () => {
+      const book = new WantBook<string>();
+      book.park(a, 0, "x0", "x", 3);
+      for (let i = 0; i < 5; i++) book.park(a, 0, `y${i}`, "y", 1);
+      expect([book.pop()!.value, book.pop()!.value]).to.deep.equal(["x0", "y0"]);
+      // x returns at the end of the round, after y's turn, with one turn's worth: 3
+      for (let i = 1; i <= 4; i++) book.park(a, 0, `x${i}`, "x", 3);
+      expect(drain(book)).to.deep.equal(["y1", "x1", "x2", "x3", "y2", "x4", "y3", "y4"]);
+    });
+
+    it("a connection that disconnects in the middle of a key's turn and returns starts afresh", () => {
+      const book = new WantBook<string>();
+      for (let i = 0; i < 3; i++) book.park(a, 0, `ah${i}`, "h", 3);
+      book.park(a, 0, "al0", "l", 1);
+      book.park(b, 0, "b0");
+      book.park(b, 0, "b1");
+      expect([book.pop()!.value, book.pop()!.value]).to.deep.equal(["ah0", "b0"]);
+      expect(book.removeOwner(a)).to.equal(3);
+      book.park(a, 0, "al1", "l", 1);
+      book.park(a, 0, "ah3", "h", 3);
+      expect(drain(book)).to.deep.equal(["b1", "al1", "ah3"]);
+    });
+
+    it("popOwner takes the connection's next want by its key order", () => {
+      const book = new WantBook<string>();
+      book.park(a, 0, "x0", "x", 1);
+      book.park(a, 0, "x1", "x", 1);
+      book.park(a, 0, "y0", "y", 1);
+      book.park(b, 0, "b0");
+      expect(book.pop()!.value).to.equal("x0");
+      expect(book.popOwner(a, 0)!.value).to.equal("y0");
+      expect(drain(book)).to.deep.equal(["b0", "x1"]);
+    });
+
+    it("a later want's weight counts from the key's next turn", () => {
+      const book = new WantBook<string>();
+      for (let i = 0; i < 4; i++) book.park(a, 0, `x${i}`, "x", 1);
+      for (let i = 0; i < 4; i++) book.park(a, 0, `y${i}`, "y", 1);
+      expect(book.pop()!.value).to.equal("x0");
+      book.park(a, 0, "x4", "x", 2);
+      expect(drain(book)).to.deep.equal(["y0", "x1", "x2", "y1", "x3", "x4", "y2", "y3"]);
+    });
+
+    it("agrees with a naive reference model under random keyed operations", () => {
+      for (let seed = 1; seed <= 80; seed++) {
+        const random = mulberry32(1000 + seed);
+        const book = new WantBook<string>();
+        const ref = new ReferenceBook();
+        const owners = Array.from({ length: 1 + Math.floor(random() * 4) }, (_, i) => ({ name: `o${i}` }));
+        const keys = ["", "k1", "k2", "k3"];
+        const live = new Map<string, ParkedWant<string>>();
+        let next = 0;
+        for (let step = 0; step < 400; step++) {
+          const r = random();
+          if (r < 0.45) {
+            const owner = owners[Math.floor(random() * owners.length)]!;
+            const priority = Math.floor(random() * 2);
+            const key = keys[Math.floor(random() * keys.length)]!;
+            const weight = 1 + Math.floor(random() * 4);
+            const id = `w${next++}`;
+            live.set(id, book.park(owner, priority, id, key, weight));
+            ref.park(id, owner.name, priority, key, weight);
+          } else if (r < 0.65) {
+            const got = book.pop()?.value;
+            expect(got, `seed ${seed} step ${step} pop`).to.equal(ref.pop());
+            if (got) live.delete(got);
+          } else if (r < 0.7) {
+            const owner = owners[Math.floor(random() * owners.length)]!;
+            const priority = Math.floor(random() * 2);
+            const got = book.popOwner(owner, priority)?.value;
+            expect(got, `seed ${seed} step ${step} popOwner`).to.equal(ref.popOwner(owner.name, priority));
+            if (got) live.delete(got);
+          } else if (r < 0.74) {
+            const owner = owners[Math.floor(random() * owners.length)]!;
+            const priority = Math.floor(random() * 2);
+            book.passTurn(owner, priority);
+            ref.passTurn(owner.name, priority);
+          } else if (r < 0.85 && live.size > 0) {
+            const ids = [...live.keys()];
+            const id = ids[Math.floor(random() * ids.length)]!;
+            expect(book.remove(live.get(id)!)).to.equal(ref.remove(id));
+            live.delete(id);
+          } else if (r < 0.88) {
+            const owner = owners[Math.floor(random() * owners.length)]!;
+            book.removeOwner(owner, (w) => live.delete(w.value));
+            ref.removeOwner(owner.name);
+          } else if (live.size > 0) {
+            const ids = [...live.keys()];
+            const id = ids[Math.floor(random() * ids.length)]!;
+            expect(book.positionOf(live.get(id)!), `seed ${seed} step ${step} position`).to.equal(ref.positionOf(id));
+          }
+          expect(book.size).to.equal(ref.wants.length);
+        }
+        const expected: string[] = [];
+        for (let id = ref.pop(); id; id = ref.pop()) expected.push(id);
+        expect(drain(book), `seed ${seed} final order`).to.deep.equal(expected);
+      }
+    });
   });
 });

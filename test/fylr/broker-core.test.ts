@@ -154,6 +154,10 @@ describe("fylr broker core (pure)", () => {
           const want = create(ConnectRequestSchema, { frame: { case: "want", value: { jobId, service: "ffmpeg-ü", priority } } });
           expect(Buffer.from(encodeWithSchema(want)).equals(encodeWant(jobId, "ffmpeg-ü", priority)), `${jobId} ${priority}`).to.equal(true);
         }
+        for (const [fairnessKey, fairnessWeight] of [["tenant-ü", 0], ["", 3], ["k".repeat(128), 1000], ["t", 2 ** 32 - 1]] as const) {
+          const keyed = create(ConnectRequestSchema, { frame: { case: "want", value: { jobId, service: "s", priority: 2, fairnessKey, fairnessWeight } } });
+          expect(Buffer.from(encodeWithSchema(keyed)).equals(encodeWant(jobId, "s", 2, fairnessKey, fairnessWeight)), `${jobId} ${fairnessKey}`).to.equal(true);
+        }
         const unwant = create(ConnectRequestSchema, { frame: { case: "unwant", value: { jobId } } });
         expect(Buffer.from(encodeWithSchema(unwant)).equals(encodeUnwant(jobId))).to.equal(true);
         const frames: [ConnectRequest["frame"], Buffer][] = [

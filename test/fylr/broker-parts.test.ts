@@ -12,18 +12,18 @@ describe("fylr broker parts (pure)", () => {
     it("keeps wants oldest first, takes one for an OFFER and drops what a HELLO no longer serves", () => {
       const wants = new ParkedWants();
       expect(wants.oldestParkedAt()).to.equal(undefined);
-      wants.add("a", { service: "cat", priority: 0, parkedAt: 10 });
-      wants.add("b", { service: "sox", priority: 1, parkedAt: 20 });
-      wants.add("c", { service: "cat", priority: 0, parkedAt: 30 });
+      wants.add("a", { service: "cat", priority: 0, fairnessKey: "t1", fairnessWeight: 3, parkedAt: 10 });
+      wants.add("b", { service: "sox", priority: 1, fairnessKey: "", fairnessWeight: 0, parkedAt: 20 });
+      wants.add("c", { service: "cat", priority: 0, fairnessKey: "", fairnessWeight: 0, parkedAt: 30 });
       expect(wants.oldestParkedAt()).to.equal(10);
-      expect(wants.take("a")).to.deep.equal({ service: "cat", priority: 0, parkedAt: 10 });
+      expect(wants.take("a")).to.deep.equal({ service: "cat", priority: 0, fairnessKey: "t1", fairnessWeight: 3, parkedAt: 10 });
       expect(wants.take("a"), "taken once").to.equal(undefined);
       expect(wants.oldestParkedAt()).to.equal(20);
       expect(wants.dropUnserved(hello({ cat: "wg" }))).to.deep.equal(["b"]);
       expect([...wants.entries()].map(([id]) => id)).to.deep.equal(["c"]);
       expect(wants.dropUnserved(hello({ cat: "wg" }, true)), "a draining instance serves nothing").to.deep.equal(["c"]);
       expect(wants.size).to.equal(0);
-      wants.add("d", { service: "cat", priority: 0, parkedAt: 40 });
+      wants.add("d", { service: "cat", priority: 0, fairnessKey: "", fairnessWeight: 0, parkedAt: 40 });
       expect(wants.clear()).to.deep.equal(["d"]);
     });
   });

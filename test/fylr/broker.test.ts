@@ -168,6 +168,32 @@ describe("fylr broker client against two execserver processes", function () {
     }
   });
 
+  it("sends each want's fairness key and weight: one execserver serves them key by key", async () => {
+    const replica = await startReplica({ addresses: [a.grpcAddress] }, "keyed");
+    try {
+      await ready(replica.broker, 1);
+      const busy = runSleep(replica, "1");
+      await waitFor("the slot busy", async () => (await a.status()).waitgroups[0]!.running === 1);
+      const started: string[] = [];
+      const run = (name: string, fairnessKey?: string, fairnessWeight?: number): Promise<unknown> =>
+        replica.exec.run({ service: "noop", fairnessKey, fairnessWeight, onStart: () => started.push(name) });
+      const runs = [run("t1-a", "t1", 2), run("t1-b", "t1", 2), run("t1-c", "t1", 2), run("t2-a", "t2"), run("t2-b", "t2"), run("plain")];
+      await waitFor("six wants parked", async () => (await sum([a], "keyed", "wantsParked")) === 6);
+      const book = (await a.status()).waitgroups[0]!.book.map((d) => [d.priority, Number(d.wants), d.keys]);
+      expect(book, "one class: six wants under three keys").to.deep.equal([[0, 6, 3]]);
+      await Promise.all([busy, ...runs]);
+      expect(started).to.deep.equal(["t1-a", "t1-b", "t2-a", "plain", "t1-c", "t2-b"]);
+      const bad = await replica.broker.acquire({ service: "noop", fairnessWeight: 0 }).then(
+        () => expect.fail("expected InvalidArgument"),
+        (e: unknown) => e,
+      );
+      expect(bad).to.have.property("code", Code.InvalidArgument);
+      expect((bad as Error).message).to.equal("fairnessWeight: must be an integer from 1 to 1000, got 0");
+    } finally {
+      await stopReplica(replica);
+    }
+  });
+
   it("gives up with NoSlotError after connectTimeout and UNWANTs everywhere", async () => {
     const replica = await startReplica({ addresses: [a.grpcAddress, b.grpcAddress] }, "noslot");
     try {

@@ -30,6 +30,10 @@ export interface ExecRequest {
 export interface ExecRunOptions {
   /** WANT priority; larger is more urgent. The item's queue priority. */
   readonly priority: number;
+  /** WANT fairness key: the item's key ("" or unset: the default key). */
+  readonly fairnessKey?: string;
+  /** WANT fairness weight: the item's weight (unset: 1). */
+  readonly fairnessWeight?: number;
   /**
    * Aborted when the dispatcher gives the item up (shutdown past its grace period, or this
    * fylr was declared dead by a sibling). The backend must UNWANT / stop waiting and reject

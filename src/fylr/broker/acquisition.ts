@@ -20,6 +20,10 @@ export class Acquisition extends WantRace<BrokerConnection> {
     jobId: string,
     service: string,
     priority: number,
+    /** Want.fairness_key: "" is the default key. */
+    readonly fairnessKey: string,
+    /** Want.fairness_weight: grants per turn of the key. */
+    readonly fairnessWeight: number,
     readonly resolve: (slot: AcquiredSlot) => void,
     readonly reject: (err: Error) => void,
     readonly onPosition: ((position: Position, instanceId: string) => void) | undefined,

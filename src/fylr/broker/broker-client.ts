@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { RejectCode, type Offer, type Position, type Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { fairnessLimits } from "../../shared/job-limits.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { Events } from "../../shared/typed-events.js";
 import { Acquisition, type AcquiredSlot } from "./acquisition.js";
@@ -25,6 +26,14 @@ export interface AcquireOptions {
   readonly service: string;
   /** Larger is more urgent (default 0). */
   readonly priority?: number;
+  /**
+   * Fairness key, e.g. the tenant (default "": the default key). Within a priority, each
+   * execserver serves this fylr's wants key by key, weighted round-robin, oldest first
+   * within a key. At most 128 bytes.
+   */
+  readonly fairnessKey?: string;
+  /** Grants per turn of the key: an integer from 1 to 1000 (default 1). */
+  readonly fairnessWeight?: number;
   /** Aborting UNWANTs everywhere and rejects with the signal's reason. */
   readonly signal?: AbortSignal;
   /** Give up with NoSlotError after this long (default: the config's connectTimeout). */
@@ -163,10 +172,14 @@ export class BrokerClient {
     if (!listedAnywhere(this.addressPools, this.primaries.values(), service)) {
       return Promise.reject(unknownServiceError(service, this.primaries.values()));
     }
+    const fairnessKey = options.fairnessKey ?? "";
+    const fairnessWeight = options.fairnessWeight ?? 1;
+    const badFairness = checkFairness(fairnessKey, fairnessWeight);
+    if (badFairness) return Promise.reject(new SlotbrokerError(Code.InvalidArgument, badFairness));
     const timeoutMs = options.connectTimeoutMs ?? this.config.connectTimeoutMs;
     return new Promise<AcquiredSlot>((resolve, reject) => {
       const jobId = this.jobIds.next();
-      const acq = new Acquisition(jobId, service, options.priority ?? 0, resolve, reject, options.onPosition);
+      const acq = new Acquisition(jobId, service, options.priority ?? 0, fairnessKey, fairnessWeight, resolve, reject, options.onPosition);
       this.book.add(acq);
       for (const conn of this.primaries.values()) if (conn.serves(service)) this.park(acq, conn);
       this.polls?.start(acq);
@@ -226,7 +239,7 @@ export class BrokerClient {
 
   private park(acq: Acquisition, conn: BrokerConnection): void {
     if (!acq.park(conn)) return;
-    conn.want(acq.jobId, acq.service, acq.priority);
+    conn.want(acq.jobId, acq.service, acq.priority, acq.fairnessKey, acq.fairnessWeight);
     this.events.emit("want:parked", acq.jobId, acq.service, conn);
   }
 
@@ -420,4 +433,11 @@ class UnwantQueue {
     const next = this.entries[0];
     if (next) this.timer = setTimeout(() => this.flushDue(), Math.max(1, next.at - now));
   }
+}
+
+// Why a fairness key or weight would be rejected by every execserver, or undefined.
+function checkFairness(key: string, weight: number): string | undefined {
+  if (Buffer.byteLength(key) > fairnessLimits.keyBytes) return `fairnessKey: longer than ${fairnessLimits.keyBytes} bytes`;
+  if (!Number.isInteger(weight) || weight < 1 || weight > fairnessLimits.weight) return `fairnessWeight: must be an integer from 1 to ${fairnessLimits.weight}, got ${weight}`;
+  return undefined;
 }

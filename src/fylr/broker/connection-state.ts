@@ -47,6 +47,10 @@ export function laterHelloProblem(connection: string, streamInstance: string | u
 export interface ParkedWantInfo {
   readonly service: string;
   readonly priority: number;
+  /** Want.fairness_key ("" = the default key). */
+  readonly fairnessKey: string;
+  /** Want.fairness_weight as sent (0 = 1). */
+  readonly fairnessWeight: number;
   /** When the want was parked on this connection (Date.now()). */
   readonly parkedAt: number;
 }

@@ -183,11 +183,16 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     this.connect();
   }
 
-  /** Parks a want; sent now when ready, otherwise on the next stream's HELLO. */
-  want(jobId: string, service: string, priority: number, now = Date.now()): void {
+  /**
+   * Parks a want under a fairness key ("" = the default key) and weight (1 by default);
+   * sent now when ready, otherwise on the next stream's HELLO.
+   */
+  want(jobId: string, service: string, priority: number, fairnessKey = "", fairnessWeight = 1, now = Date.now()): void {
     if (this.current === "closed") return;
-    this.parked.add(jobId, { service, priority, parkedAt: now });
-    if (this.current === "ready") this.call?.write(encodeWant(jobId, service, priority));
+    // Weight 1 is the server's default: left off the wire, as an older client sends it.
+    const weight = fairnessWeight === 1 ? 0 : fairnessWeight;
+    this.parked.add(jobId, { service, priority, fairnessKey, fairnessWeight: weight, parkedAt: now });
+    if (this.current === "ready") this.call?.write(encodeWant(jobId, service, priority, fairnessKey, weight));
   }
 
   /** Withdraws a want (or an outstanding offer for it); safe for unknown ids. */
@@ -359,7 +364,7 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     this.dropUnservedWants(hello);
     if (!first) return;
     for (const [jobId, want] of this.parked.entries()) {
-      this.call?.write(encodeWant(jobId, want.service, want.priority));
+      this.call?.write(encodeWant(jobId, want.service, want.priority, want.fairnessKey, want.fairnessWeight));
     }
     this.backoff.ready();
     this.setState("ready");

@@ -23,7 +23,8 @@ import {
 // The frames a fylr sends per want and per job are encoded by hand straight into one
 // Buffer instead of building message objects per frame (WANT/UNWANT go out by the
 // thousand, again after each reconnect). Wire format (proto3), ConnectRequest:
-//   want    = 1 LEN Want    { job_id = 1 LEN, service = 2 LEN, priority = 3 VARINT }
+//   want    = 1 LEN Want    { job_id = 1 LEN, service = 2 LEN, priority = 3 VARINT,
+//                             fairness_key = 4 LEN, fairness_weight = 5 VARINT }
 //   unwant  = 2 LEN Unwant  { job_id = 1 LEN }
 //   job     = 3 LEN Job     { job_id = 1 LEN, offer_token = 2 LEN, spec = 3 LEN JobSpec (below) }
 //   decline = 4 LEN Decline { job_id = 1 LEN, offer_token = 2 LEN }
@@ -32,12 +33,14 @@ import {
 // Empty strings are left out, as proto3 does; a sub-message is written even when empty.
 // The varint and field helpers are shared with the execserver's OFFER (src/shared/protobuf-wire.ts).
 
-/** A hand-encoded ConnectRequest carrying a Want. */
-export function encodeWant(jobId: string, service: string, priority: number): Buffer {
+/** A hand-encoded ConnectRequest carrying a Want; key "" and weight 0 are left out. */
+export function encodeWant(jobId: string, service: string, priority: number, fairnessKey = "", fairnessWeight = 0): Buffer {
   const idLen = Buffer.byteLength(jobId);
   const serviceLen = Buffer.byteLength(service);
   const priorityLen = priority === 0 ? 0 : 1 + varintSize(priority);
-  const inner = stringFieldSize(idLen) + stringFieldSize(serviceLen) + priorityLen;
+  const keyLen = fairnessKey === "" ? 0 : Buffer.byteLength(fairnessKey);
+  const weightLen = fairnessWeight === 0 ? 0 : 1 + varintSize(fairnessWeight);
+  const inner = stringFieldSize(idLen) + stringFieldSize(serviceLen) + priorityLen + stringFieldSize(keyLen) + weightLen;
   const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
   let at = 0;
   out[at++] = 0x0a;
@@ -47,6 +50,11 @@ export function encodeWant(jobId: string, service: string, priority: number): Bu
   if (priority !== 0) {
     out[at++] = 0x18;
     at = writeVarint(out, at, priority);
+  }
+  at = writeStringField(out, at, 0x22, fairnessKey, keyLen);
+  if (fairnessWeight !== 0) {
+    out[at++] = 0x28;
+    at = writeVarint(out, at, fairnessWeight);
   }
   return out;
 }

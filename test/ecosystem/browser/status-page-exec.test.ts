@@ -68,7 +68,7 @@ function manyStreams(address: string, n: number, prefix: string, service: string
     const call = connect(metadata);
     call.on("data", () => undefined);
     call.on("error", () => undefined);
-    call.write(create(ConnectRequestSchema, { frame: { case: "want", value: { $typeName: "slotbroker.v1.Want", jobId: `w${i}`, service, priority: i % 4 } } }));
+    call.write(create(ConnectRequestSchema, { frame: { case: "want", value: { $typeName: "slotbroker.v1.Want", jobId: `w${i}`, service, priority: i % 4, fairnessKey: "", fairnessWeight: 0 } } }));
     calls.push(call);
   }
   closeLater(

@@ -106,9 +106,9 @@ export class BrokerStream {
     this.call.write(create(ConnectRequestSchema, { frame }));
   }
 
-  /** WANT. */
-  want(jobId: string, service: string, priority = 0): void {
-    this.send({ case: "want", value: { $typeName: "slotbroker.v1.Want", jobId, service, priority } });
+  /** WANT; a fairness weight of 0 means 1. */
+  want(jobId: string, service: string, priority = 0, fairnessKey = "", fairnessWeight = 0): void {
+    this.send({ case: "want", value: { $typeName: "slotbroker.v1.Want", jobId, service, priority, fairnessKey, fairnessWeight } });
   }
 
   /** UNWANT. */
