@@ -13,7 +13,8 @@ import type { CompletionBatcher, RunningBatcher } from "../queue/group-commit.js
 import type { DispatcherConfig } from "../config.js";
 import type { DispatcherEvents } from "../events.js";
 import type { ExecBackend } from "./exec-backend.js";
-import { runItem } from "./item-runner.js";
+import { runItem, type Outcome } from "./item-runner.js";
+import { startItemTrace } from "./item-trace.js";
 import type { LiveItems } from "./live.js";
 import type { LocalActionRegistry } from "./local-actions.js";
 import type { Permit } from "../claims/local-permits.js";
@@ -130,18 +131,23 @@ export class ItemTasks {
       localStarted = true;
     };
     const { backend, actions, blobs, config, counters, completer } = this.deps;
-    const runner = { backend, actions, live, blobs, inlineBytes: blobs.config.inlineBytes, maxOutputBytes: config.maxOutputBytes, onStart };
+    const traced = startItemTrace(item);
+    const runner = { backend, actions, live, blobs, inlineBytes: blobs.config.inlineBytes, maxOutputBytes: config.maxOutputBytes, onStart, trace: traced };
     try {
       permit?.markUsed();
-      const outcome = await runItem(item, runner, controller.signal);
+      const run = (): Promise<Outcome> => runItem(item, runner, controller.signal);
+      const outcome = await (traced ? traced.run(run) : run());
       await mark.finished();
       live.setPhase(item.id, item.lease, "finishing");
-      await settle(item, outcome, { queue, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined }, log);
+      const write = (): Promise<void> =>
+        settle(item, outcome, { queue, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined }, log);
+      await (traced ? traced.settle(outcome, write) : write());
     } catch (err) {
       // A bug, not an outcome: give the item back rather than leave it claimed by a live fylr.
       log.error({ err }, "item task failed unexpectedly; giving the item back");
       await queue.release(item, 0).catch(() => undefined);
     } finally {
+      traced?.end();
       void mark.finished();
       freePlace();
       permit?.release();
