@@ -10,7 +10,8 @@ import {
 import { AbortReason } from "../shared/abort.js";
 import type { Events } from "../shared/typed-events.js";
 import { LogBudget, type Logger } from "../shared/log.js";
-import type { Span } from "../shared/tracing/index.js";
+import { context } from "@opentelemetry/api";
+import { withSpan, type Span } from "../shared/tracing/index.js";
 import { endJobSpan, startJobTrace, type JobTrace } from "./job-trace.js";
 import type { BrokerCore, CoreEffects, JobRecord, OfferOutcome } from "./broker-core.js";
 import type { BuiltinService } from "./config.js";
@@ -149,8 +150,11 @@ export class BrokerIo implements CoreEffects {
   private finished(record: JobRecord, receipt: Receipt, span?: Span, job?: CheckedJob): void {
     this.broker!.finish(record);
     receipt.instanceId = this.options.instanceId;
-    if (span) endJobSpan(span, receipt, job?.stdinInline?.byteLength ?? 0);
-    this.options.events.emit("job:done", record, receipt);
+    if (span) {
+      endJobSpan(span, receipt, job?.stdinInline?.byteLength ?? 0);
+      // The job's outcome is logged with its trace_id and span_id.
+      context.with(withSpan(span), () => this.options.events.emit("job:done", record, receipt));
+    } else this.options.events.emit("job:done", record, receipt);
     if (record.connection.state !== "closed") {
       const frame = encodeDone(record.jobId, receipt);
       if (frame) record.connection.sink.send(frame);

@@ -49,7 +49,7 @@ export class ItemTrace {
     this.claim.setAttribute("slotbroker.outcome", outcome.kind);
     if (outcome.kind === "failed") this.claim.setStatus({ code: SpanStatusCode.ERROR, message: outcome.error });
     try {
-      await fn();
+      await context.with(withSpan(span, this.context), fn);
       span.end();
     } catch (err) {
       endFailed(span, err instanceof Error ? err.message : String(err));
