@@ -11,7 +11,7 @@ import { spawnExecserver, type ExecserverProcess } from "../../../harness/execse
 import { createTestDatabase } from "../../support/postgres.js";
 import { inState, watchUntil } from "../../support/watch-item.js";
 import { closeAll, fastFylrConfig, spawnFylr, type FylrProcess } from "../../integration/support.js";
-import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "./support.js";
+import { startTrackedReceiver, type OtlpReceiver, type ReceivedSpan } from "./support.js";
 
 const otel = (receiver: OtlpReceiver, service: string): NodeJS.ProcessEnv => ({
   OTEL_TRACES_EXPORTER: "otlp",
@@ -30,7 +30,7 @@ describe("traces against a real OpenTelemetry collector", function () {
 
   before(async function () {
     this.timeout(660_000);
-    receiver = await startOtlpReceiver();
+    receiver = await startTrackedReceiver();
     const databaseUrl = await createTestDatabase("traces");
     exec = await spawnExecserver(
       {
