@@ -13,7 +13,7 @@ import type { CompletionBatcher, RunningBatcher } from "../queue/group-commit.js
 import type { DispatcherConfig } from "../config.js";
 import type { DispatcherEvents } from "../events.js";
 import type { ExecBackend } from "./exec-backend.js";
-import { runItem, type Outcome } from "./item-runner.js";
+import { runItem } from "./item-runner.js";
 import { startItemTrace } from "./item-trace.js";
 import type { LiveItems } from "./live.js";
 import type { LocalActionRegistry } from "./local-actions.js";
@@ -135,13 +135,12 @@ export class ItemTasks {
     const runner = { backend, actions, live, blobs, inlineBytes: blobs.config.inlineBytes, maxOutputBytes: config.maxOutputBytes, onStart, trace: traced };
     try {
       permit?.markUsed();
-      const run = (): Promise<Outcome> => runItem(item, runner, controller.signal);
-      const outcome = await (traced ? traced.run(run) : run());
+      const outcome = traced ? await traced.run(() => runItem(item, runner, controller.signal)) : await runItem(item, runner, controller.signal);
       await mark.finished();
       live.setPhase(item.id, item.lease, "finishing");
-      const write = (): Promise<void> =>
-        settle(item, outcome, { queue, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined }, log);
-      await (traced ? traced.settle(outcome, write) : write());
+      const settleDeps = { queue, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined };
+      if (traced) await traced.settle(outcome, () => settle(item, outcome, settleDeps, log));
+      else await settle(item, outcome, settleDeps, log);
     } catch (err) {
       // A bug, not an outcome: give the item back rather than leave it claimed by a live fylr.
       log.error({ err }, "item task failed unexpectedly; giving the item back");

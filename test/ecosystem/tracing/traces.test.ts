@@ -38,7 +38,8 @@ describe("traces against a real OpenTelemetry collector", function () {
         waitgroups: { w: { processes: 2 } },
         services: { tp: { waitgroup: "w", command: ["sh", "-c", 'printf %s "$TRACEPARENT"'] } },
       },
-      { env: otel(receiver, "trace-exec") },
+      // debug: a line per finished job, which carries the job span's ids.
+      { env: otel(receiver, "trace-exec"), logLevel: "debug" },
     );
     // A reaches no execserver (nothing listens on port 1): it sees no slot and claims nothing.
     fylrA = await spawnFylr(fastFylrConfig(databaseUrl, ["127.0.0.1:1"]), "trace-a", { env: otel(receiver, "fylr-a") });
@@ -99,6 +100,13 @@ describe("traces against a real OpenTelemetry collector", function () {
     expect(job.attributes["slotbroker.job.stdout_bytes"]).to.equal(55);
     // The job continued the trace from its environment: its TRACEPARENT names the job span.
     expect(Buffer.from(done.item!.output).toString()).to.equal(`00-${traceId}-${job.spanId}-01`);
+    // The execserver's line about the finished job carries the job span's ids.
+    const jobLines = exec
+      .stderr()
+      .split("\n")
+      .filter((line) => line.includes(`"trace_id":"${traceId}"`));
+    expect(jobLines, exec.stderr().slice(-2000)).to.have.length.greaterThan(0);
+    expect(jobLines.every((line) => line.includes(`"span_id":"${job.spanId}"`))).to.equal(true);
   });
 
   it("a malformed traceparent header starts a new trace; the item runs as ever", async () => {
