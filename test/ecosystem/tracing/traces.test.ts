@@ -2,9 +2,13 @@
 // collector's OTLP receiver, built with Go) receives the spans of fylr A (where the item is
 // submitted), fylr B (which claims and runs it: A reaches no execserver, so it claims
 // nothing) and the execserver, all over OTLP/HTTP as configured by the standard OTEL_*
-// variables. The job prints the TRACEPARENT it was given.
+// variables. The job prints the TRACEPARENT it was given; a retried item's attempts stay
+// in its trace.
 import { expect } from "chai";
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { setTimeout } from "node:timers/promises";
 import { ItemState } from "../../../gen/slotbroker/v1/queue_pb.js";
 import { spawnExecserver, type ExecserverProcess } from "../../../harness/execserver-process.js";
@@ -27,16 +31,22 @@ describe("traces against a real OpenTelemetry collector", function () {
   let exec: ExecserverProcess;
   let fylrA: FylrProcess;
   let fylrB: FylrProcess;
+  let dir: string;
 
   before(async function () {
     this.timeout(660_000);
     receiver = await startTrackedReceiver();
+    dir = mkdtempSync(join(tmpdir(), "slotbroker-traces-"));
     const databaseUrl = await createTestDatabase("traces");
     exec = await spawnExecserver(
       {
         instanceId: "trace-exec",
         waitgroups: { w: { processes: 2 } },
-        services: { tp: { waitgroup: "w", command: ["sh", "-c", 'printf %s "$TRACEPARENT"'] } },
+        services: {
+          tp: { waitgroup: "w", command: ["sh", "-c", 'printf %s "$TRACEPARENT"'] },
+          // Fails while its marker file is missing, which it creates: the second attempt succeeds.
+          flaky: { waitgroup: "w", command: ["sh", "-c", 'if [ -e "$1" ]; then echo ok; else : > "$1"; exit 3; fi', "flaky"] },
+        },
       },
       // debug: a line per finished job, which carries the job span's ids.
       { env: otel(receiver, "trace-exec"), logLevel: "debug" },
@@ -46,7 +56,10 @@ describe("traces against a real OpenTelemetry collector", function () {
     fylrB = await spawnFylr(fastFylrConfig(databaseUrl, [exec.grpcAddress]), "trace-b", { env: otel(receiver, "fylr-b") });
   });
 
-  after(() => closeAll(fylrA, fylrB, exec, receiver));
+  after(async () => {
+    await closeAll(fylrA, fylrB, exec, receiver);
+    rmSync(dir, { recursive: true, force: true });
+  });
 
   // The exporters batch (OTEL_BSP_SCHEDULE_DELAY): spans arrive a little after the item ended.
   async function traceOf(traceId: string, names: readonly string[]): Promise<ReceivedSpan[]> {
@@ -107,6 +120,37 @@ describe("traces against a real OpenTelemetry collector", function () {
       .filter((line) => line.includes(`"trace_id":"${traceId}"`));
     expect(jobLines, exec.stderr().slice(-2000)).to.have.length.greaterThan(0);
     expect(jobLines.every((line) => line.includes(`"span_id":"${job.spanId}"`))).to.equal(true);
+  });
+
+  it("a retried item keeps its trace: each attempt's queued time and claim under the same submit", async () => {
+    const traceId = randomBytes(16).toString("hex");
+    const marker = join(dir, "flaky-ran");
+    const { item } = await fylrA.client.submit(
+      { calls: [{ service: "flaky", args: [marker] }], maxAttempts: 2 },
+      { headers: { traceparent: `00-${traceId}-${randomBytes(8).toString("hex")}-01` } },
+    );
+    const done = await watchUntil(fylrA.client, item!.id, "the retried item's success", inState(ItemState.SUCCEEDED, ItemState.FAILED));
+    expect(done.item?.state, done.item?.error).to.equal(ItemState.SUCCEEDED);
+    let spans: ReceivedSpan[] = [];
+    const deadline = Date.now() + 20_000;
+    while ((spans = await traceOf(traceId, ["slotbroker.submit", "slotbroker.settle"])).filter((s) => s.name === "slotbroker.settle").length < 2) {
+      expect(Date.now(), "two settles").to.be.below(deadline);
+      await setTimeout(100);
+    }
+    const submit = one(spans, "slotbroker.submit");
+    const claims = spans.filter((s) => s.name === "slotbroker.claim").sort((x, y) => Number(x.attributes["slotbroker.attempt"]) - Number(y.attributes["slotbroker.attempt"]));
+    expect(claims.map((c) => [c.parentSpanId, c.attributes["slotbroker.attempt"], c.attributes["slotbroker.outcome"]])).to.deep.equal([
+      [submit.spanId, 1, "failed"],
+      [submit.spanId, 2, "succeeded"],
+    ]);
+    expect(claims[0]!.status.code, "the failed attempt's status").to.equal(2);
+    const queued = spans.filter((s) => s.name === "slotbroker.queued");
+    expect(queued.map((q) => [q.parentSpanId, q.attributes["slotbroker.attempt"]]).sort()).to.deep.equal([
+      [submit.spanId, 1],
+      [submit.spanId, 2],
+    ]);
+    const jobs = spans.filter((s) => s.name === "slotbroker.job");
+    expect(jobs.map((j) => j.attributes["process.exit.code"]).sort()).to.deep.equal([0, 3]);
   });
 
   it("a malformed traceparent header starts a new trace; the item runs as ever", async () => {
