@@ -97,6 +97,8 @@ describe("traces against a real OpenTelemetry collector", function () {
     const settle = one(spans, "slotbroker.settle");
 
     expect(submit).to.deep.include({ service: "fylr-a", parentSpanId: callerSpan });
+    // Get (and Watch) name the trace: the Submit span's traceparent.
+    expect(done.item?.traceparent).to.equal(`00-${traceId}-${submit.spanId}-01`);
     expect(submit.attributes).to.deep.include({ "slotbroker.item.id": item!.id, "slotbroker.service": "tp", "slotbroker.item.created": true });
     for (const span of [queued, claim, call, wait, settle]) expect(span.service, span.name).to.equal("fylr-b");
     expect(queued.parentSpanId).to.equal(submit.spanId);
