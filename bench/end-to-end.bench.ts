@@ -4,6 +4,11 @@
 //                    and two execservers (the CLI, SLOTS slots each) on one Postgres: Submit
 //                    through QueueService (Connect over HTTP, alternating fylrs) → claim →
 //                    WANT/OFFER/JOB → stdin pipe → the command → stdout → DONE → settle.
+//   slotbroker-traced the same, with traces on in its two fylrs and two execservers (their own
+//                    processes and database): every item traced (the default sampler), the
+//                    spans exported over OTLP/HTTP to a local OpenTelemetry Collector receiver
+//                    (harness/otlp-receiver.ts, built with Go). Against slotbroker it shows
+//                    what tracing costs (items_per_s_traced).
 //   graphile-worker  two workers (bench/lib/e2e-graphile.ts, each its own process, SLOTS
 //                    concurrency each, so the same total) on the same Postgres server (its
 //                    own database), whose task spawns the same command with the same stdin.
@@ -59,6 +64,7 @@ import { emit, percentile } from "./lib/figure.js";
 import { CpuMeter, postgresBackends, withLiveChildren } from "./lib/proc-cpu.js";
 import { BUILD_ENV, buildChildren } from "../harness/node-children.js";
 import { startChild } from "./lib/raw-grpc.js";
+import { startOtlpReceiver, type OtlpReceiver } from "../harness/otlp-receiver.js";
 
 const items = Number(process.env.E2E_ITEMS ?? 300);
 const latencyItems = Number(process.env.E2E_LATENCY_ITEMS ?? 100);
@@ -74,10 +80,10 @@ const cli = join(here, "..", "src", "cli.ts");
 const note = (text: string): void => void process.stderr.write(`end-to-end: ${text}\n`);
 const epochMs = (): number => performance.timeOrigin + performance.now();
 
-type System = "slotbroker" | "graphile-worker" | "floor";
+type System = "slotbroker" | "slotbroker-traced" | "graphile-worker" | "floor";
 // floor: graphile-worker with an HTTP submit and the spawn moved into a second process (see
 // e2e-floor-app.ts): the two-process shape built from bare parts, without slotbroker.
-const systems: readonly System[] = ["slotbroker", "graphile-worker", "floor"];
+const systems: readonly System[] = ["slotbroker", "slotbroker-traced", "graphile-worker", "floor"];
 type Service = "true" | "sha256";
 const stdin4k = randomBytes(4096);
 
@@ -174,13 +180,16 @@ async function main(): Promise<void> {
   let server: LocalPostgres | undefined;
   const children: ChildProcess[] = [];
   let utils: WorkerUtils | undefined;
+  let collector: OtlpReceiver | undefined;
   try {
     const adminUrl = process.env.DATABASE_URL ?? (server = await startEmbeddedPostgres({ dataDir: join(dir, "pg"), persistent: false })).url;
     const sbDb = await createDatabase(adminUrl, "e2e_slotbroker");
+    const tracedDb = await createDatabase(adminUrl, "e2e_traced");
     const gwDb = await createDatabase(adminUrl, "e2e_graphile");
     const floorDb = await createDatabase(adminUrl, "e2e_floor");
     const [sbUrl, gwUrl] = [sbDb.url, gwDb.url];
     await migrate(sbUrl);
+    await migrate(tracedDb.url);
     await runMigrations({ connectionString: gwUrl, logger: undefined });
     await runMigrations({ connectionString: floorDb.url, logger: undefined });
     if (runtime === "tsx") delete process.env[BUILD_ENV];
@@ -191,25 +200,38 @@ async function main(): Promise<void> {
       `listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nwaitgroups: {w: {processes: ${slots}}}\n` +
         `services: {"true": {waitgroup: w, command: ["true"]}, sha256: {waitgroup: w, command: ["sha256sum"]}}\n`,
     );
-    const execs = await Promise.all([0, 1].map(() => startChild([cli, "execserver", "--config", execConfig], undefined, process.env.E2E_EXEC_NODE_ARGS)));
-    children.push(...execs.map((e) => e.child));
-    const trips = new Trips();
-    const fylrs = await Promise.all(
-      ["e2e-a", "e2e-b"].map((name) =>
-        startChild(
-          [
-            join(here, "lib", "e2e-fylr.ts"),
-            JSON.stringify({ name, listen: "127.0.0.1:0", databaseUrl: sbUrl, execserver: { addresses: execs.map((e) => e.address) } }),
-          ],
-          /url=(\S+)/,
-          process.env.E2E_FYLR_NODE_ARGS,
+    collector = await startOtlpReceiver();
+    // Batches go out every 500 ms (the SDK's default is 5 s), so their export falls inside
+    // the throughput phase it belongs to and is counted there.
+    const otel = { OTEL_TRACES_EXPORTER: "otlp", OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint, OTEL_BSP_SCHEDULE_DELAY: "500" };
+    const startExecs = async (env?: NodeJS.ProcessEnv) => {
+      const started = await Promise.all([0, 1].map(() => startChild([cli, "execserver", "--config", execConfig], undefined, process.env.E2E_EXEC_NODE_ARGS, env)));
+      children.push(...started.map((e) => e.child));
+      return started;
+    };
+    const startFylrs = async (prefix: string, databaseUrl: string, to: { address: string }[], trips: Trips, env?: NodeJS.ProcessEnv) => {
+      const started = await Promise.all(
+        [`${prefix}-a`, `${prefix}-b`].map((name) =>
+          startChild(
+            [join(here, "lib", "e2e-fylr.ts"), JSON.stringify({ name, listen: "127.0.0.1:0", databaseUrl, execserver: { addresses: to.map((e) => e.address) } })],
+            /url=(\S+)/,
+            process.env.E2E_FYLR_NODE_ARGS,
+            env,
+          ),
         ),
-      ),
-    );
-    for (const [index, f] of fylrs.entries()) {
-      children.push(f.child);
-      trips.follow(f.child, "item", index);
-    }
+      );
+      for (const [index, f] of started.entries()) {
+        children.push(f.child);
+        trips.follow(f.child, "item", index);
+      }
+      return started;
+    };
+    const execs = await startExecs();
+    const trips = new Trips();
+    const fylrs = await startFylrs("e2e", sbUrl, execs, trips);
+    const tracedExecs = await startExecs(otel);
+    const tracedTrips = new Trips();
+    const tracedFylrs = await startFylrs("e2e-traced", tracedDb.url, tracedExecs, tracedTrips, otel);
     const workers = await Promise.all([0, 1].map(() => startChild([join(here, "lib", "e2e-graphile.ts"), gwUrl, String(slots)], /e2e-graphile (ready)/)));
     for (const w of workers) {
       children.push(w.child);
@@ -231,6 +253,10 @@ async function main(): Promise<void> {
         fylrs.map((f) => createQueueClient(f.address)),
         trips,
       ),
+      "slotbroker-traced": slotbrokerStack(
+        tracedFylrs.map((f) => createQueueClient(f.address)),
+        tracedTrips,
+      ),
       "graphile-worker": graphileStack(utils, trips),
       floor: floorStack(
         floorApps.map((a) => a.address),
@@ -240,6 +266,12 @@ async function main(): Promise<void> {
     const pids = (list: { child: ChildProcess }[]) => () => list.map((c) => c.child.pid!);
     const meters: Record<System, CpuMeter> = {
       slotbroker: new CpuMeter({ fylrs: pids(fylrs), execservers: () => withLiveChildren(pids(execs)()), postgres: () => postgresBackends(sbDb.name) }),
+      "slotbroker-traced": new CpuMeter({
+        fylrs: pids(tracedFylrs),
+        execservers: () => withLiveChildren(pids(tracedExecs)()),
+        postgres: () => postgresBackends(tracedDb.name),
+        collector: () => [collector!.child.pid!],
+      }),
       "graphile-worker": new CpuMeter({ workers: pids(workers), postgres: () => postgresBackends(gwDb.name) }),
       floor: new CpuMeter({ apps: pids(floorApps), execs: () => withLiveChildren(pids(floorExecs)()), postgres: () => postgresBackends(floorDb.name) }),
     };
@@ -251,6 +283,8 @@ async function main(): Promise<void> {
       }
     }
     trips.timeline([]); // the warm-up's answers
+    tracedTrips.timeline([]);
+    const tripsOf = (system: System): Trips => (system === "slotbroker-traced" ? tracedTrips : trips);
     const rates: Record<string, number[]> = {};
     const lat: Record<string, Trip[]> = {};
     const cpu: Record<string, Record<string, number>> = {};
@@ -265,9 +299,9 @@ async function main(): Promise<void> {
           const spent = meters[system].stop();
           const perItem = (cpu[key] ??= {});
           for (const [part, ms] of Object.entries(spent)) perItem[part] = (perItem[part] ?? 0) + ms / n / rounds;
-          trips.timeline([]); // the throughput load's answers
+          tripsOf(system).timeline([]); // the throughput load's answers
           const got = await latency(stacks[system], service, Math.ceil(latencyItems / rounds));
-          trips.timeline(got);
+          tripsOf(system).timeline(got);
           (rates[key] ??= []).push(rate);
           (lat[key] ??= []).push(...got);
           const sorted = got.map((t) => t.settled! - t.submit).sort((x, y) => x - y);
@@ -322,6 +356,21 @@ async function main(): Promise<void> {
         baseline_value: rate("graphile-worker"),
         params: { ...params, better: "higher", cpu_ms_per_item: { floor: floorCpu } },
       });
+      emit({
+        bench: "end-to-end",
+        metric: `${prefix}items_per_s_traced`,
+        value: rate("slotbroker-traced"),
+        baseline: "slotbroker with traces off, same run",
+        baseline_value: rate("slotbroker"),
+        params: {
+          ...params,
+          better: "higher",
+          goal: service === "true" ? "≥ 0.9" : undefined,
+          sampler: "parentbased_always_on (every item)",
+          exporter: "OTLP/HTTP protobuf to a local collector receiver, batches every 500 ms",
+          cpu_ms_per_item: { traced: round2(cpu[`slotbroker-traced/${service}`]!, 1), off: round2(cpu[`slotbroker/${service}`]!, 1) },
+        },
+      });
       emit({ bench: "end-to-end", metric: `${prefix}items_per_s_vs_floor`, value: rate("slotbroker"), baseline: floorBaseline, baseline_value: rate("floor"), params: { ...params, better: "higher" } });
       for (const p of [50, 99]) {
         emit({
@@ -334,8 +383,10 @@ async function main(): Promise<void> {
         });
       }
     }
+    note(`the collector received ${collector.spans().length} spans`);
   } finally {
     await utils?.release();
+    await collector?.stop();
     for (const child of children) child.kill("SIGTERM");
     await Promise.all(children.map((c) => (c.exitCode !== null ? Promise.resolve() : new Promise<void>((r) => c.once("exit", () => r())))));
     await server?.stop();

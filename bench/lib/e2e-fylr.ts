@@ -13,9 +13,12 @@ import { subscribe } from "node:diagnostics_channel";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { performance } from "node:perf_hooks";
 import { compileFylrConfig, startFylr } from "../../src/app/index.js";
+import { startTracing } from "../../src/shared/tracing/index.js";
 
 const epochMs = (): number => performance.timeOrigin + performance.now();
 const config = compileFylrConfig(JSON.parse(process.argv[2]!), "e2e-fylr", process.env);
+// As `slotbroker fylr` does: traces only when the OTEL_* variables ask for them.
+await startTracing("slotbroker-fylr");
 const fylr = await startFylr(config);
 type Stages = { claimed?: number; waiting?: number; running?: number; finishing?: number };
 const stages = new Map<string, Stages>();

@@ -44,10 +44,10 @@ export function openEchoStream(address: string): { client: grpc.Client; call: gr
  *   BENCH_CHILD_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" npm run bench -- cycle-throughput
  * `extraNodeArgs` (space-separated) go to this child alone, after those.
  */
-export async function startChild(args: string[], pattern = /grpc=(\S+)/, extraNodeArgs = ""): Promise<{ child: ChildProcess; address: string }> {
+export async function startChild(args: string[], pattern = /grpc=(\S+)/, extraNodeArgs = "", env?: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; address: string }> {
   const nodeArgs = `${process.env.BENCH_CHILD_NODE_ARGS ?? ""} ${extraNodeArgs}`.split(" ").filter(Boolean);
   const [script, ...rest] = args;
-  const child = spawn(process.execPath, [...nodeArgs, ...nodeScript(script!), ...rest], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [...nodeArgs, ...nodeScript(script!), ...rest], { stdio: ["ignore", "pipe", "inherit"], env: env && { ...process.env, ...env } });
   const m = await waitForOutput(child, pattern, { timeoutMs: 60_000 });
   return { child, address: m[1]! };
 }

@@ -24,9 +24,11 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { itemStateFromProto, itemToProto, statsToProto, submitInputFromProto, type Dispatcher, type ItemState, type ListFilter } from "../dispatcher/index.js";
 import { toConnectError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
+import { tracing } from "../shared/tracing/index.js";
 import { getItem, snapshot } from "./item-view.js";
 import type { ExecLoadSource } from "./position.js";
 import type { RuntimeMeans } from "./runtime-means.js";
+import { tracedSubmit } from "./submit-trace.js";
 import { watchItem } from "./watch.js";
 
 /** What QueueService is built from. */
@@ -72,11 +74,13 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
     }
   };
   return {
-    submit: (req) =>
+    submit: (req, ctx) =>
       guard("submit", async () => {
         checkServices(req, options.offeredServices?.());
         if (options.allowedEnv) checkEnv(req, options.allowedEnv);
-        const { item, created } = await dispatcher.submit(submitInputFromProto(req));
+        const input = submitInputFromProto(req);
+        // The request's headers are only looked at (and built, on the direct path) when traces are on.
+        const { item, created } = tracing.on ? await tracedSubmit(dispatcher, input, ctx.requestHeader.get("traceparent")) : await dispatcher.submit(input);
         return create(SubmitResponseSchema, { item: withoutInlineStdin(itemToProto(item)), created });
       }),
     get: (req) => guard("get", async () => create(GetResponseSchema, { item: itemToProto(await getItem(dispatcher, req.id)) })),

@@ -37,7 +37,8 @@ export function execBackend(client: ExecClient, options: { readonly followRedire
         stdout: options.stdout,
         maxStdoutBytes: options.maxStdoutBytes,
         onPosition: options.onPosition && ((position) => options.onPosition!(position)),
-        onStart: options.onStart && ((job) => options.onStart!(job.instanceId)),
+        onStart: options.onStart && ((job) => options.onStart!(job.instanceId, job.waitgroup)),
+        traceparent: request.traceparent,
       });
       return { receipt: result.receipt, stdout: result.stdout ?? Buffer.alloc(0) };
     },

@@ -4,6 +4,7 @@ import { startExecserver, type ExecserverHandle } from "../app/execserver.js";
 import { loadExecserverConfig } from "../execserver/index.js";
 import { ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { createLogger } from "../shared/log.js";
+import { startTracing } from "../shared/tracing/index.js";
 import { parseConfigFlag, untilSignalled } from "./serve.js";
 
 const help = `usage: slotbroker execserver --config FILE
@@ -20,7 +21,7 @@ options:
 environment overrides: SLOTBROKER_TOKEN, SLOTBROKER_LISTEN, SLOTBROKER_ADMIN_LISTEN,
 SLOTBROKER_INSTANCE_ID. Logs are JSON lines on stderr; SLOTBROKER_LOG_LEVEL (default info:
 connections, refusals, rejected frames, expired offers, failed jobs; debug adds every job)
-sets the level.
+sets the level. The standard OTEL_* variables turn traces on (docs/operator-guide.md).
 
 On start it prints one plain line on stdout:
   execserver <instanceId> listening grpc=HOST:PORT admin=HOST:PORT [legacy=HOST:PORT]
@@ -34,9 +35,12 @@ export async function run(argv: string[]): Promise<number> {
   if (typeof configPath === "number") return configPath;
   const logger = createLogger();
   let handle: ExecserverHandle;
+  let stopTracing: (() => Promise<void>) | undefined;
   try {
+    stopTracing = await startTracing("slotbroker-execserver", { logger });
     handle = await startExecserver(loadExecserverConfig(configPath), { logger });
   } catch (err) {
+    await stopTracing?.();
     const e = SlotbrokerError.from(err);
     process.stderr.write(`slotbroker execserver: ${e instanceof ConfigError ? "invalid config: " : ""}${e.message}\n`);
     logger.flush();
@@ -49,6 +53,7 @@ export async function run(argv: string[]): Promise<number> {
   const where = grpc ? `grpc=${grpc} admin=${admin}${legacy ? ` legacy=${legacy}` : ""}` : `legacy=${legacy} admin=${admin}`;
   process.stdout.write(`execserver ${handle.instanceId} listening ${where}\n`);
   const code = await untilSignalled(handle, logger, "draining");
+  await stopTracing?.();
   logger.info("execserver stopped");
   logger.flush();
   return code;

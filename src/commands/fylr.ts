@@ -1,6 +1,7 @@
 import { loadFylrConfig, startFylr, type FylrHandle } from "../app/index.js";
 import { ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { createLogger } from "../shared/log.js";
+import { startTracing } from "../shared/tracing/index.js";
 import { parseConfigFlag, untilSignalled } from "./serve.js";
 
 const help = `usage: slotbroker fylr --config FILE
@@ -16,7 +17,7 @@ options:
 environment: DATABASE_URL (when the config has no databaseUrl); overrides SLOTBROKER_TOKEN
 (execserver.token), SLOTBROKER_LISTEN, SLOTBROKER_FYLR_NAME, SLOTBROKER_API_TOKENS_FILE
 (auth.tokensFile), SLOTBROKER_API_TOKENS (auth.tokens, as JSON); SLOTBROKER_LOG_LEVEL sets
-the log level.
+the log level; the standard OTEL_* variables turn traces on (docs/operator-guide.md).
 
 A "listen" that is not a loopback address needs API credentials (auth.tokens,
 auth.tokensFile or auth.clients); the fylr refuses to start without.
@@ -33,9 +34,12 @@ export async function run(argv: string[]): Promise<number> {
   if (typeof configPath === "number") return configPath;
   const logger = createLogger();
   let handle: FylrHandle;
+  let stopTracing: (() => Promise<void>) | undefined;
   try {
+    stopTracing = await startTracing("slotbroker-fylr", { logger });
     handle = await startFylr(loadFylrConfig(configPath), { logger });
   } catch (err) {
+    await stopTracing?.();
     const e = SlotbrokerError.from(err);
     process.stderr.write(`slotbroker fylr: ${e instanceof ConfigError ? "invalid config: " : ""}${e.message}\n`);
     logger.flush();
@@ -53,6 +57,7 @@ export async function run(argv: string[]): Promise<number> {
   process.on("SIGHUP", onHangup);
   const code = await untilSignalled(handle, logger, "stopping (items get dispatcher.stopGrace to finish)");
   process.off("SIGHUP", onHangup);
+  await stopTracing?.();
   logger.info("fylr stopped");
   logger.flush();
   return code;

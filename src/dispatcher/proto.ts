@@ -128,6 +128,7 @@ export function itemToProto(item: QueueItem): Item {
     error: item.error ?? "",
     idempotencyKey: item.idempotencyKey ?? "",
     cancelRequestedAt: item.cancelRequestedAt && timestampFromDate(item.cancelRequestedAt),
+    traceparent: item.traceparent ?? "",
   });
 }
 

@@ -44,6 +44,8 @@ export interface SubmitInput {
   readonly idempotencyKey?: string;
   /** Attempts allowed before the item fails; default from config. */
   readonly maxAttempts?: number;
+  /** The W3C traceparent of the Submit span, stored so that the claim continues its trace. */
+  readonly traceparent?: string;
 }
 
 /** The outcome of one exec call: the execserver's receipt. */
@@ -86,6 +88,8 @@ export interface QueueItem {
   readonly idempotencyKey: string | undefined;
   /** When a cancel was asked for while the item was held; undefined otherwise. */
   readonly cancelRequestedAt: Date | undefined;
+  /** The W3C traceparent of its Submit span; undefined when it was submitted untraced. */
+  readonly traceparent?: string;
 }
 
 /** What a claim hands the loop: enough to run the item and to fence its completion. */

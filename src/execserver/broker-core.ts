@@ -174,8 +174,8 @@ export class BrokerCore {
     this.effects.cancel(record, "requested");
   }
 
-  /** JOB: accept an offer and start the job. */
-  job(connection: ClientConnection, jobId: string, token: string, spec: JobSpec | undefined): RejectInfo | undefined {
+  /** JOB: accept an offer and start the job (`traceparent`: Job.traceparent, checked where the job starts). */
+  job(connection: ClientConnection, jobId: string, token: string, spec: JobSpec | undefined, traceparent = ""): RejectInfo | undefined {
     const record = connection.jobs.get(jobId);
     if (record?.state === "running") return this.reject(connection, RejectCode.DUPLICATE_JOB, "job_id: already running on this connection");
     if (!record || record.state !== "offered" || record.offerToken !== token) {
@@ -190,6 +190,7 @@ export class BrokerCore {
     record.state = "running";
     record.offerToken = "";
     record.startedAt = this.options.now();
+    record.traceparent = traceparent;
     connection.grants++;
     connection.running++;
     this.runningRecords.add(record);

@@ -73,6 +73,8 @@ export class JobRecord {
   handle: unknown = undefined;
   /** The job's process id once spawned (0 before, and for built-ins): logged with its outcome. */
   jobPid = 0;
+  /** Job.traceparent as received ("" when none), while running. */
+  traceparent = "";
   /** @internal links in the broker's offer-expiry list */
   expiryPrev: JobRecord | undefined = undefined;
   /** @internal */

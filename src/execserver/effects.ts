@@ -9,7 +9,10 @@ import {
 } from "../../gen/slotbroker/v1/broker_pb.js";
 import { AbortReason } from "../shared/abort.js";
 import type { Events } from "../shared/typed-events.js";
-import type { Logger } from "../shared/log.js";
+import { LogBudget, type Logger } from "../shared/log.js";
+import { context } from "@opentelemetry/api";
+import { withSpan, type Span } from "../shared/tracing/index.js";
+import { endJobSpan, startJobTrace, type JobTrace } from "./job-trace.js";
 import type { BrokerCore, CoreEffects, JobRecord, OfferOutcome } from "./broker-core.js";
 import type { BuiltinService } from "./config.js";
 import type { ExecserverEvents } from "./events.js";
@@ -47,6 +50,7 @@ export class BrokerIo implements CoreEffects {
   private readonly offers: OfferEncoder;
   private expiryTimer: NodeJS.Timeout | undefined;
   private expiryAt = Infinity;
+  private readonly badTraceLog = new LogBudget();
 
   constructor(private readonly options: EffectsOptions) {
     this.offers = new OfferEncoder(options.offerTimeoutMs);
@@ -100,10 +104,11 @@ export class BrokerIo implements CoreEffects {
   /** @inheritdoc */
   start(record: JobRecord, job: CheckedJob): void {
     this.options.events.emit("job:started", record);
+    const traced = record.traceparent ? this.jobTrace(record) : undefined;
     const service = record.service;
     if (service.kind === "builtin") {
       // Built-ins finish at once and cannot be cancelled: no controller, no promise chain.
-      queueMicrotask(() => this.guard("job finish", () => this.finished(record, builtins[service.builtin]())));
+      queueMicrotask(() => this.guard("job finish", () => this.finished(record, builtins[service.builtin](), traced?.span, job)));
       return;
     }
     const controller = new AbortController();
@@ -112,7 +117,7 @@ export class BrokerIo implements CoreEffects {
     run({
       command: service.command,
       args: job.args,
-      env: job.env,
+      env: traced ? { ...job.env, TRACEPARENT: traced.traceparent } : job.env,
       timeoutMs: job.timeoutMs,
       stdinUrl: job.stdinUrl,
       stdinInline: job.stdinInline,
@@ -123,7 +128,7 @@ export class BrokerIo implements CoreEffects {
       onSpawn: (pid) => (record.jobPid = pid),
     })
       .catch((err: unknown) => failedReceipt(ErrorKind.SPAWN_FAILED, `runner failed: ${(err as Error)?.message ?? String(err)}`))
-      .then((receipt) => this.guard("job finish", () => this.finished(record, receipt)))
+      .then((receipt) => this.guard("job finish", () => this.finished(record, receipt, traced?.span, job)))
       .catch(() => undefined);
   }
 
@@ -142,10 +147,14 @@ export class BrokerIo implements CoreEffects {
     (record.handle as AbortController | undefined)?.abort(new AbortReason("shutdown", "execserver shut down before the job finished"));
   }
 
-  private finished(record: JobRecord, receipt: Receipt): void {
+  private finished(record: JobRecord, receipt: Receipt, span?: Span, job?: CheckedJob): void {
     this.broker!.finish(record);
     receipt.instanceId = this.options.instanceId;
-    this.options.events.emit("job:done", record, receipt);
+    if (span) {
+      endJobSpan(span, receipt, job?.stdinInline?.byteLength ?? 0);
+      // The job's outcome is logged with its trace_id and span_id.
+      context.with(withSpan(span), () => this.options.events.emit("job:done", record, receipt));
+    } else this.options.events.emit("job:done", record, receipt);
     if (record.connection.state !== "closed") {
       const frame = encodeDone(record.jobId, receipt);
       if (frame) record.connection.sink.send(frame);
@@ -153,6 +162,16 @@ export class BrokerIo implements CoreEffects {
       record.connection.sink.jobFinished?.();
     }
     this.options.jobFinished();
+  }
+
+  // A malformed Job.traceparent is not the job's fault: it runs, untraced, and is logged.
+  private jobTrace(record: JobRecord): JobTrace | undefined {
+    const traced = startJobTrace(record, this.options.instanceId, this.options.now());
+    if (traced !== "malformed") return traced;
+    if (this.badTraceLog.take() !== undefined) {
+      this.options.logger.warn({ jobId: record.jobId, traceparent: record.traceparent.slice(0, 80) }, "job.traceparent: not a W3C traceparent; the job runs untraced");
+    }
+    return undefined;
   }
 
   private guard(what: string, fn: () => void): void {

@@ -60,14 +60,16 @@ function readJob(r: WireReader, end: number): Extract<ConnectRequest["frame"], {
   let jobId = "";
   let offerToken = "";
   let spec: JobSpec | undefined;
+  let traceparent = "";
   while (r.pos < end) {
     const t = r.tag();
     if (t === lenTag(1)) jobId = r.string();
     else if (t === lenTag(2)) offerToken = r.string();
     else if (t === lenTag(3) && spec === undefined) spec = readSpec(r);
+    else if (t === lenTag(4)) traceparent = r.string();
     else bail();
   }
-  const job = { $typeName: "slotbroker.v1.Job" as const, jobId, offerToken, spec };
+  const job = { $typeName: "slotbroker.v1.Job" as const, jobId, offerToken, spec, traceparent };
   if (spec === undefined) delete job.spec;
   return ended(r, end, job);
 }

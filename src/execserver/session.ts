@@ -163,7 +163,7 @@ export class Session implements FrameSink {
         return;
       case "job": {
         const j = frame.value;
-        this.answer(j.jobId, broker.job(this.connection, j.jobId, j.offerToken, j.spec));
+        this.answer(j.jobId, broker.job(this.connection, j.jobId, j.offerToken, j.spec, j.traceparent));
         return;
       }
       case "decline":

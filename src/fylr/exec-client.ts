@@ -65,12 +65,16 @@ export interface RunOptions {
   readonly onStart?: (job: StartedJob) => void;
   /** Labels echoed in the execserver's logs. */
   readonly labels?: Readonly<Record<string, string>>;
+  /** Sent in JOB (its traceparent): the job's span continues this trace. */
+  readonly traceparent?: string;
 }
 
 /** A job that was handed to an execserver. */
 export interface StartedJob {
   readonly jobId: string;
   readonly instanceId: string;
+  /** The waitgroup whose slot runs it ("" by the token protocol). */
+  readonly waitgroup: string;
   /**
    * The in-pipe's URL; undefined without stdin, when stdin travelled inline in the JOB
    * frame, or when the job went by the token protocol.
@@ -162,8 +166,8 @@ export class ExecClient {
         labels: { ...options.labels },
         ...(inline && { stdinInline: inline }),
       });
-      const started: StartedJob = { jobId: slot.jobId, instanceId: slot.instanceId, stdinUrl: urls.in, stdoutUrl: urls.out!, transport: "broker" };
-      const receiptPromise = slot.start(spec, signal);
+      const started: StartedJob = { jobId: slot.jobId, instanceId: slot.instanceId, waitgroup: slot.waitgroup, stdinUrl: urls.in, stdoutUrl: urls.out!, transport: "broker" };
+      const receiptPromise = slot.start(spec, signal, options.traceparent);
       options.onStart?.(started);
       const receipt = await receiptPromise;
       if (inPipe?.state === "waiting") inPipe.cancel("the job ended without reading stdin");
@@ -186,6 +190,7 @@ export class ExecClient {
     const started: StartedJob = {
       jobId: slot.jobId,
       instanceId: slot.instanceId,
+      waitgroup: "",
       stdinUrl: undefined,
       stdoutUrl: new URL("job", slot.endpoint.url).href,
       transport: "polling",

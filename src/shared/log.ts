@@ -1,11 +1,13 @@
 import { pino, type Logger } from "pino";
+import { activeTraceIds, tracing } from "./tracing/trace-context.js";
 
 export type { Logger };
 
 /**
  * The root logger. JSON lines on stderr, so stdout stays free for command output.
  * Level from SLOTBROKER_LOG_LEVEL (default "info"; tests usually set "silent").
- * Components take `logger.child({ component, ... })`.
+ * Components take `logger.child({ component, ... })`. With traces on, a line logged while a
+ * span is active carries its trace_id and span_id.
  */
 export function createLogger(options: { name?: string; level?: string } = {}): Logger {
   return pino(
@@ -13,11 +15,14 @@ export function createLogger(options: { name?: string; level?: string } = {}): L
       name: options.name ?? "slotbroker",
       level: options.level ?? process.env.SLOTBROKER_LOG_LEVEL ?? "info",
       base: { pid: process.pid },
+      mixin: () => (tracing.on && activeTraceIds()) || noFields,
       redact: { paths: ["token", "*.token", "authorization", "*.authorization"], censor: "[redacted]" },
     },
     pino.destination({ dest: 2, sync: false }),
   );
 }
+
+const noFields = {};
 
 /** A logger that drops everything; the default for library use and tests. */
 export const silentLogger: Logger = pino({ level: "silent" });

@@ -33,7 +33,7 @@ function randomRequest(rand: Rand): ConnectRequest {
       value: { $typeName: "slotbroker.v1.Want", jobId, service: rand.string(), priority: rand.int32(), fairnessKey: rand.string(), fairnessWeight: rand.pick([0, 1, 3, 1000, 2 ** 32 - 1]) },
     },
     { case: "unwant", value: { $typeName: "slotbroker.v1.Unwant", jobId } },
-    { case: "job", value: { $typeName: "slotbroker.v1.Job", jobId, offerToken: rand.string(), spec: randomSpec(rand) } },
+    { case: "job", value: { $typeName: "slotbroker.v1.Job", jobId, offerToken: rand.string(), spec: randomSpec(rand), traceparent: rand.string() } },
     { case: "decline", value: { $typeName: "slotbroker.v1.Decline", jobId, offerToken: rand.string() } },
     { case: "ping", value: { $typeName: "slotbroker.v1.Ping", nonce: rand.uint64() } },
     { case: "query", value: { $typeName: "slotbroker.v1.Query", jobId } },
@@ -82,6 +82,9 @@ describe("execserver hand decoder (WANT, UNWANT, JOB, DECLINE, PING)", () => {
     const inlineSpec = inline?.frame.case === "job" ? inline.frame.value.spec : undefined;
     expect(Buffer.from(inlineSpec?.stdinInline ?? []).equals(stdin)).to.equal(true);
     expect(inlineSpec?.stdinUrl).to.equal("");
+    const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    const traced = decodeConnectRequestFast(encodeJob("j-3", "tok", spec, traceparent));
+    expect(traced?.frame.case === "job" && traced.frame.value.traceparent).to.equal(traceparent);
   });
 });
 

@@ -182,6 +182,8 @@ describe("fylr broker core (pure)", () => {
         for (const spec of specs) {
           frames.push([{ case: "job", value: create(JobSchema, { jobId, offerToken: "T", spec }) }, encodeJob(jobId, "T", spec)]);
         }
+        const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        frames.push([{ case: "job", value: create(JobSchema, { jobId, offerToken: "T", spec: specs[0], traceparent }) }, encodeJob(jobId, "T", specs[0]!, traceparent)]);
         for (const [frame, bytes] of frames) {
           expect(Buffer.from(encodeWithSchema(create(ConnectRequestSchema, { frame }))).equals(bytes), frame.case).to.equal(true);
         }

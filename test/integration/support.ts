@@ -66,7 +66,7 @@ export interface FylrProcess {
 export async function spawnFylr(
   input: FylrConfigInput,
   name = "fylr",
-  options: { credentials?: ApiCredentials; logLevel?: string } = {},
+  options: { credentials?: ApiCredentials; logLevel?: string; env?: NodeJS.ProcessEnv } = {},
 ): Promise<FylrProcess> {
   const dir = mkdtempSync(join(tmpdir(), "slotbroker-fylr-"));
   const configPath = join(dir, "fylr.yaml");
@@ -74,7 +74,7 @@ export async function spawnFylr(
   const child = spawn(process.execPath, slotbrokerArgs(["fylr", "--config", configPath]), {
     cwd: root,
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, SLOTBROKER_LOG_LEVEL: options.logLevel ?? process.env.SLOTBROKER_FYLR_LOG_LEVEL ?? "warn" },
+    env: { ...process.env, SLOTBROKER_LOG_LEVEL: options.logLevel ?? process.env.SLOTBROKER_FYLR_LOG_LEVEL ?? "warn", ...options.env },
   });
   let log = "";
   child.stderr.setEncoding("utf8").on("data", (chunk: string) => {

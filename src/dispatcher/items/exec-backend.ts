@@ -24,6 +24,8 @@ export interface ExecRequest {
    * in-pipe), or a URL the fylr fetches and streams to the job. Unset means empty stdin.
    */
   readonly stdin?: Buffer | URL | Readable;
+  /** The W3C traceparent the job continues (JOB's traceparent); unset when untraced. */
+  readonly traceparent?: string;
 }
 
 /** Per-call options the dispatcher passes along. */
@@ -52,9 +54,10 @@ export interface ExecRunOptions {
   readonly onPosition?: (position: Position) => void;
   /**
    * Called once when a slot was granted and the job was sent (JOB), with the instance that
-   * runs it. The dispatcher marks the item running in the database then.
+   * runs it and the waitgroup whose slot it took. The dispatcher marks the item running in
+   * the database then.
    */
-  readonly onStart?: (instanceId: string) => void;
+  readonly onStart?: (instanceId: string, waitgroup?: string) => void;
 }
 
 /** What one exec call produced. */

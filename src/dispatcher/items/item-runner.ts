@@ -15,6 +15,7 @@ import { StoreLimitError, type BlobStore } from "../blobs/blob-store.js";
 import type { ExecBackend, ExecResult } from "./exec-backend.js";
 import type { LiveItems } from "./live.js";
 import type { LocalActionRegistry } from "./local-actions.js";
+import { CallTrace, type ItemTrace } from "./item-trace.js";
 import { inlineOutput, OutputSink, readOutput, type ItemOutput } from "../blobs/output-sink.js";
 import type { CallResult, ExecCallSpec, QueueItem } from "../types.js";
 
@@ -41,6 +42,8 @@ export interface RunnerDeps {
   readonly maxOutputBytes: number;
   /** Called once when the item starts running (first slot granted, or the local action begins). */
   readonly onStart: () => void;
+  /** The attempt's trace, when traced: each exec call gets a span in it. */
+  readonly trace?: ItemTrace;
 }
 
 /** Runs an item of either kind. Never rejects. */
@@ -62,22 +65,29 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
       const sink = new OutputSink(deps.blobs, { role: i === last ? "output" : "intermediate", itemId: item.id, inlineBytes: deps.inlineBytes });
       sink.on("error", () => undefined); // reported through storeError and the receipt
       let ran: ExecResult;
+      const traced = deps.trace && new CallTrace(deps.trace.context, item, i, call.service);
       try {
         ran = await deps.backend.run(
-          { service: call.service, args: call.args, env: call.env, timeoutMs: call.timeoutMs, stdin },
+          { service: call.service, args: call.args, env: call.env, timeoutMs: call.timeoutMs, stdin, traceparent: traced?.traceparent },
           {
             priority: item.priority,
             signal,
             stdout: sink,
             maxStdoutBytes: deps.inlineBytes,
-            onPosition: (position) => deps.live.setPosition(item.id, item.lease, position),
-            onStart: (instanceId) => {
+            onPosition: (position) => {
+              traced?.position(position);
+              deps.live.setPosition(item.id, item.lease, position);
+            },
+            onStart: (instanceId, waitgroup) => {
+              traced?.started(instanceId, waitgroup);
               deps.live.setPhase(item.id, item.lease, "running", { instanceId });
               deps.onStart();
             },
           },
         );
+        traced?.done(ran);
       } catch (err) {
+        traced?.failed(err);
         sink.destroy();
         if (sink.storeError instanceof StoreLimitError) return { kind: "failed", results, error: `${at}: stdout: ${sink.storeError.message}`, permanent: true };
         throw err;

@@ -14,6 +14,7 @@ import type { DispatcherConfig } from "../config.js";
 import type { DispatcherEvents } from "../events.js";
 import type { ExecBackend } from "./exec-backend.js";
 import { runItem } from "./item-runner.js";
+import { startItemTrace } from "./item-trace.js";
 import type { LiveItems } from "./live.js";
 import type { LocalActionRegistry } from "./local-actions.js";
 import type { Permit } from "../claims/local-permits.js";
@@ -130,18 +131,22 @@ export class ItemTasks {
       localStarted = true;
     };
     const { backend, actions, blobs, config, counters, completer } = this.deps;
-    const runner = { backend, actions, live, blobs, inlineBytes: blobs.config.inlineBytes, maxOutputBytes: config.maxOutputBytes, onStart };
+    const traced = startItemTrace(item);
+    const runner = { backend, actions, live, blobs, inlineBytes: blobs.config.inlineBytes, maxOutputBytes: config.maxOutputBytes, onStart, trace: traced };
     try {
       permit?.markUsed();
-      const outcome = await runItem(item, runner, controller.signal);
+      const outcome = traced ? await traced.run(() => runItem(item, runner, controller.signal)) : await runItem(item, runner, controller.signal);
       await mark.finished();
       live.setPhase(item.id, item.lease, "finishing");
-      await settle(item, outcome, { queue, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined }, log);
+      const settleDeps = { queue, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined };
+      if (traced) await traced.settle(outcome, () => settle(item, outcome, settleDeps, log));
+      else await settle(item, outcome, settleDeps, log);
     } catch (err) {
       // A bug, not an outcome: give the item back rather than leave it claimed by a live fylr.
       log.error({ err }, "item task failed unexpectedly; giving the item back");
       await queue.release(item, 0).catch(() => undefined);
     } finally {
+      traced?.end();
       void mark.finished();
       freePlace();
       permit?.release();

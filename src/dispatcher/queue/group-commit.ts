@@ -296,6 +296,7 @@ export class SubmitBatcher {
       entries.map((e) => e.n.startAfter ?? null),
       entries.map((e) => e.n.maxAttempts),
       entries.map((e) => e.n.idempotencyKey ?? null),
+      entries.map((e) => e.n.traceparent ?? null),
     ];
     const { rows } = await this.queue.pool.query<ItemRow>({ name: statementName(sql.insertQueuedItems), text: sql.insertQueuedItems, values });
     return new Map(rows.map((row) => [row.id, itemFromRow(row)]));

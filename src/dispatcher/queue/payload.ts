@@ -6,6 +6,7 @@ import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { z } from "zod";
 import { ReceiptSchema } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
+import { isTraceparent } from "../../shared/tracing/trace-context.js";
 import { checkArgs, checkEnvSize, checkNoNul } from "../../shared/job-limits.js";
 import type { LocalActionRegistry } from "../items/local-actions.js";
 import { stdinUrlRefusal } from "./stdin-url.js";
@@ -19,6 +20,8 @@ export interface NormalizedSubmit {
   readonly startAfter: Date | undefined;
   readonly maxAttempts: number;
   readonly idempotencyKey: string | undefined;
+  /** Stored in queue_items.traceparent; undefined stores null. */
+  readonly traceparent?: string;
   /** Stored uploads the item takes over (stdin_upload ids). */
   readonly uploads?: readonly string[];
 }
@@ -53,7 +56,8 @@ export function normalizeSubmit(input: SubmitInput, actions: LocalActionRegistry
   if (key !== undefined && key.length > maxKeyLength) throw invalid(`idempotency_key: longer than ${maxKeyLength} characters`);
   if (key?.includes("\0")) throw invalid("idempotency_key: must not contain a NUL character");
   if (input.startAfter && Number.isNaN(input.startAfter.getTime())) throw invalid("start_after: not a valid time");
-  const common = { priority, startAfter: input.startAfter, maxAttempts, idempotencyKey: key };
+  if (input.traceparent !== undefined && !isTraceparent(input.traceparent)) throw invalid("traceparent: not a W3C traceparent");
+  const common = { priority, startAfter: input.startAfter, maxAttempts, idempotencyKey: key, traceparent: input.traceparent };
   if (input.local) {
     const local = input.local;
     actions.validate(local.name, local.params);
@@ -290,6 +294,8 @@ export interface ItemRow {
   idempotency_key: string | null;
   /** Absent in rows read before migration 0005 ran. */
   cancel_requested_at?: Date | null;
+  /** Absent in rows read before migration 0012 ran, and in list pages. */
+  traceparent?: string | null;
 }
 
 /** Maps a row to a QueueItem. */
@@ -319,5 +325,6 @@ export function itemFromRow(row: ItemRow): QueueItem {
     error: row.error ?? undefined,
     idempotencyKey: row.idempotency_key ?? undefined,
     cancelRequestedAt: row.cancel_requested_at ?? undefined,
+    ...(row.traceparent && { traceparent: row.traceparent }),
   };
 }

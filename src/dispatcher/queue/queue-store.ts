@@ -123,7 +123,7 @@ export class QueueStore {
    * sql.insertItem): the item comes back 'claimed', else 'queued'.
    */
   async submit(n: NormalizedSubmit, claimFor?: string): Promise<{ item: QueueItem; created: boolean }> {
-    const params = [n.kind, n.priority, JSON.stringify(n.payload), n.startAfter ?? null, n.maxAttempts, n.idempotencyKey ?? null, claimFor ?? null];
+    const params = [n.kind, n.priority, JSON.stringify(n.payload), n.startAfter ?? null, n.maxAttempts, n.idempotencyKey ?? null, claimFor ?? null, n.traceparent ?? null];
     if (n.uploads && n.uploads.length > 0) return this.submitWithUploads(n, n.uploads, params);
     // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit; the
     // follow-up SELECT runs with a fresh snapshot and therefore sees the winner's row.

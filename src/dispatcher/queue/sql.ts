@@ -10,8 +10,8 @@
 
 /**
  * Submit. $1 kind, $2 priority, $3 payload, $4 start_after (null = now), $5 max_attempts,
- * $6 idempotency_key, $7 the submitting fylr when it may claim the item directly (else null).
- * Empty result = key taken.
+ * $6 idempotency_key, $7 the submitting fylr when it may claim the item directly (else null),
+ * $8 traceparent (null when untraced). Empty result = key taken.
  *
  * With $7 the item is inserted already claimed by that fylr (lease 1, attempts 1,
  * claimed_at: what a claim writes) when the claim's own rules hold at this statement: the
@@ -20,9 +20,9 @@
  * ahead of older work). Otherwise it is queued, exactly as without $7.
  */
 export const insertItem = `
-INSERT INTO queue_items (kind, priority, payload, start_after, max_attempts, idempotency_key,
+INSERT INTO queue_items (kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent,
                          state, claimed_by, lease, attempts, claimed_at)
-SELECT $1::text, $2::integer, $3::jsonb, d.start_after, $5::integer, $6::text,
+SELECT $1::text, $2::integer, $3::jsonb, d.start_after, $5::integer, $6::text, $8::text,
        CASE WHEN d.direct THEN 'claimed' ELSE 'queued' END,
        CASE WHEN d.direct THEN $7::text END,
        CASE WHEN d.direct THEN 1 ELSE 0 END,
@@ -44,15 +44,16 @@ RETURNING *`;
 /**
  * Submits queued together (group insert). Arrays of equal length, in arrival order: $1 ids
  * (chosen by the caller, to tell the returned rows apart), $2 kinds, $3 priorities, $4
- * payloads, $5 start_after (null = now), $6 max_attempts, $7 idempotency keys. Inserted in
+ * payloads, $5 start_after (null = now), $6 max_attempts, $7 idempotency keys, $8
+ * traceparents (null = untraced). Inserted in
  * that order (seq follows it); an entry whose key is taken (also by an earlier entry of the
  * same batch) is not inserted and returns no row.
  */
 export const insertQueuedItems = `
-INSERT INTO queue_items (id, kind, priority, payload, start_after, max_attempts, idempotency_key)
-SELECT s.id, s.kind, s.priority, s.payload, coalesce(s.start_after, now()), s.max_attempts, s.idempotency_key
-FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[], $6::integer[], $7::text[])
-  WITH ORDINALITY AS s(id, kind, priority, payload, start_after, max_attempts, idempotency_key, n)
+INSERT INTO queue_items (id, kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent)
+SELECT s.id, s.kind, s.priority, s.payload, coalesce(s.start_after, now()), s.max_attempts, s.idempotency_key, s.traceparent
+FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[], $6::integer[], $7::text[], $8::text[])
+  WITH ORDINALITY AS s(id, kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent, n)
 ORDER BY s.n
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *`;

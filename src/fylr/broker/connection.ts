@@ -201,11 +201,11 @@ export class BrokerConnection extends EventEmitter<BrokerConnectionEvents> {
     if (had && this.current === "ready") this.call?.write(encodeUnwant(jobId));
   }
 
-  /** Accepts an offer: sends JOB; the job counts as running here until DONE or loss. */
-  accept(offer: Offer, spec: JobSpec): boolean {
+  /** Accepts an offer: sends JOB (with `traceparent` when traced); the job counts as running here until DONE or loss. */
+  accept(offer: Offer, spec: JobSpec, traceparent?: string): boolean {
     if (this.current !== "ready") return false;
     this.running.add(offer.jobId);
-    this.call?.write(encodeJob(offer.jobId, offer.offerToken, spec));
+    this.call?.write(encodeJob(offer.jobId, offer.offerToken, spec, traceparent));
     return true;
   }
 

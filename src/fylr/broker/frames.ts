@@ -80,11 +80,12 @@ export function encodeCancel(jobId: string): Buffer {
 }
 
 /** A hand-encoded ConnectRequest carrying a Job (a spec with env or labels is encoded by protobuf-es). */
-export function encodeJob(jobId: string, offerToken: string, spec: JobSpec): Buffer {
+export function encodeJob(jobId: string, offerToken: string, spec: JobSpec, traceparent = ""): Buffer {
   const specBytes = encodePlainSpec(spec) ?? toBinary(JobSpecSchema, spec);
   const idLen = Buffer.byteLength(jobId);
   const tokenLen = Buffer.byteLength(offerToken);
-  const inner = stringFieldSize(idLen) + stringFieldSize(tokenLen) + 1 + varintSize(specBytes.byteLength) + specBytes.byteLength;
+  const traceLen = Buffer.byteLength(traceparent);
+  const inner = stringFieldSize(idLen) + stringFieldSize(tokenLen) + 1 + varintSize(specBytes.byteLength) + specBytes.byteLength + stringFieldSize(traceLen);
   const out = Buffer.allocUnsafe(1 + varintSize(inner) + inner);
   let at = 0;
   out[at++] = 0x1a;
@@ -94,6 +95,7 @@ export function encodeJob(jobId: string, offerToken: string, spec: JobSpec): Buf
   out[at++] = 0x1a;
   at = writeVarint(out, at, specBytes.byteLength);
   out.set(specBytes, at);
+  writeStringField(out, at + specBytes.byteLength, 0x22, traceparent, traceLen);
   return out;
 }
 

@@ -86,14 +86,14 @@ export class Slot {
    * that follows is still waited for, up to cancelWaitMs, and resolves with its receipt
    * (error CANCEL_REQUESTED); otherwise the DONE is ignored.
    */
-  start(spec: JobSpec, signal?: AbortSignal): Promise<Receipt> {
+  start(spec: JobSpec, signal?: AbortSignal, traceparent?: string): Promise<Receipt> {
     this.setState("started");
     if (signal?.aborted) {
       this.connection.decline(this.offer);
       return Promise.reject(signal.reason as Error);
     }
     const receipt = this.jobs.track(this.jobId, this.connection, this.instanceId);
-    if (!this.connection.accept(this.offer, spec)) {
+    if (!this.connection.accept(this.offer, spec, traceparent)) {
       const err = new ConnectionLostError(this.jobId, this.instanceId, this.address, this.connection.lastError);
       this.jobs.forget(this.connection, this.jobId, err);
       return receipt;

