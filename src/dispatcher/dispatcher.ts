@@ -38,7 +38,7 @@ import type { ListFilter } from "./queue/item-list.js";
 import { migrate } from "./queue/migrate.js";
 import { normalizeSubmit } from "./queue/payload.js";
 import { QueueStore, type FylrRegistration, type StoredPosition } from "./queue/queue-store.js";
-import type { QueueItem, SubmitInput } from "./types.js";
+import type { ItemHistory, QueueItem, SubmitInput } from "./types.js";
 
 export type { DispatcherState };
 
@@ -345,6 +345,11 @@ export class Dispatcher {
   /** Removes a finished item and its stored data. */
   delete(id: string): Promise<{ blobs: number }> {
     return this.control.delete(id);
+  }
+
+  /** An item's timeline (see ItemControlStore.history). */
+  history(id: string): Promise<ItemHistory> {
+    return this.control.history(id);
   }
 
   /** An item from the database, or undefined. */

@@ -62,6 +62,8 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
       const sink = new OutputSink(deps.blobs, { role: i === last ? "output" : "intermediate", itemId: item.id, inlineBytes: deps.inlineBytes });
       sink.on("error", () => undefined); // reported through storeError and the receipt
       let ran: ExecResult;
+      const wantedAt = Date.now();
+      let startedAt: Date | undefined;
       try {
         ran = await deps.backend.run(
           { service: call.service, args: call.args, env: call.env, timeoutMs: call.timeoutMs, stdin },
@@ -72,6 +74,7 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
             maxStdoutBytes: deps.inlineBytes,
             onPosition: (position) => deps.live.setPosition(item.id, item.lease, position),
             onStart: (instanceId) => {
+              startedAt = new Date();
               deps.live.setPhase(item.id, item.lease, "running", { instanceId });
               deps.onStart();
             },
@@ -83,7 +86,9 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
         throw err;
       }
       const { receipt } = ran;
-      results.push({ service: call.service, receipt });
+      const endedAt = new Date();
+      const timing = startedAt && { slotWaitMs: startedAt.getTime() - wantedAt, startedAt, endedAt };
+      results.push({ service: call.service, receipt, timing });
       // The previous call's stdout was this call's stdin: used up.
       discard(deps.blobs, previous);
       previous = undefined;
