@@ -325,6 +325,7 @@ export class Dispatcher {
    */
   async cancel(id: string): Promise<CancelResult> {
     const result = await this.control.cancel(id);
+    if (result.previous !== "cancelled") this.events.emit("cancel:asked", result.previous);
     if (result.previous === "claimed" || result.previous === "running") this.cancels.requested(id);
     return result;
   }

@@ -134,6 +134,7 @@ export class ItemTasks {
     try {
       permit?.markUsed();
       const outcome = await runItem(item, runner, controller.signal);
+      if (outcome.kind !== "no-slot") for (const result of outcome.results) events.emit("call:done", item, result);
       await mark.finished();
       live.setPhase(item.id, item.lease, "finishing");
       await settle(item, outcome, { queue, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined }, log);
