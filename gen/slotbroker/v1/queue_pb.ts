@@ -1037,7 +1037,8 @@ export const HistoryRequestSchema: GenMessage<HistoryRequest> = /*@__PURE__*/
  */
 export type HistoryResponse = Message<"slotbroker.v1.HistoryResponse"> & {
   /**
-   * The events, oldest first.
+   * The events, oldest first (by `at`, then `number`: a call's events are written when its
+   * attempt settles, so their numbers can come after a later RUNNING).
    *
    * @generated from field: repeated slotbroker.v1.ItemEvent events = 1;
    */
@@ -1065,7 +1066,8 @@ export const HistoryResponseSchema: GenMessage<HistoryResponse> = /*@__PURE__*/
  */
 export type ItemEvent = Message<"slotbroker.v1.ItemEvent"> & {
   /**
-   * The event's number in the item's history, from 1 (gaps: events no longer kept).
+   * The event's number in the item's history, from 1, in the order it was written (the
+   * lowest kept is events_dropped + 1).
    *
    * @generated from field: uint32 number = 1;
    */

@@ -469,14 +469,16 @@ FROM queue_items i WHERE i.id = $1`;
 /**
  * An item's timeline: one row per kept event, oldest first, each with the item's event
  * total (`total`); one row of nulls but `total` for an item without events; no row for an
- * unknown item. $1 id. The primary key's index serves it.
+ * unknown item. $1 id. The primary key's index serves it. By time, then number: a call's
+ * events are written when the attempt settles, after the 'running' mark written while
+ * the call ran.
  */
 export const selectItemEvents = `
 SELECT q.events AS total, e.n, e.at, e.kind, e.fylr, e.attempt, e.execserver, e.service, e.slot_wait_ms,
        e.duration_ms, e.exit_code, e.error_kind, e.detail
 FROM queue_items q LEFT JOIN item_events e ON e.item_id = q.id
 WHERE q.id = $1
-ORDER BY e.n`;
+ORDER BY e.at, e.n`;
 
 /** Unfinished items by kind and state, for status pages. */
 export const countOpen = `
