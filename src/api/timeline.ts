@@ -35,6 +35,12 @@ export function formatStep(ms: number): string {
   return formatMs(ms);
 }
 
+/** "+12ms", or "-3ms" when the step went back (a call's times are its fylr's clock, the rest the database's); "" for none. */
+export function formatSince(ms: number | undefined): string {
+  if (ms === undefined) return "";
+  return ms >= 0 ? `+${formatStep(ms)}` : `-${formatStep(-ms)}`;
+}
+
 /** What one event says, e.g. "call sha256sum started on exec-1 after 3ms waiting for a slot". */
 export function describeEvent(e: ItemEvent): string {
   const attempt = e.attempt > 0 ? ` (attempt ${e.attempt})` : "";
@@ -83,9 +89,7 @@ export function timelineText(history: HistoryResponse): string[] {
   const rows = timelineRows(history);
   const lines = rows.map((r) => {
     const time = r.at ? r.at.toISOString().slice(11, 23) : "?";
-    const ms = r.sincePreviousMs;
-    // A call's times are its fylr's clock, the rest the database's: a skew shows as a step back.
-    const since = ms === undefined ? "" : ms >= 0 ? `+${formatStep(ms)}` : `-${formatStep(-ms)}`;
+    const since = formatSince(r.sincePreviousMs);
     return `${String(r.number).padStart(4)}  ${time}  ${since.padStart(9)}  ${r.what}`;
   });
   const dropped = history.eventsDropped > 0 ? [`      (${history.eventsDropped} earlier events no longer kept)`] : [];

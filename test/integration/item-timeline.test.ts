@@ -93,6 +93,16 @@ describe("item timeline", function () {
     expect(text).to.match(/call slow ended on exec-timeline: exit 0 after 1\.\d\ds/);
     expect(text).to.match(new RegExp(`   9  .*succeeded by ${survivor.id} \\(attempt 2\\)`));
 
+    // The status page's item view tells the same story; the recent items link to it.
+    const page = await fetch(`${survivor.url}/status/items/${id}`);
+    expect(page.status).to.equal(200);
+    const body = await page.text();
+    expect(body).to.include(`<td>requeued by ${survivor.id} (attempt 1): rescued: fylr ${holder.id} stopped heartbeating</td>`);
+    expect(body).to.match(/<td>call slow ended on exec-timeline: exit 0 after 1\.\d\ds<\/td>/);
+    expect((await fetch(`${survivor.url}/status`)).status).to.equal(200);
+    expect((await fetch(`${survivor.url}/status/items/00000000-0000-0000-0000-000000000000`)).status).to.equal(404);
+    expect((await fetch(`${survivor.url}/status/items/nope`)).status).to.equal(400);
+
     // Delete takes the events along.
     await survivor.client.delete({ id });
     await expectCode(survivor.client.history({ id }), Code.NotFound);
