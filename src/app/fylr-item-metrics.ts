@@ -11,8 +11,8 @@
 import { Counter, Histogram, type Registry } from "prom-client";
 import type { ClaimedItem, Dispatcher, ItemState } from "../dispatcher/index.js";
 
-/** What the service label may name besides local actions: the services the execservers offer now. */
-export type OfferedServices = () => ReadonlySet<string> | undefined;
+/** Whether a connected execserver offers `service` now: what the service label may name besides local actions. */
+export type OfferedServices = (service: string) => boolean;
 
 type FinalState = "succeeded" | "failed" | "cancelled";
 const cancelledFrom: readonly ItemState[] = ["queued", "claimed", "running"];
@@ -22,7 +22,7 @@ export function registerFylrItemMetrics(registers: Registry[], dispatcher: Dispa
   const serviceOf = (item: ClaimedItem): string => {
     if (item.kind === "local") return item.local?.name ?? "other";
     const service = item.calls[0]?.service;
-    return service !== undefined && offered()?.has(service) ? service : "other";
+    return service !== undefined && offered(service) ? service : "other";
   };
   const finished = new Counter({
     name: "slotbroker_fylr_items_finished_total",
