@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds the Go tools the polyglot checks use into tools/bin (ignored by git) and reuses
+# Builds the Go tools the ecosystem checks use into tools/bin (ignored by git) and reuses
 # each one while its pinned version is there: grpcurl (reflection checks against real
-# servers) and protoc-gen-go / protoc-gen-go-grpc (the Go client's stubs, through the
-# committed buf template examples/clients/go/buf.gen.yaml). Prints the bin directory.
-# None of them is packaged for this machine; the Go module proxy serves all three.
+# servers), protoc-gen-go / protoc-gen-go-grpc (the Go client's stubs, through the
+# committed buf template examples/clients/go/buf.gen.yaml) and promtool (`promtool check
+# metrics` on the real /metrics endpoints; Prometheus 3.x is the module's v0.3xx line).
+# Prints the bin directory. None of them is packaged for this machine; the Go module proxy
+# serves all four.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/tools/bin"
@@ -11,6 +13,7 @@ tools=(
   "grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
   "protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
   "protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0"
+  "promtool github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
 )
 mkdir -p "$bin"
 for entry in "${tools[@]}"; do

@@ -12,6 +12,7 @@ const commands: Record<string, { summary: string; load: () => Promise<Command> }
   submit: { summary: "submit an item to the queue (and wait for it)", load: async () => (await import("./commands/submit.js")).run },
   output: { summary: "fetch the whole output of a finished item", load: async () => (await import("./commands/output.js")).run },
   cancel: { summary: "stop queued, claimed or running items", load: async () => (await import("./commands/control.js")).cancel },
+  show: { summary: "show an item and its timeline: every step, with durations", load: async () => (await import("./commands/show.js")).run },
   list: { summary: "list queue items, newest first (filter by state, service)", load: async () => (await import("./commands/list.js")).run },
   retry: { summary: "send failed or cancelled items back to the queue", load: async () => (await import("./commands/control.js")).retry },
   delete: { summary: "remove finished items and their stored data", load: async () => (await import("./commands/control.js")).remove },

@@ -1,4 +1,5 @@
 import { expect } from "chai";
+import { ItemState } from "../gen/slotbroker/v1/queue_pb.js";
 import { createQueueClient } from "../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrHandle } from "../src/app/index.js";
 import { BrokerStream, closeLater, eventually, releaseAll } from "./execserver/support/broker-stream.js";
@@ -138,6 +139,13 @@ describe("metrics", function () {
     expect(sample(m, "slotbroker_offer_outcomes_total", { outcome: "withdrawn" })).to.equal(0);
     expect(sample(m, "slotbroker_connections", id)).to.equal(3);
     expect(sample(m, "slotbroker_jobs_done_total", { waitgroup: "one" })).to.equal(3);
+    // The nap has held `slow`'s one slot since its job started; a slot of `two` ran nothing.
+    const napped = sample(m, "slotbroker_slot_busy_seconds_total", { waitgroup: "slow" });
+    expect(napped).to.be.greaterThan(0);
+    expect(sample(m, "slotbroker_slot_busy_seconds_total", { waitgroup: "two" })).to.equal(0);
+    await new Promise((r) => setTimeout(r, 200));
+    const later = sample(await scrape(`${server.adminUrl}/metrics`), "slotbroker_slot_busy_seconds_total", { waitgroup: "slow" });
+    expect(later - napped).to.be.within(0.15, 2);
     await checkNames(`${server.adminUrl}/metrics`);
   });
 
@@ -199,6 +207,10 @@ describe("metrics", function () {
     await client.submit({ calls: [{ service: "sleep", args: ["60"] }] });
     await eventually(() => expect(fylr.broker.stats.noSlot).to.equal(1), 5000);
     await eventually(() => expect(fylr.dispatcher.stats().counters.requeued).to.equal(2), 5000);
+    // The one that got no slot is queued again (a minute out): cancelled from there.
+    const queued = (await client.list({ states: [ItemState.QUEUED] })).items;
+    expect(queued).to.have.length(1);
+    await client.cancel({ id: queued[0]!.id });
 
     const m = await scrape(`${fylr.url}/metrics`);
     const id = { fylr_id: fylr.id };
@@ -217,6 +229,15 @@ describe("metrics", function () {
     // One execserver: no offer is ever surplus here (broker.test.ts makes one and scrapes it).
     expect(sample(m, "slotbroker_fylr_offers_substituted_total", id)).to.equal(0);
     expect(sample(m, "slotbroker_fylr_no_slot_total", id)).to.equal(1);
+    // Items by how they ended and their service, their durations, the calls' slot waits, cancels.
+    expect(sample(m, "slotbroker_fylr_items_finished_total", { state: "succeeded", service: "noop" })).to.equal(2);
+    expect(sample(m, "slotbroker_fylr_items_finished_total", { state: "failed", service: "sleep" })).to.equal(1);
+    expect(sample(m, "slotbroker_fylr_item_duration_seconds_count", { service: "noop" })).to.equal(2);
+    expect(sample(m, "slotbroker_fylr_item_duration_seconds_count", { service: "sleep" })).to.equal(1);
+    expect(sample(m, "slotbroker_fylr_slot_wait_seconds_count", { service: "noop" })).to.equal(2);
+    expect(sample(m, "slotbroker_fylr_slot_wait_seconds_count", { service: "sleep" })).to.equal(2);
+    expect(sample(m, "slotbroker_fylr_cancel_requests_total", { from: "queued" })).to.equal(1);
+    expect(sample(m, "slotbroker_fylr_cancel_requests_total", { from: "running" })).to.equal(0);
     // Capacity 4 slots, one client, headroom 2.
     expect(sample(m, "slotbroker_fylr_exec_items", { kind: "admission" })).to.equal(6);
     expect(sample(m, "slotbroker_fylr_exec_items", { kind: "held" })).to.equal(fylr.dispatcher.stats().execHeld);

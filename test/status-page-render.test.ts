@@ -22,6 +22,7 @@ import {
   renderExecStatusPage,
   renderFylrSections,
   renderFylrStatusPage,
+  renderItemPage,
   tiles,
   topN,
   type Tone,
@@ -269,5 +270,39 @@ describe("status page renderers", () => {
       expect(page).to.contain('data-src="status/view.json"');
       for (const id of ["header", "summary", "slots", "book", "grants", "connections"]) expect(page).to.contain(`id="s-${id}" data-section="${id}"`);
     });
+  });
+});
+
+describe("the item view", () => {
+  const hostile = `<script>alert("x")</script>`;
+  const input = {
+    id: "2b0c0e4a-7a0e-4f5e-9a55-1b8f3f2f6a11",
+    state: "failed",
+    what: "sha256sum",
+    priority: 0,
+    attempts: 2,
+    maxAttempts: 2,
+    claimedBy: undefined,
+    took: "8.40s",
+    error: hostile,
+    dropped: 0,
+    rows: [
+      { number: 1, at: "2026-01-01T12:00:00.000Z", since: "", what: "submitted" },
+      { number: 2, at: "2026-01-01T12:00:00.012Z", since: "+12ms", what: `failed by f-1 (attempt 2): ${hostile}` },
+    ],
+  };
+
+  it("is one self-contained document: no script, no external asset, every value escaped", () => {
+    const page = renderItemPage(input);
+    expect(page).to.not.include("<script");
+    expect(page).to.not.match(/\b(?:src|href)="(?:https?:)?\/\//);
+    expect(page).to.include(escapeHtml(hostile));
+    expect(page).to.include("<td>submitted</td>");
+    expect(page).to.include(`<td class="num">+12ms</td>`);
+    expect(page).to.include("8.40s from submit to end");
+  });
+
+  it("says how many earlier events are no longer kept", () => {
+    expect(renderItemPage({ ...input, dropped: 41 })).to.include("41 earlier events are no longer kept");
   });
 });

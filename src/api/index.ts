@@ -4,6 +4,7 @@ export { changeKey, getItem, isFinished, snapshot, type ItemSnapshot, type ItemV
 export { buildPosition, estimateMs, formatMs, summaryWithoutTimes, type ExecLoadSource, type PositionFacts, type ServiceLoad } from "./position.js";
 export { queueServiceImpl, registerQueueService, type QueueApiOptions } from "./queue-service.js";
 export { measuredBackend, RuntimeMeans } from "./runtime-means.js";
+export { describeEvent, formatSince, formatStep, timelineRows, timelineText, type TimelineRow } from "./timeline.js";
 export { watchItem, type WatchOptions } from "./watch.js";
 export {
   authorizationHeaders,

@@ -1,6 +1,6 @@
 /**
  * QueueService over Connect (and gRPC, gRPC-Web): Submit, Get, Watch, Position, Stats,
- * and control over items: Cancel, List, Retry, Delete.
+ * History, and control over items: Cancel, List, Retry, Delete.
  * Served by every fylr on its HTTP port; unary calls also work as JSON over HTTP/1.1.
  * Any fylr answers for any item: they share the database. Errors leave here as Connect
  * errors with the status code of the SlotbrokerError behind them, never as a 500.
@@ -21,7 +21,7 @@ import {
   type SubmitRequest,
 } from "../../gen/slotbroker/v1/queue_pb.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { itemStateFromProto, itemToProto, statsToProto, submitInputFromProto, type Dispatcher, type ItemState, type ListFilter } from "../dispatcher/index.js";
+import { historyToProto, itemStateFromProto, itemToProto, statsToProto, submitInputFromProto, type Dispatcher, type ItemState, type ListFilter } from "../dispatcher/index.js";
 import { toConnectError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
 import { tracing } from "../shared/tracing/index.js";
@@ -97,6 +97,7 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
         const page = await dispatcher.list(listFilterFromProto(req));
         return create(ListResponseSchema, { items: page.items.map(itemToProto), nextPageToken: page.nextPageToken });
       }),
+    history: (req) => guard("history", async () => historyToProto(await dispatcher.history(req.id))),
     retry: (req) => guard("retry", async () => create(RetryResponseSchema, { item: itemToProto(await dispatcher.retry(req.id)) })),
     delete: (req) =>
       guard("delete", async () => {

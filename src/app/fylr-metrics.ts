@@ -1,16 +1,18 @@
 /**
  * Prometheus metrics of one fylr, in a registry of its own (several fylrs can live in one
  * process). Gauges and totals are read from the dispatcher and the broker at scrape time;
- * wakeups and connection drops are counted from their events as they happen.
+ * wakeups, connection drops and the items' ends, durations and slot waits are counted from
+ * their events as they happen.
  */
 import { Counter, Gauge, Registry } from "prom-client";
 import { runtimeMetrics } from "../shared/runtime-metrics.js";
 import type { Dispatcher, DispatcherCounters } from "../dispatcher/index.js";
 import type { BrokerClient } from "../fylr/index.js";
 import { registerFylrBrokerMetrics } from "./fylr-broker-metrics.js";
+import { registerFylrItemMetrics, type OfferedServices } from "./fylr-item-metrics.js";
 
 /** The fylr's /metrics registry. */
-export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker: BrokerClient): Registry {
+export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker: BrokerClient, offered: OfferedServices): Registry {
   const registry = new Registry();
   registry.setDefaultLabels({ fylr_id: fylrId });
   runtimeMetrics();
@@ -73,5 +75,6 @@ export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker
     },
   });
   registerFylrBrokerMetrics(registers, broker);
+  registerFylrItemMetrics(registers, dispatcher, offered);
   return registry;
 }

@@ -1,10 +1,15 @@
 /**
  * The fylr status page on the fylr's HTTP port: the page at "/" and "/status", the view
- * JSON it polls at "/status/view.json", and the snapshot it is drawn from at
- * "/status/live.json" (for operators and scripts).
+ * JSON it polls at "/status/view.json", the snapshot it is drawn from at
+ * "/status/live.json" (for operators and scripts), and one item with its timeline at
+ * "/status/items/ID".
  */
-import type { RawRoute } from "../fylr/index.js";
-import { defaultFylrViewLimits, fylrViewJson, renderFylrStatusPage, fylrViewPath, type FylrViewLimits } from "../status-pages/index.js";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { formatSince, formatStep, timelineRows } from "../api/index.js";
+import { historyToProto, itemToProto, type Dispatcher } from "../dispatcher/index.js";
+import { httpStatusFor, sendText, type RawRoute } from "../fylr/index.js";
+import { Code, SlotbrokerError } from "../shared/errors.js";
+import { defaultFylrViewLimits, fylrViewJson, renderFylrStatusPage, renderItemPage, fylrViewPath, type FylrViewLimits, type ItemPageInput } from "../status-pages/index.js";
 import { FylrStatusSource, type FylrStatusSourceOptions } from "./fylr-status-source.js";
 
 /** Options of the fylr page. */
@@ -20,7 +25,7 @@ export interface FylrStatusPage {
   close(): void;
 }
 
-/** Creates the source and the routes ("/", "/status", "/status/view.json", "/status/live.json"). */
+/** Creates the source and the routes ("/", "/status", "/status/view.json", "/status/live.json", "/status/items/:id"). */
 export function createFylrStatusPage(options: FylrStatusPageOptions): FylrStatusPage {
   const source = new FylrStatusSource(options);
   const limits = options.limits ?? defaultFylrViewLimits;
@@ -49,6 +54,47 @@ export function createFylrStatusPage(options: FylrStatusPageOptions): FylrStatus
         res.writeHead(200, headers("application/json")).end(JSON.stringify(await source.snapshot()));
       },
     },
+    {
+      path: "/status/items/:id",
+      methods: ["GET"],
+      scope: "read",
+      handle: async ({ res, params }) => {
+        try {
+          const body = renderItemPage(await itemPageInput(options.dispatcher, params.id!));
+          res.writeHead(200, headers("text/html; charset=utf-8")).end(body);
+        } catch (err) {
+          // Unknown (404) or malformed (400) ids, an unreachable database (503): said in plain text.
+          sendText(res, httpStatusFor(err), (err as Error).message);
+        }
+      },
+    },
   ];
   return { routes, source, close: () => source.close() };
+}
+
+// The item and its timeline, as QueueService's Get and History answer them.
+async function itemPageInput(dispatcher: Dispatcher, id: string): Promise<ItemPageInput> {
+  const history = historyToProto(await dispatcher.history(id));
+  const item = await dispatcher.get(id);
+  if (!item) throw new SlotbrokerError(Code.NotFound, `item ${id} not found`);
+  const proto = itemToProto(item);
+  const finished = proto.finishedAt && timestampDate(proto.finishedAt);
+  return {
+    id: item.id,
+    state: item.state,
+    what: item.kind === "exec" ? item.calls.map((c) => c.service).join(" → ") : `local ${item.local?.name ?? "?"}`,
+    priority: item.priority,
+    attempts: item.attempts,
+    maxAttempts: item.maxAttempts,
+    claimedBy: proto.claimedBy || undefined,
+    took: finished && formatStep(finished.getTime() - item.createdAt.getTime()),
+    error: item.error,
+    dropped: history.eventsDropped,
+    rows: timelineRows(history).map((r) => ({
+      number: r.number,
+      at: r.at?.toISOString(),
+      since: formatSince(r.sincePreviousMs),
+      what: r.what,
+    })),
+  };
 }

@@ -139,7 +139,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
     const load = new ExecserverLoad(config.broker.addresses, { token: config.broker.token, tls: config.broker.tls, clientName: config.id });
     stack.defer("execserver status clients", () => load.close());
     const shutdown = new AbortController();
-    const metrics = createFylrMetrics(config.id, dispatcher, broker);
+    const metrics = createFylrMetrics(config.id, dispatcher, broker, (service) => broker.instances().some((i) => Object.hasOwn(i.services, service)));
     // The live status page at "/" and "/status" (it follows the dispatcher's items).
     const statusPage = createFylrStatusPage({ dispatcher, broker });
     stack.defer("status page", () => statusPage.close());

@@ -39,7 +39,7 @@ import { migrate } from "./queue/migrate.js";
 import { normalizeSubmit } from "./queue/payload.js";
 import { queueConfig, type QueueConfig } from "./queue/queue-config.js";
 import { QueueStore, type FylrRegistration, type StoredPosition } from "./queue/queue-store.js";
-import type { QueueItem, SubmitInput } from "./types.js";
+import type { ItemHistory, QueueItem, SubmitInput } from "./types.js";
 
 export type { DispatcherState };
 
@@ -331,6 +331,7 @@ export class Dispatcher {
    */
   async cancel(id: string): Promise<CancelResult> {
     const result = await this.control.cancel(id);
+    if (result.previous !== "cancelled") this.events.emit("cancel:asked", result.previous);
     if (result.previous === "claimed" || result.previous === "running") this.cancels.requested(id);
     return result;
   }
@@ -351,6 +352,11 @@ export class Dispatcher {
   /** Removes a finished item and its stored data. */
   delete(id: string): Promise<{ blobs: number }> {
     return this.control.delete(id);
+  }
+
+  /** An item's timeline (see ItemControlStore.history). */
+  history(id: string): Promise<ItemHistory> {
+    return this.control.history(id);
   }
 
   /** An item from the database, or undefined. */

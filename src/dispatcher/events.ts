@@ -4,7 +4,7 @@
  */
 import type { LiveItem } from "./items/live.js";
 import type { ReapResult } from "./queue/queue-store.js";
-import type { ClaimedItem } from "./types.js";
+import type { CallResult, ClaimedItem, ItemState } from "./types.js";
 
 /** The loop's lifecycle. */
 export type DispatcherState = "idle" | "running" | "stopping" | "stopped";
@@ -45,6 +45,10 @@ export interface DispatcherEvents {
   "item:failed": [item: ClaimedItem, error: string];
   /** The item ended cancelled by this fylr (its job stopped on request), or its cancel reached this fylr's task. */
   "item:cancelled": [item: ClaimedItem];
+  /** One exec call of an item this fylr ran has ended (its receipt, and its timing when it got a slot). */
+  "call:done": [item: ClaimedItem, result: CallResult];
+  /** A Cancel through this fylr changed an item that was in state `previous`. */
+  "cancel:asked": [previous: ItemState];
   /** A cancel was asked for an item this fylr holds: its task is being stopped. */
   "item:cancel-requested": [itemId: string];
   /** The item went back to the queue. */

@@ -6,6 +6,9 @@ import { create } from "@bufbuild/protobuf";
 import {
   CallResultSchema,
   ExecCallSchema,
+  HistoryResponseSchema,
+  ItemEventKind as ProtoItemEventKind,
+  ItemEventSchema,
   InstanceShareSchema,
   ItemKind as ProtoItemKind,
   ItemSchema,
@@ -13,12 +16,14 @@ import {
   LocalActionSchema,
   StatsResponseSchema,
   type ExecCall,
+  type HistoryResponse,
   type Item,
   type StatsResponse,
   type SubmitRequest,
 } from "../../gen/slotbroker/v1/queue_pb.js";
 import type { DispatcherStats } from "./dispatcher.js";
-import type { ExecCallSpec, ItemKind, ItemState, QueueItem, StdinSource, SubmitInput } from "./types.js";
+import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
+import type { ExecCallSpec, ItemEventKind, ItemHistory, ItemKind, ItemState, QueueItem, StdinSource, SubmitInput } from "./types.js";
 import { durationFromMs, durationMs, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 
 const kinds: Record<ItemKind, ProtoItemKind> = { exec: ProtoItemKind.EXEC, local: ProtoItemKind.LOCAL };
@@ -129,6 +134,43 @@ export function itemToProto(item: QueueItem): Item {
     idempotencyKey: item.idempotencyKey ?? "",
     cancelRequestedAt: item.cancelRequestedAt && timestampFromDate(item.cancelRequestedAt),
     traceparent: item.traceparent ?? "",
+  });
+}
+
+const eventKinds: Record<ItemEventKind, ProtoItemEventKind> = {
+  submitted: ProtoItemEventKind.SUBMITTED,
+  claimed: ProtoItemEventKind.CLAIMED,
+  running: ProtoItemEventKind.RUNNING,
+  "call-started": ProtoItemEventKind.CALL_STARTED,
+  "call-ended": ProtoItemEventKind.CALL_ENDED,
+  requeued: ProtoItemEventKind.REQUEUED,
+  "cancel-requested": ProtoItemEventKind.CANCEL_REQUESTED,
+  cancelled: ProtoItemEventKind.CANCELLED,
+  retried: ProtoItemEventKind.RETRIED,
+  succeeded: ProtoItemEventKind.SUCCEEDED,
+  failed: ProtoItemEventKind.FAILED,
+};
+
+/** An item's timeline as the proto HistoryResponse. */
+export function historyToProto(history: ItemHistory): HistoryResponse {
+  return create(HistoryResponseSchema, {
+    eventsDropped: history.dropped,
+    events: history.events.map((e) =>
+      create(ItemEventSchema, {
+        number: e.n,
+        at: timestampFromDate(e.at),
+        kind: eventKinds[e.kind] ?? ProtoItemEventKind.UNSPECIFIED,
+        fylr: e.fylr ?? "",
+        attempt: e.attempt ?? 0,
+        execserver: e.execserver ?? "",
+        service: e.service ?? "",
+        slotWait: e.slotWaitMs === undefined ? undefined : durationFromMs(Math.max(0, Math.round(e.slotWaitMs))),
+        duration: e.durationMs === undefined ? undefined : durationFromMs(Math.max(0, Math.round(e.durationMs))),
+        exitCode: e.exitCode,
+        errorKind: e.errorKind === undefined ? ErrorKind.UNSPECIFIED : (ErrorKind[e.errorKind.replace(/^ERROR_KIND_/, "") as keyof typeof ErrorKind] ?? ErrorKind.UNSPECIFIED),
+        detail: e.detail ?? "",
+      }),
+    ),
   });
 }
 

@@ -52,6 +52,16 @@ export interface SubmitInput {
 export interface CallResult {
   readonly service: string;
   readonly receipt: Receipt;
+  /** This fylr's timing of the call, for the item's timeline; absent on results read back. */
+  readonly timing?: CallTiming;
+}
+
+/** When one call got its slot and ended, by the clock of the fylr that ran it. */
+export interface CallTiming {
+  /** From the WANT to the slot's grant (the JOB sent). */
+  readonly slotWaitMs: number;
+  readonly startedAt: Date;
+  readonly endedAt: Date;
 }
 
 /** A queue item as stored. */
@@ -90,6 +100,44 @@ export interface QueueItem {
   readonly cancelRequestedAt: Date | undefined;
   /** The W3C traceparent of its Submit span; undefined when it was submitted untraced. */
   readonly traceparent?: string;
+}
+
+/** What happened to an item: one step of its timeline (migration 0010). */
+export type ItemEventKind =
+  | "submitted"
+  | "claimed"
+  | "running"
+  | "call-started"
+  | "call-ended"
+  | "requeued"
+  | "cancel-requested"
+  | "cancelled"
+  | "retried"
+  | "succeeded"
+  | "failed";
+
+/** One event of an item's timeline; fields that do not apply are undefined. */
+export interface ItemEvent {
+  /** Its number in the item's history, from 1. */
+  readonly n: number;
+  readonly at: Date;
+  readonly kind: ItemEventKind;
+  readonly fylr?: string;
+  readonly attempt?: number;
+  readonly execserver?: string;
+  readonly service?: string;
+  readonly slotWaitMs?: number;
+  readonly durationMs?: number;
+  readonly exitCode?: number;
+  /** A receipt's ErrorKind name, e.g. ERROR_KIND_TIMEOUT. */
+  readonly errorKind?: string;
+  readonly detail?: string;
+}
+
+/** An item's timeline: its kept events, oldest first, and how many earlier ones were overwritten. */
+export interface ItemHistory {
+  readonly events: readonly ItemEvent[];
+  readonly dropped: number;
 }
 
 /** What a claim hands the loop: enough to run the item and to fence its completion. */

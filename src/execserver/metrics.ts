@@ -34,6 +34,8 @@ export class ExecserverMetrics {
   private readonly frames = new Map<string, number>();
   private readonly framesCounter: Counter<"kind">;
   private readonly legacyRequests: Counter<"endpoint" | "code">;
+  // Per waitgroup: slot-milliseconds spent running jobs up to `since`, and the jobs running since then.
+  private readonly busy = new Map<string, { ms: number; running: number; since: number }>();
 
   constructor(broker: BrokerCore, instanceId: string, events: Events<ExecserverEvents>, now: () => number, legacy?: LegacyTokens) {
     this.registry.setDefaultLabels({ instance_id: instanceId });
@@ -138,6 +140,19 @@ export class ExecserverMetrics {
       labelNames: ["endpoint", "code"],
       registers,
     });
+    const busy = this.busy;
+    for (const wg of wgs) busy.set(wg.name, { ms: 0, running: 0, since: now() });
+    new Counter({
+      name: "slotbroker_slot_busy_seconds_total",
+      help: "Slot-seconds spent running jobs (broker and legacy) per waitgroup: its rate over the slots is the utilisation.",
+      labelNames: ["waitgroup"],
+      registers,
+      collect() {
+        this.reset();
+        const at = now();
+        for (const [waitgroup, b] of busy) this.inc({ waitgroup }, busyMs(b, at) / 1000);
+      },
+    });
     if (legacy) this.legacyGauges(legacy, wgs, registers);
     events.on("offered", (record) => this.granted(record.group.name, (now() - record.wantedAt) / 1000));
     events.on("offer:ended", (_record, o) => this.offerEnded(o));
@@ -208,13 +223,22 @@ export class ExecserverMetrics {
 
   /** A slot of the waitgroup was freed at `now` by a finished job (broker or legacy). */
   slotFreed(waitgroup: string, now: number): void {
+    this.slotBusy(waitgroup, now, -1);
     this.gaps.get(waitgroup)?.freed(now);
   }
 
   /** A job (broker or legacy) started running in the waitgroup at `now`: observes the slot's idle gap. */
   slotTaken(waitgroup: string, now: number): void {
+    this.slotBusy(waitgroup, now, 1);
     const gap = this.gaps.get(waitgroup)?.taken(now);
     if (gap !== undefined) this.gapSeries.get(waitgroup)?.observe(gap / 1000);
+  }
+
+  private slotBusy(waitgroup: string, now: number, delta: 1 | -1): void {
+    const b = this.busy.get(waitgroup);
+    if (!b) return;
+    busyMs(b, now);
+    b.running = Math.max(0, b.running + delta);
   }
 
   /** Counts one frame received from a fylr. */
@@ -241,4 +265,13 @@ export class ExecserverMetrics {
     this.frames.clear();
   }
 
+}
+
+// Brings a waitgroup's busy slot-milliseconds up to `at` and returns them.
+function busyMs(b: { ms: number; running: number; since: number }, at: number): number {
+  if (at > b.since) {
+    b.ms += b.running * (at - b.since);
+    b.since = at;
+  }
+  return b.ms;
 }

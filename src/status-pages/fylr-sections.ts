@@ -220,7 +220,7 @@ function recent(view: FylrView): Html {
   if (view.recent.length === 0) return card("Recent items", empty("This fylr has not claimed anything yet."), { wide: true });
   const rows = view.recent.map(
     (r) =>
-      html`<tr data-item="${r.id}" data-state="${r.state}"><td><code title="${r.id}">${r.id.slice(0, 8)}</code></td><td>${r.kind}</td><td class="num">${r.priority}</td><td>${pill(
+      html`<tr data-item="${r.id}" data-state="${r.state}"><td><a href="${`status/items/${r.id}`}" title="${`${r.id}: its timeline`}"><code>${r.id.slice(0, 8)}</code></a></td><td>${r.kind}</td><td class="num">${r.priority}</td><td>${pill(
         r.state,
         itemStateTone(r.state),
       )}</td><td>${r.phase ?? "–"}</td><td>${r.service ?? "–"}</td><td>${r.instanceId ?? "–"}</td><td class="num">${r.attempts}</td><td class="num">${

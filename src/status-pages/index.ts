@@ -29,4 +29,5 @@ export { defaultFylrViewLimits, fylrView, localPermits, priorityRows, type FylrV
 export { defaultGrantWindow, GrantWindow, type GrantWindowOptions, type WindowConnection, type WindowFairness } from "./grant-window.js";
 export { formatCount, formatDuration, formatPercent, fraction, jainIndex, topN, type TopN } from "./format.js";
 export { escapeHtml, html, Html, join, raw, type HtmlValue } from "./html.js";
+export { renderItemPage, type ItemPageInput, type ItemPageRow } from "./item-page.js";
 export { renderStatusPage, statusViewJson, type StatusPageInput, type StatusViewJson } from "./page.js";

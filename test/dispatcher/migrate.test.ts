@@ -66,7 +66,7 @@ describe("dispatcher migrations", () => {
     const listener = new pg.Client(fresh);
     try {
       // What a test resetting its tables does: the trigger functions outlive them.
-      await pool.query("DROP TABLE blob_reservations, blob_usage, blob_chunks, blobs, queue_items, fylrs, slotbroker_migrations CASCADE");
+      await pool.query("DROP TABLE item_events, blob_reservations, blob_usage, blob_chunks, blobs, queue_items, fylrs, slotbroker_migrations CASCADE");
       expect((await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'slotbroker_%'")).rows[0]).to.deep.equal({ n: 4 });
       expect((await migrate(pool)).applied).to.deep.equal(loadMigrations().map((m) => m.version));
       // …and the notify trigger is back in place.

@@ -13,15 +13,18 @@ export interface Run {
   readonly stderr: string;
 }
 
-/** Runs a program to its end without throwing on a non-zero exit. */
+/** Runs a program to its end without throwing on a non-zero exit; `input` is written to its stdin. */
 export async function run(file: string, args: readonly string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number; input?: string } = {}): Promise<Run> {
   try {
-    const { stdout, stderr } = await execFileP(file, args, {
+    const pending = execFileP(file, args, {
       cwd: options.cwd ?? projectRoot,
       env: options.env ?? process.env,
       timeout: options.timeoutMs ?? 60_000,
       maxBuffer: 64 * 1024 * 1024,
     });
+    // `input` goes to its stdin; without it stdin is closed at once (the program reads EOF).
+    pending.child.stdin?.end(options.input ?? "");
+    const { stdout, stderr } = await pending;
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code?: number | string; stdout?: string; stderr?: string; message: string };

@@ -18,7 +18,7 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { Receipt } from "./broker_pb.js";
+import type { ErrorKind, Receipt } from "./broker_pb.js";
 import { file_slotbroker_v1_broker } from "./broker_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -26,7 +26,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file slotbroker/v1/queue.proto.
  */
 export const file_slotbroker_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("ChlzbG90YnJva2VyL3YxL3F1ZXVlLnByb3RvEg1zbG90YnJva2VyLnYxIpsCCghFeGVjQ2FsbBIPCgdzZXJ2aWNlGAEgASgJEgwKBGFyZ3MYAiADKAkSFAoKc3RkaW5fZGF0YRgDIAEoDEgAEhMKCXN0ZGluX3VybBgEIAEoCUgAEh0KE3N0ZGluX2Zyb21fcHJldmlvdXMYBSABKAhIABIWCgxzdGRpbl91cGxvYWQYCCABKAlIABItCgNlbnYYBiADKAsyIC5zbG90YnJva2VyLnYxLkV4ZWNDYWxsLkVudkVudHJ5EioKB3RpbWVvdXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIHCgVzdGRpbiKRAQoLTG9jYWxBY3Rpb24SDAoEbmFtZRgBIAEoCRI2CgZwYXJhbXMYAiADKAsyJi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uLlBhcmFtc0VudHJ5Eg0KBWlucHV0GAMgASgMGi0KC1BhcmFtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRgoKQ2FsbFJlc3VsdBIPCgdzZXJ2aWNlGAEgASgJEicKB3JlY2VpcHQYAiABKAsyFi5zbG90YnJva2VyLnYxLlJlY2VpcHQiigUKBEl0ZW0SCgoCaWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnNsb3Ricm9rZXIudjEuSXRlbUtpbmQSEAoIcHJpb3JpdHkYAyABKAUSJwoFc3RhdGUYBCABKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRImCgVjYWxscxgFIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYBiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhIKCmNsYWltZWRfYnkYByABKAkSEAoIYXR0ZW1wdHMYCCABKA0SFAoMbWF4X2F0dGVtcHRzGAkgASgNEi8KC3N0YXJ0X2FmdGVyGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKgoHcmVzdWx0cxgNIAMoCzIZLnNsb3Ricm9rZXIudjEuQ2FsbFJlc3VsdBIOCgZvdXRwdXQYDiABKAwSDQoFZXJyb3IYDyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GBAgASgJEhMKC291dHB1dF9zaXplGBEgASgEEhUKDW91dHB1dF9zaGEyNTYYEiABKAkSFQoNb3V0cHV0X3N0b3JlZBgTIAEoCBI3ChNjYW5jZWxfcmVxdWVzdGVkX2F0GBQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgt0cmFjZXBhcmVudBgjIAEoCSLUAQoNU3VibWl0UmVxdWVzdBImCgVjYWxscxgBIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYAiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhAKCHByaW9yaXR5GAMgASgFEi8KC3N0YXJ0X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSFAoMbWF4X2F0dGVtcHRzGAYgASgNIkQKDlN1Ym1pdFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0SDwoHY3JlYXRlZBgCIAEoCCIYCgpHZXRSZXF1ZXN0EgoKAmlkGAEgASgJIjAKC0dldFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0iGgoMV2F0Y2hSZXF1ZXN0EgoKAmlkGAEgASgJImIKDVdhdGNoUmVzcG9uc2USIQoEaXRlbRgBIAEoCzITLnNsb3Ricm9rZXIudjEuSXRlbRIuCghwb3NpdGlvbhgCIAEoCzIcLnNsb3Ricm9rZXIudjEuUXVldWVQb3NpdGlvbiIdCg9Qb3NpdGlvblJlcXVlc3QSCgoCaWQYASABKAkiQgoQUG9zaXRpb25SZXNwb25zZRIuCghwb3NpdGlvbhgBIAEoCzIcLnNsb3Ricm9rZXIudjEuUXVldWVQb3NpdGlvbiLYAQoNUXVldWVQb3NpdGlvbhInCgVzdGF0ZRgBIAEoDjIYLnNsb3Ricm9rZXIudjEuSXRlbVN0YXRlEg8KB3J1bm5pbmcYAiABKA0SDQoFYWhlYWQYAyABKA0SEAoIY2FwYWNpdHkYBCABKA0SFgoOYWhlYWRfaW5fcXVldWUYBSABKA0SGwoTYWhlYWRfYXRfZXhlY3NlcnZlchgGIAEoDRImCgNldGEYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHc3VtbWFyeRgIIAEoCSIOCgxTdGF0c1JlcXVlc3QivgIKDVN0YXRzUmVzcG9uc2USDwoHZnlscl9pZBgBIAEoCRIRCglleGVjX2hlbGQYAiABKA0SFgoOZXhlY19hZG1pc3Npb24YAyABKA0SFQoNbG9jYWxfcnVubmluZxgEIAEoDRIWCg5sb2NhbF9jYXBhY2l0eRgFIAEoDRIsCgZzaGFyZXMYBiADKAsyHC5zbG90YnJva2VyLnYxLkluc3RhbmNlU2hhcmUSFQoNY2xhaW1lZF90b3RhbBgHIAEoBBIXCg9zdWNjZWVkZWRfdG90YWwYCCABKAQSFAoMZmFpbGVkX3RvdGFsGAkgASgEEhYKDnJlcXVldWVkX3RvdGFsGAogASgEEh0KFW9ycGhhbnNfcmVzY3VlZF90b3RhbBgLIAEoBBIXCg9jYW5jZWxsZWRfdG90YWwYDCABKAQiZwoNSW5zdGFuY2VTaGFyZRITCgtpbnN0YW5jZV9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhAKCGNhcGFjaXR5GAMgASgNEg8KB2NsaWVudHMYBCABKA0SDQoFc2hhcmUYBSABKA0iGwoNQ2FuY2VsUmVxdWVzdBIKCgJpZBgBIAEoCSIzCg5DYW5jZWxSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtIq4CCgtMaXN0UmVxdWVzdBIoCgZzdGF0ZXMYASADKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRIPCgdzZXJ2aWNlGAIgASgJEhkKDG1pbl9wcmlvcml0eRgDIAEoBUgAiAEBEhkKDG1heF9wcmlvcml0eRgEIAEoBUgBiAEBEjEKDWNyZWF0ZWRfYWZ0ZXIYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNyZWF0ZWRfYmVmb3JlGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglwYWdlX3NpemUYByABKA0SEgoKcGFnZV90b2tlbhgIIAEoCUIPCg1fbWluX3ByaW9yaXR5Qg8KDV9tYXhfcHJpb3JpdHkiSwoMTGlzdFJlc3BvbnNlEiIKBWl0ZW1zGAEgAygLMhMuc2xvdGJyb2tlci52MS5JdGVtEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIaCgxSZXRyeVJlcXVlc3QSCgoCaWQYASABKAkiMgoNUmV0cnlSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtIhsKDURlbGV0ZVJlcXVlc3QSCgoCaWQYASABKAkiJwoORGVsZXRlUmVzcG9uc2USFQoNYmxvYnNfZGVsZXRlZBgBIAEoDSpOCghJdGVtS2luZBIZChVJVEVNX0tJTkRfVU5TUEVDSUZJRUQQABISCg5JVEVNX0tJTkRfRVhFQxABEhMKD0lURU1fS0lORF9MT0NBTBACKrkBCglJdGVtU3RhdGUSGgoWSVRFTV9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUlURU1fU1RBVEVfUVVFVUVEEAESFgoSSVRFTV9TVEFURV9DTEFJTUVEEAISFgoSSVRFTV9TVEFURV9SVU5OSU5HEAMSGAoUSVRFTV9TVEFURV9TVUNDRUVERUQQBBIVChFJVEVNX1NUQVRFX0ZBSUxFRBAFEhgKFElURU1fU1RBVEVfQ0FOQ0VMTEVEEAYy/QQKDFF1ZXVlU2VydmljZRJFCgZTdWJtaXQSHC5zbG90YnJva2VyLnYxLlN1Ym1pdFJlcXVlc3QaHS5zbG90YnJva2VyLnYxLlN1Ym1pdFJlc3BvbnNlEjwKA0dldBIZLnNsb3Ricm9rZXIudjEuR2V0UmVxdWVzdBoaLnNsb3Ricm9rZXIudjEuR2V0UmVzcG9uc2USRAoFV2F0Y2gSGy5zbG90YnJva2VyLnYxLldhdGNoUmVxdWVzdBocLnNsb3Ricm9rZXIudjEuV2F0Y2hSZXNwb25zZTABEksKCFBvc2l0aW9uEh4uc2xvdGJyb2tlci52MS5Qb3NpdGlvblJlcXVlc3QaHy5zbG90YnJva2VyLnYxLlBvc2l0aW9uUmVzcG9uc2USQgoFU3RhdHMSGy5zbG90YnJva2VyLnYxLlN0YXRzUmVxdWVzdBocLnNsb3Ricm9rZXIudjEuU3RhdHNSZXNwb25zZRJFCgZDYW5jZWwSHC5zbG90YnJva2VyLnYxLkNhbmNlbFJlcXVlc3QaHS5zbG90YnJva2VyLnYxLkNhbmNlbFJlc3BvbnNlEj8KBExpc3QSGi5zbG90YnJva2VyLnYxLkxpc3RSZXF1ZXN0Ghsuc2xvdGJyb2tlci52MS5MaXN0UmVzcG9uc2USQgoFUmV0cnkSGy5zbG90YnJva2VyLnYxLlJldHJ5UmVxdWVzdBocLnNsb3Ricm9rZXIudjEuUmV0cnlSZXNwb25zZRJFCgZEZWxldGUSHC5zbG90YnJva2VyLnYxLkRlbGV0ZVJlcXVlc3QaHS5zbG90YnJva2VyLnYxLkRlbGV0ZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_slotbroker_v1_broker]);
+  fileDesc("ChlzbG90YnJva2VyL3YxL3F1ZXVlLnByb3RvEg1zbG90YnJva2VyLnYxIpsCCghFeGVjQ2FsbBIPCgdzZXJ2aWNlGAEgASgJEgwKBGFyZ3MYAiADKAkSFAoKc3RkaW5fZGF0YRgDIAEoDEgAEhMKCXN0ZGluX3VybBgEIAEoCUgAEh0KE3N0ZGluX2Zyb21fcHJldmlvdXMYBSABKAhIABIWCgxzdGRpbl91cGxvYWQYCCABKAlIABItCgNlbnYYBiADKAsyIC5zbG90YnJva2VyLnYxLkV4ZWNDYWxsLkVudkVudHJ5EioKB3RpbWVvdXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIHCgVzdGRpbiKRAQoLTG9jYWxBY3Rpb24SDAoEbmFtZRgBIAEoCRI2CgZwYXJhbXMYAiADKAsyJi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uLlBhcmFtc0VudHJ5Eg0KBWlucHV0GAMgASgMGi0KC1BhcmFtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRgoKQ2FsbFJlc3VsdBIPCgdzZXJ2aWNlGAEgASgJEicKB3JlY2VpcHQYAiABKAsyFi5zbG90YnJva2VyLnYxLlJlY2VpcHQiigUKBEl0ZW0SCgoCaWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnNsb3Ricm9rZXIudjEuSXRlbUtpbmQSEAoIcHJpb3JpdHkYAyABKAUSJwoFc3RhdGUYBCABKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRImCgVjYWxscxgFIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYBiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhIKCmNsYWltZWRfYnkYByABKAkSEAoIYXR0ZW1wdHMYCCABKA0SFAoMbWF4X2F0dGVtcHRzGAkgASgNEi8KC3N0YXJ0X2FmdGVyGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKgoHcmVzdWx0cxgNIAMoCzIZLnNsb3Ricm9rZXIudjEuQ2FsbFJlc3VsdBIOCgZvdXRwdXQYDiABKAwSDQoFZXJyb3IYDyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GBAgASgJEhMKC291dHB1dF9zaXplGBEgASgEEhUKDW91dHB1dF9zaGEyNTYYEiABKAkSFQoNb3V0cHV0X3N0b3JlZBgTIAEoCBI3ChNjYW5jZWxfcmVxdWVzdGVkX2F0GBQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgt0cmFjZXBhcmVudBgjIAEoCSLUAQoNU3VibWl0UmVxdWVzdBImCgVjYWxscxgBIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYAiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhAKCHByaW9yaXR5GAMgASgFEi8KC3N0YXJ0X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSFAoMbWF4X2F0dGVtcHRzGAYgASgNIkQKDlN1Ym1pdFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0SDwoHY3JlYXRlZBgCIAEoCCIYCgpHZXRSZXF1ZXN0EgoKAmlkGAEgASgJIjAKC0dldFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0iGgoMV2F0Y2hSZXF1ZXN0EgoKAmlkGAEgASgJImIKDVdhdGNoUmVzcG9uc2USIQoEaXRlbRgBIAEoCzITLnNsb3Ricm9rZXIudjEuSXRlbRIuCghwb3NpdGlvbhgCIAEoCzIcLnNsb3Ricm9rZXIudjEuUXVldWVQb3NpdGlvbiIdCg9Qb3NpdGlvblJlcXVlc3QSCgoCaWQYASABKAkiQgoQUG9zaXRpb25SZXNwb25zZRIuCghwb3NpdGlvbhgBIAEoCzIcLnNsb3Ricm9rZXIudjEuUXVldWVQb3NpdGlvbiLYAQoNUXVldWVQb3NpdGlvbhInCgVzdGF0ZRgBIAEoDjIYLnNsb3Ricm9rZXIudjEuSXRlbVN0YXRlEg8KB3J1bm5pbmcYAiABKA0SDQoFYWhlYWQYAyABKA0SEAoIY2FwYWNpdHkYBCABKA0SFgoOYWhlYWRfaW5fcXVldWUYBSABKA0SGwoTYWhlYWRfYXRfZXhlY3NlcnZlchgGIAEoDRImCgNldGEYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHc3VtbWFyeRgIIAEoCSIOCgxTdGF0c1JlcXVlc3QivgIKDVN0YXRzUmVzcG9uc2USDwoHZnlscl9pZBgBIAEoCRIRCglleGVjX2hlbGQYAiABKA0SFgoOZXhlY19hZG1pc3Npb24YAyABKA0SFQoNbG9jYWxfcnVubmluZxgEIAEoDRIWCg5sb2NhbF9jYXBhY2l0eRgFIAEoDRIsCgZzaGFyZXMYBiADKAsyHC5zbG90YnJva2VyLnYxLkluc3RhbmNlU2hhcmUSFQoNY2xhaW1lZF90b3RhbBgHIAEoBBIXCg9zdWNjZWVkZWRfdG90YWwYCCABKAQSFAoMZmFpbGVkX3RvdGFsGAkgASgEEhYKDnJlcXVldWVkX3RvdGFsGAogASgEEh0KFW9ycGhhbnNfcmVzY3VlZF90b3RhbBgLIAEoBBIXCg9jYW5jZWxsZWRfdG90YWwYDCABKAQiZwoNSW5zdGFuY2VTaGFyZRITCgtpbnN0YW5jZV9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhAKCGNhcGFjaXR5GAMgASgNEg8KB2NsaWVudHMYBCABKA0SDQoFc2hhcmUYBSABKA0iGwoNQ2FuY2VsUmVxdWVzdBIKCgJpZBgBIAEoCSIzCg5DYW5jZWxSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtIq4CCgtMaXN0UmVxdWVzdBIoCgZzdGF0ZXMYASADKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRIPCgdzZXJ2aWNlGAIgASgJEhkKDG1pbl9wcmlvcml0eRgDIAEoBUgAiAEBEhkKDG1heF9wcmlvcml0eRgEIAEoBUgBiAEBEjEKDWNyZWF0ZWRfYWZ0ZXIYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNyZWF0ZWRfYmVmb3JlGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglwYWdlX3NpemUYByABKA0SEgoKcGFnZV90b2tlbhgIIAEoCUIPCg1fbWluX3ByaW9yaXR5Qg8KDV9tYXhfcHJpb3JpdHkiSwoMTGlzdFJlc3BvbnNlEiIKBWl0ZW1zGAEgAygLMhMuc2xvdGJyb2tlci52MS5JdGVtEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIaCgxSZXRyeVJlcXVlc3QSCgoCaWQYASABKAkiMgoNUmV0cnlSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtIhsKDURlbGV0ZVJlcXVlc3QSCgoCaWQYASABKAkiJwoORGVsZXRlUmVzcG9uc2USFQoNYmxvYnNfZGVsZXRlZBgBIAEoDSIcCg5IaXN0b3J5UmVxdWVzdBIKCgJpZBgBIAEoCSJTCg9IaXN0b3J5UmVzcG9uc2USKAoGZXZlbnRzGAEgAygLMhguc2xvdGJyb2tlci52MS5JdGVtRXZlbnQSFgoOZXZlbnRzX2Ryb3BwZWQYAiABKA0i8gIKCUl0ZW1FdmVudBIOCgZudW1iZXIYASABKA0SJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBGtpbmQYAyABKA4yHC5zbG90YnJva2VyLnYxLkl0ZW1FdmVudEtpbmQSDAoEZnlschgEIAEoCRIPCgdhdHRlbXB0GAUgASgNEhIKCmV4ZWNzZXJ2ZXIYBiABKAkSDwoHc2VydmljZRgHIAEoCRIsCglzbG90X3dhaXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoIZHVyYXRpb24YCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoJZXhpdF9jb2RlGAogASgFSACIAQESLAoKZXJyb3Jfa2luZBgLIAEoDjIYLnNsb3Ricm9rZXIudjEuRXJyb3JLaW5kEg4KBmRldGFpbBgMIAEoCUIMCgpfZXhpdF9jb2RlKk4KCEl0ZW1LaW5kEhkKFUlURU1fS0lORF9VTlNQRUNJRklFRBAAEhIKDklURU1fS0lORF9FWEVDEAESEwoPSVRFTV9LSU5EX0xPQ0FMEAIquQEKCUl0ZW1TdGF0ZRIaChZJVEVNX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRSVRFTV9TVEFURV9RVUVVRUQQARIWChJJVEVNX1NUQVRFX0NMQUlNRUQQAhIWChJJVEVNX1NUQVRFX1JVTk5JTkcQAxIYChRJVEVNX1NUQVRFX1NVQ0NFRURFRBAEEhUKEUlURU1fU1RBVEVfRkFJTEVEEAUSGAoUSVRFTV9TVEFURV9DQU5DRUxMRUQQBiqGAwoNSXRlbUV2ZW50S2luZBIfChtJVEVNX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIdChlJVEVNX0VWRU5UX0tJTkRfU1VCTUlUVEVEEAESGwoXSVRFTV9FVkVOVF9LSU5EX0NMQUlNRUQQAhIbChdJVEVNX0VWRU5UX0tJTkRfUlVOTklORxADEiAKHElURU1fRVZFTlRfS0lORF9DQUxMX1NUQVJURUQQBBIeChpJVEVNX0VWRU5UX0tJTkRfQ0FMTF9FTkRFRBAFEhwKGElURU1fRVZFTlRfS0lORF9SRVFVRVVFRBAGEiQKIElURU1fRVZFTlRfS0lORF9DQU5DRUxfUkVRVUVTVEVEEAcSHQoZSVRFTV9FVkVOVF9LSU5EX0NBTkNFTExFRBAIEhsKF0lURU1fRVZFTlRfS0lORF9SRVRSSUVEEAkSHQoZSVRFTV9FVkVOVF9LSU5EX1NVQ0NFRURFRBAKEhoKFklURU1fRVZFTlRfS0lORF9GQUlMRUQQCzLHBQoMUXVldWVTZXJ2aWNlEkUKBlN1Ym1pdBIcLnNsb3Ricm9rZXIudjEuU3VibWl0UmVxdWVzdBodLnNsb3Ricm9rZXIudjEuU3VibWl0UmVzcG9uc2USPAoDR2V0Ehkuc2xvdGJyb2tlci52MS5HZXRSZXF1ZXN0Ghouc2xvdGJyb2tlci52MS5HZXRSZXNwb25zZRJECgVXYXRjaBIbLnNsb3Ricm9rZXIudjEuV2F0Y2hSZXF1ZXN0Ghwuc2xvdGJyb2tlci52MS5XYXRjaFJlc3BvbnNlMAESSwoIUG9zaXRpb24SHi5zbG90YnJva2VyLnYxLlBvc2l0aW9uUmVxdWVzdBofLnNsb3Ricm9rZXIudjEuUG9zaXRpb25SZXNwb25zZRJCCgVTdGF0cxIbLnNsb3Ricm9rZXIudjEuU3RhdHNSZXF1ZXN0Ghwuc2xvdGJyb2tlci52MS5TdGF0c1Jlc3BvbnNlEkUKBkNhbmNlbBIcLnNsb3Ricm9rZXIudjEuQ2FuY2VsUmVxdWVzdBodLnNsb3Ricm9rZXIudjEuQ2FuY2VsUmVzcG9uc2USPwoETGlzdBIaLnNsb3Ricm9rZXIudjEuTGlzdFJlcXVlc3QaGy5zbG90YnJva2VyLnYxLkxpc3RSZXNwb25zZRJCCgVSZXRyeRIbLnNsb3Ricm9rZXIudjEuUmV0cnlSZXF1ZXN0Ghwuc2xvdGJyb2tlci52MS5SZXRyeVJlc3BvbnNlEkUKBkRlbGV0ZRIcLnNsb3Ricm9rZXIudjEuRGVsZXRlUmVxdWVzdBodLnNsb3Ricm9rZXIudjEuRGVsZXRlUmVzcG9uc2USSAoHSGlzdG9yeRIdLnNsb3Ricm9rZXIudjEuSGlzdG9yeVJlcXVlc3QaHi5zbG90YnJva2VyLnYxLkhpc3RvcnlSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_slotbroker_v1_broker]);
 
 /**
  * ExecCall is one command run on an execserver.
@@ -1019,6 +1019,156 @@ export const DeleteResponseSchema: GenMessage<DeleteResponse> = /*@__PURE__*/
   messageDesc(file_slotbroker_v1_queue, 23);
 
 /**
+ * HistoryRequest names an item.
+ *
+ * @generated from message slotbroker.v1.HistoryRequest
+ */
+export type HistoryRequest = Message<"slotbroker.v1.HistoryRequest"> & {
+  /**
+   * Item id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message slotbroker.v1.HistoryRequest.
+ * Use `create(HistoryRequestSchema)` to create a new message.
+ */
+export const HistoryRequestSchema: GenMessage<HistoryRequest> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 24);
+
+/**
+ * HistoryResponse is an item's timeline.
+ *
+ * @generated from message slotbroker.v1.HistoryResponse
+ */
+export type HistoryResponse = Message<"slotbroker.v1.HistoryResponse"> & {
+  /**
+   * The events, oldest first (by `at`, then `number`: a call's events are written when its
+   * attempt settles, so their numbers can come after a later RUNNING).
+   *
+   * @generated from field: repeated slotbroker.v1.ItemEvent events = 1;
+   */
+  events: ItemEvent[];
+
+  /**
+   * Earlier events no longer kept: the item had more than 200.
+   *
+   * @generated from field: uint32 events_dropped = 2;
+   */
+  eventsDropped: number;
+};
+
+/**
+ * Describes the message slotbroker.v1.HistoryResponse.
+ * Use `create(HistoryResponseSchema)` to create a new message.
+ */
+export const HistoryResponseSchema: GenMessage<HistoryResponse> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 25);
+
+/**
+ * ItemEvent is one step of an item's timeline. Fields that do not apply are unset.
+ *
+ * @generated from message slotbroker.v1.ItemEvent
+ */
+export type ItemEvent = Message<"slotbroker.v1.ItemEvent"> & {
+  /**
+   * The event's number in the item's history, from 1, in the order it was written (the
+   * lowest kept is events_dropped + 1).
+   *
+   * @generated from field: uint32 number = 1;
+   */
+  number: number;
+
+  /**
+   * When it happened: the database's clock, except a call's start and end, which are the
+   * running fylr's.
+   *
+   * @generated from field: google.protobuf.Timestamp at = 2;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * What happened.
+   *
+   * @generated from field: slotbroker.v1.ItemEventKind kind = 3;
+   */
+  kind: ItemEventKind;
+
+  /**
+   * The fylr that claimed, ran, gave back or rescued the item; empty for an API request.
+   *
+   * @generated from field: string fylr = 4;
+   */
+  fylr: string;
+
+  /**
+   * The attempt it belongs to (1 for the first).
+   *
+   * @generated from field: uint32 attempt = 5;
+   */
+  attempt: number;
+
+  /**
+   * The execserver that ran the call (its instance id).
+   *
+   * @generated from field: string execserver = 6;
+   */
+  execserver: string;
+
+  /**
+   * The call's service.
+   *
+   * @generated from field: string service = 7;
+   */
+  service: string;
+
+  /**
+   * CALL_STARTED: how long the call waited for its slot.
+   *
+   * @generated from field: google.protobuf.Duration slot_wait = 8;
+   */
+  slotWait?: Duration | undefined;
+
+  /**
+   * CALL_ENDED: the job's runtime.
+   *
+   * @generated from field: google.protobuf.Duration duration = 9;
+   */
+  duration?: Duration | undefined;
+
+  /**
+   * CALL_ENDED: the job's exit code; unset when killed or never started.
+   *
+   * @generated from field: optional int32 exit_code = 10;
+   */
+  exitCode?: number | undefined;
+
+  /**
+   * CALL_ENDED: why the job failed beyond its exit code.
+   *
+   * @generated from field: slotbroker.v1.ErrorKind error_kind = 11;
+   */
+  errorKind: ErrorKind;
+
+  /**
+   * Why: the error, the requeue's reason (at most 240 characters).
+   *
+   * @generated from field: string detail = 12;
+   */
+  detail: string;
+};
+
+/**
+ * Describes the message slotbroker.v1.ItemEvent.
+ * Use `create(ItemEventSchema)` to create a new message.
+ */
+export const ItemEventSchema: GenMessage<ItemEvent> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 26);
+
+/**
  * ItemKind says where an item runs.
  *
  * @generated from enum slotbroker.v1.ItemKind
@@ -1113,6 +1263,104 @@ export enum ItemState {
  */
 export const ItemStateSchema: GenEnum<ItemState> = /*@__PURE__*/
   enumDesc(file_slotbroker_v1_queue, 1);
+
+/**
+ * ItemEventKind is what happened to an item.
+ *
+ * @generated from enum slotbroker.v1.ItemEventKind
+ */
+export enum ItemEventKind {
+  /**
+   * Unused; also what a newer server's unknown kind reads as.
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Submitted (queued, or claimed in the same write: a CLAIMED event follows).
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_SUBMITTED = 1;
+   */
+  SUBMITTED = 1,
+
+  /**
+   * A fylr claimed it: `fylr`, `attempt`.
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_CLAIMED = 2;
+   */
+  CLAIMED = 2,
+
+  /**
+   * The first call got its slot (exec), or the local action began: the item is RUNNING.
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_RUNNING = 3;
+   */
+  RUNNING = 3,
+
+  /**
+   * One exec call got a slot and its job started: `service`, `execserver`, `slot_wait`.
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_CALL_STARTED = 4;
+   */
+  CALL_STARTED = 4,
+
+  /**
+   * One exec call's job ended: `exit_code`, `error_kind`, `duration`.
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_CALL_ENDED = 5;
+   */
+  CALL_ENDED = 5,
+
+  /**
+   * Back to the queue: after a failed attempt, no slot in time, given back by a stopping
+   * fylr, or rescued from a fylr that stopped heartbeating (`detail` says which).
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_REQUEUED = 6;
+   */
+  REQUEUED = 6,
+
+  /**
+   * Cancel was asked for while it ran; CANCELLED follows when its job stopped.
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_CANCEL_REQUESTED = 7;
+   */
+  CANCEL_REQUESTED = 7,
+
+  /**
+   * Final: cancelled.
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_CANCELLED = 8;
+   */
+  CANCELLED = 8,
+
+  /**
+   * Retry sent it back to the queue with fresh attempts.
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_RETRIED = 9;
+   */
+  RETRIED = 9,
+
+  /**
+   * Final: succeeded.
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_SUCCEEDED = 10;
+   */
+  SUCCEEDED = 10,
+
+  /**
+   * Final: failed (`detail` holds the error).
+   *
+   * @generated from enum value: ITEM_EVENT_KIND_FAILED = 11;
+   */
+  FAILED = 11,
+}
+
+/**
+ * Describes the enum slotbroker.v1.ItemEventKind.
+ */
+export const ItemEventKindSchema: GenEnum<ItemEventKind> = /*@__PURE__*/
+  enumDesc(file_slotbroker_v1_queue, 2);
 
 /**
  * QueueService submits, follows and controls queue items.
@@ -1223,6 +1471,18 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof DeleteRequestSchema;
     output: typeof DeleteResponseSchema;
+  },
+  /**
+   * History returns an item's timeline, oldest event first: each change of its state and
+   * each exec call's slot and job, with the fylr, execserver and attempt. An item keeps its
+   * latest 200 events; they go with it on Delete. NOT_FOUND for an unknown id.
+   *
+   * @generated from rpc slotbroker.v1.QueueService.History
+   */
+  history: {
+    methodKind: "unary";
+    input: typeof HistoryRequestSchema;
+    output: typeof HistoryResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_slotbroker_v1_queue, 0);

@@ -66,6 +66,8 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
       sink.on("error", () => undefined); // reported through storeError and the receipt
       let ran: ExecResult;
       const traced = deps.trace && new CallTrace(deps.trace.context, item, i, call.service);
+      const wantedAt = Date.now();
+      let startedAt: Date | undefined;
       try {
         ran = await deps.backend.run(
           { service: call.service, args: call.args, env: call.env, timeoutMs: call.timeoutMs, stdin, traceparent: traced?.traceparent },
@@ -80,6 +82,7 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
             },
             onStart: (instanceId, waitgroup) => {
               traced?.started(instanceId, waitgroup);
+              startedAt = new Date();
               deps.live.setPhase(item.id, item.lease, "running", { instanceId });
               deps.onStart();
             },
@@ -93,7 +96,9 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
         throw err;
       }
       const { receipt } = ran;
-      results.push({ service: call.service, receipt });
+      const endedAt = new Date();
+      const timing = startedAt && { slotWaitMs: startedAt.getTime() - wantedAt, startedAt, endedAt };
+      results.push({ service: call.service, receipt, timing });
       // The previous call's stdout was this call's stdin: used up.
       discard(deps.blobs, previous);
       previous = undefined;

@@ -136,6 +136,7 @@ export class ItemTasks {
     try {
       permit?.markUsed();
       const outcome = traced ? await traced.run(() => runItem(item, runner, controller.signal)) : await runItem(item, runner, controller.signal);
+      if (outcome.kind !== "no-slot") for (const result of outcome.results) events.emit("call:done", item, result);
       await mark.finished();
       live.setPhase(item.id, item.lease, "finishing");
       const settleDeps = { queue, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined };

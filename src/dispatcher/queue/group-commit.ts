@@ -97,7 +97,7 @@ export interface ClaimAlong {
  * claimed item's columns, all null when nothing was claimed.
  */
 export const completeItemAndClaim = `
-WITH done AS (${sql.completeItem}), ${sql.claimCtes("$9::text", "'exec'", "(-2147483648)::integer", "$10::integer")}
+WITH ${sql.completeItemCtes}, ${sql.claimCtes("$9::text", "'exec'", "(-2147483648)::integer", "$10::integer")}
 SELECT d.done, k.* FROM (SELECT count(*)::int AS done FROM done) d LEFT JOIN claimed k ON true`;
 
 /**
@@ -105,7 +105,7 @@ SELECT d.done, k.* FROM (SELECT count(*)::int AS done FROM done) d LEFT JOIN cla
  * `done`: the "id/lease" texts of the completions the fences let through.
  */
 export const completeItemsAndClaim = `
-WITH done AS (${sql.completeItems}), ${sql.claimCtes("$9::text", "'exec'", "(-2147483648)::integer", "$10::integer")}
+WITH ${sql.completeItemsCtes}, ${sql.claimCtes("$9::text", "'exec'", "(-2147483648)::integer", "$10::integer")}
 SELECT d.done, k.* FROM (SELECT coalesce(array_agg(id::text || '/' || lease::text), '{}') AS done FROM done) d LEFT JOIN claimed k ON true`;
 
 type Row = Partial<ItemRow> & { done: number | string[] };

@@ -10,7 +10,7 @@ import { itemFromRow, type ItemRow } from "./payload.js";
 import { fromPgError } from "./pg-errors.js";
 import * as sql from "./sql.js";
 import { checkItemId, statementName } from "./queue-store.js";
-import type { ItemState, QueueItem } from "../types.js";
+import type { ItemEvent, ItemEventKind, ItemHistory, ItemState, QueueItem } from "../types.js";
 
 /** What Cancel did. */
 export interface CancelResult {
@@ -82,6 +82,15 @@ export class ItemControlStore {
     throw new SlotbrokerError(Code.FailedPrecondition, `item ${id} ${verb}: only a finished (succeeded, failed or cancelled) item can be deleted; cancel it first`);
   }
 
+  /** An item's timeline, oldest first; NOT_FOUND for an unknown id. */
+  async history(id: string): Promise<ItemHistory> {
+    checkItemId(id);
+    const rows = (await this.query<EventRow>("history", sql.selectItemEvents, [id])).rows;
+    if (rows.length === 0) throw new SlotbrokerError(Code.NotFound, `item ${id} not found`);
+    const events = rows.filter((r) => r.n !== null).map(eventFromRow);
+    return { events, dropped: Math.max(0, rows[0]!.total - events.length) };
+  }
+
   /** Held items whose cancel is older than `boundMs`: cancelled now. Returns their ids. */
   async cancelOverdue(boundMs: number): Promise<string[]> {
     return (await this.query<{ id: string }>("cancel overdue", sql.cancelOverdue, [boundMs])).rows.map((r) => r.id);
@@ -98,4 +107,37 @@ export class ItemControlStore {
     if (!row) throw new SlotbrokerError(Code.NotFound, `item ${id} not found`);
     return itemFromRow(row);
   }
+}
+
+interface EventRow {
+  total: number;
+  n: number | null;
+  at: Date;
+  kind: ItemEventKind;
+  fylr: string | null;
+  attempt: number | null;
+  execserver: string | null;
+  service: string | null;
+  slot_wait_ms: number | null;
+  duration_ms: number | null;
+  exit_code: number | null;
+  error_kind: string | null;
+  detail: string | null;
+}
+
+function eventFromRow(r: EventRow): ItemEvent {
+  return {
+    n: r.n!,
+    at: r.at,
+    kind: r.kind,
+    fylr: r.fylr ?? undefined,
+    attempt: r.attempt ?? undefined,
+    execserver: r.execserver ?? undefined,
+    service: r.service ?? undefined,
+    slotWaitMs: r.slot_wait_ms ?? undefined,
+    durationMs: r.duration_ms ?? undefined,
+    exitCode: r.exit_code ?? undefined,
+    errorKind: r.error_kind ?? undefined,
+    detail: r.detail ?? undefined,
+  };
 }

@@ -10,7 +10,7 @@ import { isTraceparent } from "../../shared/tracing/trace-context.js";
 import { checkArgs, checkEnvSize, checkNoNul } from "../../shared/job-limits.js";
 import type { LocalActionRegistry } from "../items/local-actions.js";
 import { stdinUrlRefusal } from "./stdin-url.js";
-import type { CallResult, ExecCallSpec, ItemKind, ItemState, LocalActionSpec, QueueItem, StdinSource, SubmitInput } from "../types.js";
+import type { CallResult, CallTiming, ExecCallSpec, ItemKind, ItemState, LocalActionSpec, QueueItem, StdinSource, SubmitInput } from "../types.js";
 
 /** A validated submit, ready for the insert query. */
 export interface NormalizedSubmit {
@@ -254,7 +254,12 @@ function isStringRecord(value: unknown): value is Record<string, string> {
 
 /** The jsonb `result` column: the receipts of the latest attempt. */
 export function encodeResults(results: readonly CallResult[]): JsonValue {
-  return { calls: results.map((r) => ({ service: r.service, receipt: toJson(ReceiptSchema, r.receipt) })) };
+  return { calls: results.map((r) => ({ service: r.service, receipt: toJson(ReceiptSchema, r.receipt), ...(r.timing && encodeTiming(r.timing)) })) };
+}
+
+// Read by the statements that write the call's events (event-sql.ts), not by decodeResults.
+function encodeTiming(t: CallTiming): { [key: string]: JsonValue } {
+  return { slotWaitMs: t.slotWaitMs, startedAt: t.startedAt.toISOString(), endedAt: t.endedAt.toISOString() };
 }
 
 const storedResults = z.object({ calls: z.array(z.object({ service: z.string(), receipt: z.unknown() })) });

@@ -8,6 +8,8 @@
  * no row, and the caller logs the refusal.
  */
 
+import { callEventCount, eventSelect, insertEvents, settleEventSelects } from "./event-sql.js";
+
 /**
  * Submit. $1 kind, $2 priority, $3 payload, $4 start_after (null = now), $5 max_attempts,
  * $6 idempotency_key, $7 the submitting fylr when it may claim the item directly (else null),
@@ -17,17 +19,20 @@
  * claimed_at: what a claim writes) when the claim's own rules hold at this statement: the
  * item is exec-bound and eligible now, the fylr has a row (one declared dead claims
  * nothing), and no eligible exec item of its priority or higher is queued (it never goes
- * ahead of older work). Otherwise it is queued, exactly as without $7.
+ * ahead of older work). Otherwise it is queued, exactly as without $7. Its events:
+ * submitted, and claimed when it was.
  */
 export const insertItem = `
+WITH inserted AS (
 INSERT INTO queue_items (kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent,
-                         state, claimed_by, lease, attempts, claimed_at)
+                         state, claimed_by, lease, attempts, claimed_at, events)
 SELECT $1::text, $2::integer, $3::jsonb, d.start_after, $5::integer, $6::text, $8::text,
        CASE WHEN d.direct THEN 'claimed' ELSE 'queued' END,
        CASE WHEN d.direct THEN $7::text END,
        CASE WHEN d.direct THEN 1 ELSE 0 END,
        CASE WHEN d.direct THEN 1 ELSE 0 END,
-       CASE WHEN d.direct THEN now() END
+       CASE WHEN d.direct THEN now() END,
+       CASE WHEN d.direct THEN 2 ELSE 1 END
 FROM (
   SELECT s.start_after,
          $7::text IS NOT NULL AND $1::text = 'exec' AND s.start_after <= now()
@@ -39,7 +44,12 @@ FROM (
   FROM (SELECT coalesce($4::timestamptz, now()) AS start_after) s
 ) d
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *`;
+RETURNING *
+), inserted_events AS (${insertEvents(
+  eventSelect({ item: "id", n: "1", kind: "'submitted'", from: "inserted" }),
+  eventSelect({ item: "id", n: "2", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "inserted", where: "state = 'claimed'" }),
+)})
+SELECT * FROM inserted`;
 
 /**
  * Submits queued together (group insert). Arrays of equal length, in arrival order: $1 ids
@@ -50,13 +60,16 @@ RETURNING *`;
  * same batch) is not inserted and returns no row.
  */
 export const insertQueuedItems = `
-INSERT INTO queue_items (id, kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent)
-SELECT s.id, s.kind, s.priority, s.payload, coalesce(s.start_after, now()), s.max_attempts, s.idempotency_key, s.traceparent
+WITH inserted AS (
+INSERT INTO queue_items (id, kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent, events)
+SELECT s.id, s.kind, s.priority, s.payload, coalesce(s.start_after, now()), s.max_attempts, s.idempotency_key, s.traceparent, 1
 FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[], $6::integer[], $7::text[], $8::text[])
   WITH ORDINALITY AS s(id, kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent, n)
 ORDER BY s.n
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *`;
+RETURNING *
+), inserted_events AS (${insertEvents(eventSelect({ item: "id", n: "1", kind: "'submitted'", from: "inserted" }))})
+SELECT * FROM inserted`;
 
 /** The item holding an idempotency key. $1 key. */
 export const selectItemByKey = `SELECT * FROM queue_items WHERE idempotency_key = $1`;
@@ -75,9 +88,9 @@ WITH ${claimCtes("$1", "$2", "$3", "$4")}
 SELECT * FROM claimed`;
 
 /**
- * The claim of claimItems as two CTEs, `next` and `claimed` (the claimed rows), so a
- * completion can carry it (group-commit.ts). Arguments are SQL expressions: the fylr, the
- * kind, the lowest priority, the limit.
+ * The claim of claimItems as CTEs, `next`, `claimed` (the claimed rows) and their events,
+ * so a completion can carry it (group-commit.ts). Arguments are SQL expressions: the fylr,
+ * the kind, the lowest priority, the limit.
  */
 export function claimCtes(fylr: string, kind: string, minPriority: string, limit: string): string {
   return `next AS (
@@ -90,11 +103,11 @@ export function claimCtes(fylr: string, kind: string, minPriority: string, limit
 ), claimed AS (
   UPDATE queue_items q
   SET state = 'claimed', claimed_by = ${fylr}, lease = q.lease + 1, attempts = q.attempts + 1,
-      claimed_at = now(), updated_at = now()
+      claimed_at = now(), updated_at = now(), events = q.events + 1
   FROM next
   WHERE q.id = next.id
   RETURNING q.*
-)`;
+), claimed_events AS (${insertEvents(eventSelect({ item: "id", n: "events", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }))})`;
 }
 
 /**
@@ -118,13 +131,18 @@ WITH candidates AS (
          row_number() OVER (PARTITION BY priority >= $2 ORDER BY priority DESC, start_after, seq) AS n,
          count(*) FILTER (WHERE priority >= $2) OVER () AS highs
   FROM candidates
-)
+), claimed AS (
 UPDATE queue_items q
 SET state = 'running', claimed_by = $1, lease = q.lease + 1, attempts = q.attempts + 1,
-    claimed_at = now(), updated_at = now()
+    claimed_at = now(), updated_at = now(), events = q.events + 2
 FROM ranked
 WHERE q.id = ranked.id AND (ranked.high OR ranked.n <= $4 - ranked.highs)
-RETURNING q.*`;
+RETURNING q.*
+), claimed_events AS (${insertEvents(
+  eventSelect({ item: "id", n: "events - 1", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }),
+  eventSelect({ item: "id", n: "events", kind: "'running'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }),
+)})
+SELECT * FROM claimed`;
 
 /** The claim query's SELECT alone, for EXPLAIN in tests. Same parameters minus $1. */
 export const explainClaimPath = `
@@ -134,11 +152,16 @@ ORDER BY priority DESC, start_after, seq
 LIMIT $3
 FOR UPDATE SKIP LOCKED`;
 
+const runningEvent = insertEvents(eventSelect({ item: "id", n: "events", kind: "'running'", fylr: "claimed_by", attempt: "attempts", from: "marked" }));
+
 /** claimed → running (the slot came). Fenced: $1 id, $2 claimed_by, $3 lease. */
 export const markRunning = `
-UPDATE queue_items SET state = 'running', updated_at = now()
+WITH marked AS (
+UPDATE queue_items SET state = 'running', updated_at = now(), events = events + 1
 WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state = 'claimed'
-RETURNING state`;
+RETURNING id, state, events, claimed_by, attempts
+), marked_events AS (${runningEvent})
+SELECT state FROM marked`;
 
 /**
  * claimed → running for a batch of items, each fenced by its own (id, claimed_by, lease).
@@ -146,44 +169,59 @@ RETURNING state`;
  * (1-based) in the arrays.
  */
 export const markRunningMany = `
-UPDATE queue_items q SET state = 'running', updated_at = now()
+WITH marked AS (
+UPDATE queue_items q SET state = 'running', updated_at = now(), events = q.events + 1
 FROM unnest($1::uuid[], $2::text[], $3::bigint[]) WITH ORDINALITY AS m(id, claimed_by, lease, n)
 WHERE q.id = m.id AND q.claimed_by = m.claimed_by AND q.lease = m.lease AND q.state = 'claimed'
-RETURNING m.n`;
+RETURNING m.n, q.id, q.events, q.claimed_by, q.attempts
+), marked_events AS (${runningEvent})
+SELECT n FROM marked`;
 
 /**
  * → succeeded. Fenced ($1–$3); $4 result, $5 output (whole, or the first bytes of a stored
  * one), $6 output_blob, $7 output_size, $8 output_sha256. Recording output_blob adopts the
- * stored output (trigger of migration 0004).
+ * stored output (trigger of migration 0004). As CTEs, `done` (the written row) and its
+ * events (the calls', then succeeded), so a claim can go along (group-commit.ts).
  */
-export const completeItem = `
-UPDATE queue_items
-SET state = 'succeeded', result = $4, output = $5, output_blob = $6, output_size = $7, output_sha256 = $8,
-    error = NULL, finished_at = now(), updated_at = now()
-WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
-RETURNING state`;
+export const completeItemCtes = `done AS (
+  UPDATE queue_items
+  SET state = 'succeeded', result = $4, output = $5, output_blob = $6, output_size = $7, output_sha256 = $8,
+      error = NULL, finished_at = now(), updated_at = now(), events = events + 1 + ${callEventCount("$4::jsonb")}
+  WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
+  RETURNING id, state, events, attempts
+), done_events AS (${insertEvents(...settleEventSelects("done", "$4::jsonb", "$2::text", { kind: "'succeeded'" }))})`;
+
+/** completeItemCtes alone: one row (`state`) when the fence let it through. */
+export const completeItem = `WITH ${completeItemCtes} SELECT state FROM done`;
 
 /**
  * → succeeded for a batch of items, each fenced by its own (id, claimed_by, lease). Arrays
  * of equal length: $1 ids, $2 owners, $3 leases, $4 results, $5 outputs, $6 output blobs,
- * $7 output sizes, $8 output digests. Returns the (id, lease) pairs that were written; the
- * others were refused by the fence.
+ * $7 output sizes, $8 output digests. As CTEs like completeItemCtes: `done` holds the
+ * (id, lease) pairs that were written; the others were refused by the fence.
  */
-export const completeItems = `
-UPDATE queue_items q
-SET state = 'succeeded', result = c.result, output = c.output, output_blob = c.output_blob, output_size = c.output_size,
-    output_sha256 = c.output_sha256, error = NULL, finished_at = now(), updated_at = now()
-FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::jsonb[], $5::bytea[], $6::uuid[], $7::bigint[], $8::text[])
-  AS c(id, claimed_by, lease, result, output, output_blob, output_size, output_sha256)
-WHERE q.id = c.id AND q.claimed_by = c.claimed_by AND q.lease = c.lease AND q.state IN ('claimed', 'running')
-RETURNING q.id, q.lease`;
+export const completeItemsCtes = `done AS (
+  UPDATE queue_items q
+  SET state = 'succeeded', result = c.result, output = c.output, output_blob = c.output_blob, output_size = c.output_size,
+      output_sha256 = c.output_sha256, error = NULL, finished_at = now(), updated_at = now(),
+      events = q.events + 1 + ${callEventCount("c.result")}
+  FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::jsonb[], $5::bytea[], $6::uuid[], $7::bigint[], $8::text[])
+    AS c(id, claimed_by, lease, result, output, output_blob, output_size, output_sha256)
+  WHERE q.id = c.id AND q.claimed_by = c.claimed_by AND q.lease = c.lease AND q.state IN ('claimed', 'running')
+  RETURNING q.id, q.lease, q.events, q.attempts, q.claimed_by, c.result
+), done_events AS (${insertEvents(...settleEventSelects("done", "done.result", "done.claimed_by", { kind: "'succeeded'" }))})`;
+
+/** completeItemsCtes alone: the written (id, lease) pairs. */
+export const completeItems = `WITH ${completeItemsCtes} SELECT id, lease FROM done`;
 
 /**
  * A failed attempt. Fenced ($1–$3); $4 result, $5 error, $6 retry delay ms, $7 permanent.
  * With attempts left and not permanent: back to queued after the delay. Otherwise: failed.
- * A cancel asked for meanwhile wins over both: cancelled.
+ * A cancel asked for meanwhile wins over both: cancelled. Events: the calls', then
+ * requeued, failed or cancelled.
  */
 export const failAttempt = `
+WITH settled AS (
 UPDATE queue_items
 SET state       = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
                        WHEN attempts < max_attempts AND NOT $7::boolean THEN 'queued' ELSE 'failed' END,
@@ -191,9 +229,16 @@ SET state       = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
     start_after = CASE WHEN attempts < max_attempts AND NOT $7::boolean AND cancel_requested_at IS NULL
                        THEN now() + $6::double precision * interval '1 millisecond' ELSE start_after END,
     finished_at = CASE WHEN attempts < max_attempts AND NOT $7::boolean AND cancel_requested_at IS NULL THEN NULL ELSE now() END,
-    result = $4, error = $5, updated_at = now()
+    result = $4, error = $5, updated_at = now(), events = events + 1 + ${callEventCount("$4::jsonb")}
 WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
-RETURNING state`;
+RETURNING id, state, events, attempts
+), settled_events AS (${insertEvents(
+  ...settleEventSelects("settled", "$4::jsonb", "$2::text", {
+    kind: "CASE WHEN settled.state = 'queued' THEN 'requeued' ELSE settled.state END",
+    detail: "CASE WHEN settled.state = 'queued' THEN 'after a failed attempt: ' ELSE '' END || $5::text",
+  }),
+)})
+SELECT state FROM settled`;
 
 /**
  * Give an item back without spending its attempt: no slot in time ($4 = one minute), or
@@ -201,30 +246,50 @@ RETURNING state`;
  * for is cancelled instead: it never goes back to the queue.
  */
 export const releaseItem = `
+WITH released AS (
 UPDATE queue_items
 SET state       = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
     claimed_by  = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE claimed_by END,
     attempts    = CASE WHEN cancel_requested_at IS NULL THEN greatest(attempts - 1, 0) ELSE attempts END,
     finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE now() END,
     error       = CASE WHEN cancel_requested_at IS NULL THEN error ELSE 'cancelled by request' END,
-    start_after = now() + $4::double precision * interval '1 millisecond', updated_at = now()
+    start_after = now() + $4::double precision * interval '1 millisecond', updated_at = now(), events = events + 1
 WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
-RETURNING state`;
+RETURNING id, state, events, attempts
+), released_events AS (${insertEvents(
+  eventSelect({
+    item: "id",
+    n: "events",
+    kind: "CASE WHEN state = 'queued' THEN 'requeued' ELSE state END",
+    fylr: "$2::text",
+    attempt: "attempts",
+    detail: `CASE WHEN state = 'cancelled' THEN 'cancelled by request'
+                  WHEN $4::double precision > 0 THEN 'no slot in time; the attempt given back'
+                  ELSE 'given back unfinished (its fylr stopped or was declared dead)' END`,
+    from: "released",
+  }),
+)})
+SELECT state FROM released`;
 
 /**
  * A held item ends cancelled (its job stopped on request). Fenced ($1–$3); $4 result (the
  * receipts, the stopped job's included), $5 error. An item of this claim that a Cancel
  * already ended while it was 'claimed' (its job had started but was not yet written
  * running, dispatcher.runningMarkDelay) gets the receipts it has none of; its end time stays.
+ * Events: the calls', then cancelled.
  */
 export const finishCancelled = `
+WITH settled AS (
 UPDATE queue_items
 SET state = 'cancelled', result = $4, error = $5, cancel_requested_at = coalesce(cancel_requested_at, now()),
-    finished_at = CASE WHEN state = 'cancelled' THEN finished_at ELSE now() END, updated_at = now()
+    finished_at = CASE WHEN state = 'cancelled' THEN finished_at ELSE now() END, updated_at = now(),
+    events = events + 1 + ${callEventCount("$4::jsonb")}
 WHERE id = $1 AND claimed_by = $2 AND lease = $3
   AND (state IN ('claimed', 'running')
        OR (state = 'cancelled' AND result IS NULL AND jsonb_array_length($4::jsonb -> 'calls') > 0))
-RETURNING state`;
+RETURNING id, state, events, attempts
+), settled_events AS (${insertEvents(...settleEventSelects("settled", "$4::jsonb", "$2::text", { kind: "'cancelled'", detail: "$5::text" }))})
+SELECT state FROM settled`;
 
 /**
  * Cancel. $1 id. A queued or claimed item becomes 'cancelled' at once; a running one gets
@@ -242,11 +307,21 @@ WITH target AS (
       finished_at         = CASE WHEN t.state = 'running' THEN q.finished_at ELSE now() END,
       error               = CASE WHEN t.state = 'running' THEN q.error ELSE 'cancelled by request' END,
       cancel_requested_at = coalesce(q.cancel_requested_at, now()),
-      updated_at          = now()
+      updated_at          = now(),
+      events              = q.events + 1
   FROM target t
   WHERE q.id = t.id AND t.state IN ('queued', 'claimed', 'running')
   RETURNING q.*, t.state AS previous_state
-)
+), changed_events AS (${insertEvents(
+  eventSelect({
+    item: "id",
+    n: "events",
+    kind: "CASE WHEN state = 'running' THEN 'cancel-requested' ELSE 'cancelled' END",
+    attempt: "attempts",
+    detail: "'by request'",
+    from: "changed",
+  }),
+)})
 SELECT changed.*,
        CASE WHEN previous_state IN ('claimed', 'running') THEN pg_notify('slotbroker_queue', 'cancel ' || id) END AS notified
 FROM changed`;
@@ -256,12 +331,15 @@ FROM changed`;
  * fylr is gone or its execserver never answered): cancelled now, by any fylr.
  */
 export const cancelOverdue = `
+WITH overdue AS (
 UPDATE queue_items
-SET state = 'cancelled', finished_at = now(), updated_at = now(),
+SET state = 'cancelled', finished_at = now(), updated_at = now(), events = events + 1,
     error = 'cancelled by request; the job was not confirmed stopped within the cancel bound'
 WHERE cancel_requested_at IS NOT NULL AND state IN ('claimed', 'running')
   AND cancel_requested_at < now() - $1::double precision * interval '1 millisecond'
-RETURNING id`;
+RETURNING id, events, attempts, error
+), overdue_events AS (${insertEvents(eventSelect({ item: "id", n: "events", kind: "'cancelled'", attempt: "attempts", detail: "error", from: "overdue" }))})
+SELECT id FROM overdue`;
 
 /** Of the items with these ids ($1 uuid[]), those cancelled or with a cancel pending: the holder's check. */
 export const cancelledAmong = `
@@ -271,21 +349,23 @@ WHERE id = ANY($1::uuid[]) AND (state = 'cancelled' OR cancel_requested_at IS NO
 /**
  * Retry. $1 id. A failed or cancelled item goes back to the queue with fresh attempts; the
  * results, output and stored outputs of its earlier run go (an uploaded input stays: the
- * item reads it again). No row: unknown, or not failed/cancelled.
+ * item reads it again). No row: unknown, or not failed/cancelled. Its event: retried.
  */
 export const retryItem = `
 WITH target AS (
   SELECT id FROM queue_items WHERE id = $1 AND state IN ('failed', 'cancelled') FOR UPDATE
 ), dropped AS (
   DELETE FROM blobs b USING target WHERE b.item_id = target.id AND b.role <> 'input'
-)
-UPDATE queue_items q
-SET state = 'queued', claimed_by = NULL, attempts = 0, start_after = now(), finished_at = NULL,
-    result = NULL, output = NULL, output_blob = NULL, output_size = NULL, output_sha256 = NULL,
-    error = NULL, cancel_requested_at = NULL, updated_at = now()
-FROM target
-WHERE q.id = target.id
-RETURNING q.*`;
+), retried AS (
+  UPDATE queue_items q
+  SET state = 'queued', claimed_by = NULL, attempts = 0, start_after = now(), finished_at = NULL,
+      result = NULL, output = NULL, output_blob = NULL, output_size = NULL, output_sha256 = NULL,
+      error = NULL, cancel_requested_at = NULL, updated_at = now(), events = q.events + 1
+  FROM target
+  WHERE q.id = target.id
+  RETURNING q.*
+), retried_events AS (${insertEvents(eventSelect({ item: "id", n: "events", kind: "'retried'", from: "retried" }))})
+SELECT * FROM retried`;
 
 /**
  * Delete. $1 id. Only a finished item; its stored inputs and outputs go with it (ON DELETE
@@ -349,11 +429,22 @@ WITH dead AS (
                          THEN 'cancelled by request; fylr ' || q.claimed_by || ' stopped heartbeating before confirming it'
                          WHEN q.attempts < q.max_attempts THEN q.error
                          ELSE 'fylr ' || q.claimed_by || ' stopped heartbeating during the last attempt' END,
-      updated_at  = now()
+      updated_at  = now(),
+      events      = q.events + 1
   FROM stale
   WHERE q.id = stale.id AND q.state IN ('claimed', 'running') AND q.claimed_by = stale.owner
-  RETURNING q.id, q.state, stale.owner AS claimed_by
-)
+  RETURNING q.id, q.state, stale.owner AS claimed_by, q.events, q.attempts
+), orphan_events AS (${insertEvents(
+  eventSelect({
+    item: "id",
+    n: "events",
+    kind: "CASE WHEN state = 'queued' THEN 'requeued' ELSE state END",
+    fylr: "$2::text",
+    attempt: "attempts",
+    detail: "'rescued: fylr ' || claimed_by || ' stopped heartbeating'",
+    from: "orphans",
+  }),
+)})
 SELECT
   (SELECT coalesce(json_agg(id), '[]'::json) FROM dead) AS dead,
   (SELECT coalesce(json_agg(json_build_object('id', id, 'state', state, 'claimedBy', claimed_by)), '[]'::json) FROM orphans) AS orphans`;
@@ -375,6 +466,20 @@ SELECT i.state, i.kind,
          AND (q.start_after, q.seq) < (i.start_after, i.seq))
   ELSE 0 END AS ahead
 FROM queue_items i WHERE i.id = $1`;
+
+/**
+ * An item's timeline: one row per kept event, oldest first, each with the item's event
+ * total (`total`); one row of nulls but `total` for an item without events; no row for an
+ * unknown item. $1 id. The primary key's index serves it. By time, then number: a call's
+ * events are written when the attempt settles, after the 'running' mark written while
+ * the call ran.
+ */
+export const selectItemEvents = `
+SELECT q.events AS total, e.n, e.at, e.kind, e.fylr, e.attempt, e.execserver, e.service, e.slot_wait_ms,
+       e.duration_ms, e.exit_code, e.error_kind, e.detail
+FROM queue_items q LEFT JOIN item_events e ON e.item_id = q.id
+WHERE q.id = $1
+ORDER BY e.at, e.n`;
 
 /** Unfinished items by kind and state, for status pages. */
 export const countOpen = `

@@ -2,7 +2,7 @@ import { QueueService } from "../../../gen/slotbroker/v1/queue_pb.js";
 
 /**
  * What a credential may do on the fylr's HTTP port:
- * - `read`: Get, Watch, List, Position, Stats, output downloads, the status page and /status.json;
+ * - `read`: Get, Watch, List, History, Position, Stats, output downloads, the status page and /status.json;
  * - `submit`: Submit and input uploads;
  * - `admin`: everything, Cancel, Retry and Delete included.
  */
@@ -24,6 +24,7 @@ const queueMethodScopes: Record<keyof typeof QueueService.method, Scope> = {
   position: "read",
   stats: "read",
   list: "read",
+  history: "read",
   cancel: "admin",
   retry: "admin",
   delete: "admin",
