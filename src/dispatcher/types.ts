@@ -44,6 +44,12 @@ export interface SubmitInput {
   readonly idempotencyKey?: string;
   /** Attempts allowed before the item fails; default from config. */
   readonly maxAttempts?: number;
+  /** The fairness key (a tenant, a user); "" or unset is the default key. */
+  readonly fairnessKey?: string;
+  /** The key's weight in the claim turn; default 1. */
+  readonly fairnessWeight?: number;
+  /** At most this many items of the key held at once across the fleet; unset: no limit. */
+  readonly fairnessLimit?: number;
 }
 
 /** The outcome of one exec call: the execserver's receipt. */
@@ -86,6 +92,12 @@ export interface QueueItem {
   readonly idempotencyKey: string | undefined;
   /** When a cancel was asked for while the item was held; undefined otherwise. */
   readonly cancelRequestedAt: Date | undefined;
+  /** The fairness key; "" is the default key. */
+  readonly fairnessKey: string;
+  /** The key's weight in the claim turn (1 by default). */
+  readonly fairnessWeight: number;
+  /** Items of the key that may be held at once across the fleet; undefined: no limit. */
+  readonly fairnessLimit: number | undefined;
 }
 
 /** What a claim hands the loop: enough to run the item and to fence its completion. */

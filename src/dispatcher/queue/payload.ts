@@ -19,6 +19,10 @@ export interface NormalizedSubmit {
   readonly startAfter: Date | undefined;
   readonly maxAttempts: number;
   readonly idempotencyKey: string | undefined;
+  /** The fairness key ("" the default), its weight (1 by default) and per-key limit (unset: none). */
+  readonly fairnessKey?: string;
+  readonly fairnessWeight?: number;
+  readonly fairnessLimit?: number;
   /** Stored uploads the item takes over (stdin_upload ids). */
   readonly uploads?: readonly string[];
 }
@@ -53,7 +57,8 @@ export function normalizeSubmit(input: SubmitInput, actions: LocalActionRegistry
   if (key !== undefined && key.length > maxKeyLength) throw invalid(`idempotency_key: longer than ${maxKeyLength} characters`);
   if (key?.includes("\0")) throw invalid("idempotency_key: must not contain a NUL character");
   if (input.startAfter && Number.isNaN(input.startAfter.getTime())) throw invalid("start_after: not a valid time");
-  const common = { priority, startAfter: input.startAfter, maxAttempts, idempotencyKey: key };
+  const fairness = normalizeFairness(input);
+  const common = { priority, startAfter: input.startAfter, maxAttempts, idempotencyKey: key, ...fairness };
   if (input.local) {
     const local = input.local;
     actions.validate(local.name, local.params);
@@ -74,6 +79,31 @@ export function normalizeSubmit(input: SubmitInput, actions: LocalActionRegistry
   }
   const uploads = calls.flatMap((c) => (c.stdin?.kind === "upload" ? [c.stdin.id] : []));
   return { kind: "exec", payload: { calls: calls.map(encodeCall) }, uploads, ...common };
+}
+
+/** Longest fairness key, in bytes of UTF-8. */
+export const maxFairnessKeyBytes = 128;
+/** Largest fairness weight. */
+export const maxFairnessWeight = 1000;
+/** Largest per-key limit. */
+export const maxFairnessLimit = 1_000_000;
+
+function normalizeFairness(input: SubmitInput): { fairnessKey: string; fairnessWeight: number; fairnessLimit: number | undefined } {
+  const fairnessKey = input.fairnessKey ?? "";
+  if (Buffer.byteLength(fairnessKey, "utf8") > maxFairnessKeyBytes) {
+    throw invalid(`fairness_key: longer than ${maxFairnessKeyBytes} bytes of UTF-8 (${Buffer.byteLength(fairnessKey, "utf8")})`);
+  }
+  if (fairnessKey.includes("\0")) throw invalid("fairness_key: must not contain a NUL character");
+  if (/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(fairnessKey)) throw invalid("fairness_key: not valid UTF-16 (a lone surrogate)");
+  const fairnessWeight = input.fairnessWeight || 1;
+  if (!Number.isInteger(fairnessWeight) || fairnessWeight < 1 || fairnessWeight > maxFairnessWeight) {
+    throw invalid(`fairness_weight: must be 1…${maxFairnessWeight}, got ${fairnessWeight}`);
+  }
+  const fairnessLimit = input.fairnessLimit || undefined;
+  if (fairnessLimit !== undefined && (!Number.isInteger(fairnessLimit) || fairnessLimit < 1 || fairnessLimit > maxFairnessLimit)) {
+    throw invalid(`fairness_limit: must be 1…${maxFairnessLimit} (0 for none), got ${fairnessLimit}`);
+  }
+  return { fairnessKey, fairnessWeight, fairnessLimit };
 }
 
 function validateCall(call: ExecCallSpec, i: number, stdinUrlPrefixes: readonly string[]): number {
@@ -290,6 +320,10 @@ export interface ItemRow {
   idempotency_key: string | null;
   /** Absent in rows read before migration 0005 ran. */
   cancel_requested_at?: Date | null;
+  /** Absent in rows read before migration 0009 ran. */
+  fairness_key?: string;
+  fairness_weight?: number;
+  fairness_limit?: number | null;
 }
 
 /** Maps a row to a QueueItem. */
@@ -319,5 +353,8 @@ export function itemFromRow(row: ItemRow): QueueItem {
     error: row.error ?? undefined,
     idempotencyKey: row.idempotency_key ?? undefined,
     cancelRequestedAt: row.cancel_requested_at ?? undefined,
+    fairnessKey: row.fairness_key ?? "",
+    fairnessWeight: row.fairness_weight ?? 1,
+    fairnessLimit: row.fairness_limit ?? undefined,
   };
 }

@@ -116,7 +116,18 @@ export class QueueStore {
    * sql.insertItem): the item comes back 'claimed', else 'queued'.
    */
   async submit(n: NormalizedSubmit, claimFor?: string): Promise<{ item: QueueItem; created: boolean }> {
-    const params = [n.kind, n.priority, JSON.stringify(n.payload), n.startAfter ?? null, n.maxAttempts, n.idempotencyKey ?? null, claimFor ?? null];
+    const params = [
+      n.kind,
+      n.priority,
+      JSON.stringify(n.payload),
+      n.startAfter ?? null,
+      n.maxAttempts,
+      n.idempotencyKey ?? null,
+      claimFor ?? null,
+      n.fairnessKey ?? "",
+      n.fairnessWeight ?? 1,
+      n.fairnessLimit ?? null,
+    ];
     if (n.uploads && n.uploads.length > 0) return this.submitWithUploads(n, n.uploads, params);
     // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit; the
     // follow-up SELECT runs with a fresh snapshot and therefore sees the winner's row.
@@ -179,9 +190,17 @@ export class QueueStore {
     return row ? itemFromRow(row) : undefined;
   }
 
-  /** Claims up to `limit` eligible items of `kind` with priority ≥ minPriority, in claim order. */
+  /**
+   * Claims up to `limit` eligible items of `kind` with priority ≥ minPriority, in claim
+   * order: exec items by priority, then fairness keys in turn, then oldest first within a
+   * key; local items by priority, then oldest first.
+   */
   async claim(fylrId: string, kind: ItemKind, minPriority: number, limit: number): Promise<ClaimedItem[]> {
     if (limit <= 0) return [];
+    if (kind === "exec") {
+      const rows = (await this.query<ItemRow>("claim", sql.claimExecItems, [fylrId, minPriority, limit])).rows;
+      return rows.map((r) => itemFromRow(r) as ClaimedItem);
+    }
     const rows = (await this.query<ItemRow>("claim", sql.claimItems, [fylrId, kind, minPriority, limit])).rows;
     // UPDATE … RETURNING has no order; restore the claim order for FIFO wants.
     return rows.map((r) => itemFromRow(r) as ClaimedItem).sort(claimOrder);

@@ -10,7 +10,8 @@
 
 /**
  * Submit. $1 kind, $2 priority, $3 payload, $4 start_after (null = now), $5 max_attempts,
- * $6 idempotency_key, $7 the submitting fylr when it may claim the item directly (else null).
+ * $6 idempotency_key, $7 the submitting fylr when it may claim the item directly (else null),
+ * $8 fairness_key, $9 fairness_weight, $10 fairness_limit (null = none).
  * Empty result = key taken.
  *
  * With $7 the item is inserted already claimed by that fylr (lease 1, attempts 1,
@@ -21,13 +22,14 @@
  */
 export const insertItem = `
 INSERT INTO queue_items (kind, priority, payload, start_after, max_attempts, idempotency_key,
-                         state, claimed_by, lease, attempts, claimed_at)
+                         state, claimed_by, lease, attempts, claimed_at, fairness_key, fairness_weight, fairness_limit)
 SELECT $1::text, $2::integer, $3::jsonb, d.start_after, $5::integer, $6::text,
        CASE WHEN d.direct THEN 'claimed' ELSE 'queued' END,
        CASE WHEN d.direct THEN $7::text END,
        CASE WHEN d.direct THEN 1 ELSE 0 END,
        CASE WHEN d.direct THEN 1 ELSE 0 END,
-       CASE WHEN d.direct THEN now() END
+       CASE WHEN d.direct THEN now() END,
+       $8::text, $9::integer, $10::integer
 FROM (
   SELECT s.start_after,
          $7::text IS NOT NULL AND $1::text = 'exec' AND s.start_after <= now()
@@ -44,15 +46,20 @@ RETURNING *`;
 /**
  * Submits queued together (group insert). Arrays of equal length, in arrival order: $1 ids
  * (chosen by the caller, to tell the returned rows apart), $2 kinds, $3 priorities, $4
- * payloads, $5 start_after (null = now), $6 max_attempts, $7 idempotency keys. Inserted in
+ * payloads, $5 start_after (null = now), $6 max_attempts, $7 idempotency keys, $8 fairness
+ * keys, $9 fairness weights, $10 fairness limits (null = none). Inserted in
  * that order (seq follows it); an entry whose key is taken (also by an earlier entry of the
  * same batch) is not inserted and returns no row.
  */
 export const insertQueuedItems = `
-INSERT INTO queue_items (id, kind, priority, payload, start_after, max_attempts, idempotency_key)
-SELECT s.id, s.kind, s.priority, s.payload, coalesce(s.start_after, now()), s.max_attempts, s.idempotency_key
-FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[], $6::integer[], $7::text[])
-  WITH ORDINALITY AS s(id, kind, priority, payload, start_after, max_attempts, idempotency_key, n)
+INSERT INTO queue_items (id, kind, priority, payload, start_after, max_attempts, idempotency_key,
+                         fairness_key, fairness_weight, fairness_limit)
+SELECT s.id, s.kind, s.priority, s.payload, coalesce(s.start_after, now()), s.max_attempts, s.idempotency_key,
+       s.fairness_key, s.fairness_weight, s.fairness_limit
+FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[], $6::integer[], $7::text[],
+            $8::text[], $9::integer[], $10::integer[])
+  WITH ORDINALITY AS s(id, kind, priority, payload, start_after, max_attempts, idempotency_key,
+                       fairness_key, fairness_weight, fairness_limit, n)
 ORDER BY s.n
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *`;
@@ -64,37 +71,50 @@ export const selectItemByKey = `SELECT * FROM queue_items WHERE idempotency_key 
 export const selectItem = `SELECT * FROM queue_items WHERE id = $1`;
 
 /**
- * Claim up to $4 queued items of kind $2 with priority ≥ $3 whose start_after has come,
- * in claim order, for fylr $1. SKIP LOCKED lets concurrent claimers take disjoint rows
- * without waiting; each claim bumps the lease and counts an attempt. A fylr without a row
- * (declared dead and not yet back) claims nothing: its claims would be orphans at once.
+ * Claim up to $3 queued exec items with priority ≥ $2 whose start_after has come, in claim
+ * order (priority, then fairness keys in weighted turn, then oldest first within a key), for
+ * fylr $1: slotbroker_claim_exec of migration 0009. Items are taken SKIP LOCKED, so
+ * concurrent claimers take disjoint rows; each claim bumps the lease and counts an attempt.
+ * A fylr without a row (declared dead and not yet back) claims nothing: its claims would be
+ * orphans at once. Rows come back in claim order.
  */
-export const claimItems = `
-WITH ${claimCtes("$1", "$2", "$3", "$4")}
-SELECT * FROM claimed`;
+export const claimExecItems = `
+WITH ${claimCtes("$1::text", "$2::integer", "$3::integer")}
+SELECT * FROM claimed ORDER BY ordinality`;
 
 /**
- * The claim of claimItems as two CTEs, `next` and `claimed` (the claimed rows), so a
- * completion can carry it (group-commit.ts). Arguments are SQL expressions: the fylr, the
- * kind, the lowest priority, the limit.
+ * The exec claim as a CTE `claimed` (the claimed rows, in claim order), so a completion can
+ * carry it (group-commit.ts). Arguments are SQL expressions: the fylr, the lowest priority,
+ * the limit.
  */
-export function claimCtes(fylr: string, kind: string, minPriority: string, limit: string): string {
-  return `next AS (
+export function claimCtes(fylr: string, minPriority: string, limit: string): string {
+  return `claimed AS (
+  SELECT * FROM slotbroker_claim_exec(${fylr}, ${minPriority}, ${limit}) WITH ORDINALITY AS c
+)`;
+}
+
+/**
+ * Claim up to $4 queued items of kind $2 (local) with priority ≥ $3 whose start_after has
+ * come, oldest first within a priority, for fylr $1. Tests use it to look at local items
+ * the way claimLocalItems takes them, without permits.
+ */
+export const claimItems = `
+WITH next AS (
   SELECT id FROM queue_items
-  WHERE state = 'queued' AND kind = ${kind} AND priority >= ${minPriority} AND start_after <= now()
-    AND EXISTS (SELECT 1 FROM fylrs WHERE id = ${fylr})
+  WHERE state = 'queued' AND kind = $2 AND priority >= $3 AND start_after <= now()
+    AND EXISTS (SELECT 1 FROM fylrs WHERE id = $1)
   ORDER BY priority DESC, start_after, seq
-  LIMIT ${limit}
+  LIMIT $4
   FOR UPDATE SKIP LOCKED
 ), claimed AS (
   UPDATE queue_items q
-  SET state = 'claimed', claimed_by = ${fylr}, lease = q.lease + 1, attempts = q.attempts + 1,
+  SET state = 'claimed', claimed_by = $1, lease = q.lease + 1, attempts = q.attempts + 1,
       claimed_at = now(), updated_at = now()
   FROM next
   WHERE q.id = next.id
   RETURNING q.*
-)`;
-}
+)
+SELECT * FROM claimed`;
 
 /**
  * Claim local items for fylr $1 in one statement, honouring the high-priority reserve of
