@@ -122,6 +122,7 @@ export function listFilterFromProto(req: ListRequest): ListFilter {
     service: req.service || undefined,
     minPriority: req.minPriority,
     maxPriority: req.maxPriority,
+    fairnessKey: req.fairnessKey,
     createdAfter: req.createdAfter && timestampDate(req.createdAfter),
     createdBefore: req.createdBefore && timestampDate(req.createdBefore),
     pageSize: req.pageSize,

@@ -45,6 +45,8 @@ export interface RecentItemJson {
   readonly id: string;
   readonly kind: ItemKindJson;
   readonly priority: number;
+  /** The fairness key ("" the default key); undefined when the row could not be read. */
+  readonly fairnessKey: string | undefined;
   /** The database state, or "unknown" when the row could not be read. */
   readonly state: ItemStateJson | "unknown";
   readonly attempts: number;

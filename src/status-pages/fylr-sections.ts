@@ -220,7 +220,7 @@ function recent(view: FylrView): Html {
   if (view.recent.length === 0) return card("Recent items", empty("This fylr has not claimed anything yet."), { wide: true });
   const rows = view.recent.map(
     (r) =>
-      html`<tr data-item="${r.id}" data-state="${r.state}"><td><code title="${r.id}">${r.id.slice(0, 8)}</code></td><td>${r.kind}</td><td class="num">${r.priority}</td><td>${pill(
+      html`<tr data-item="${r.id}" data-state="${r.state}"><td><code title="${r.id}">${r.id.slice(0, 8)}</code></td><td>${r.kind}</td><td class="num">${r.priority}</td><td>${r.fairnessKey === undefined ? "–" : r.fairnessKey || "default"}</td><td>${pill(
         r.state,
         itemStateTone(r.state),
       )}</td><td>${r.phase ?? "–"}</td><td>${r.service ?? "–"}</td><td>${r.instanceId ?? "–"}</td><td class="num">${r.attempts}</td><td class="num">${
@@ -229,7 +229,7 @@ function recent(view: FylrView): Html {
   );
   return card(
     "Recent items",
-    html`<div class="table-wrap"><table class="recent"><thead><tr><th>item</th><th>kind</th><th class="num">priority</th><th>state</th><th>phase here</th><th>service</th><th>instance</th><th class="num">attempts</th><th class="num">updated</th><th>error</th><th></th></tr></thead><tbody>${rows}</tbody></table></div>`,
+    html`<div class="table-wrap"><table class="recent"><thead><tr><th>item</th><th>kind</th><th class="num">priority</th><th>key</th><th>state</th><th>phase here</th><th>service</th><th>instance</th><th class="num">attempts</th><th class="num">updated</th><th>error</th><th></th></tr></thead><tbody>${rows}</tbody></table></div>`,
     {
       note: "The items this fylr claimed last, newest first, and the newest items waiting in the queue: their state in the database and their phase here. Cancel stops an item on whichever fylr holds it.",
       wide: true,

@@ -161,6 +161,17 @@ describe("QueueService on a fylr", () => {
     expect(json.json).to.not.have.property("created");
   });
 
+  it("stores a fairness key, weight and limit, shows them in Get and List, and lists by key", async () => {
+    const { item } = await client.submit({ calls: [{ service: "cat", stdinData: Buffer.from("k") }], fairnessKey: "tenant-ä", fairnessWeight: 3, fairnessLimit: 4 });
+    expect([item?.fairnessKey, item?.fairnessWeight, item?.fairnessLimit]).to.deep.equal(["tenant-ä", 3, 4]);
+    const plain = (await client.submit({ calls: [{ service: "cat", stdinData: Buffer.from("p") }] })).item!;
+    expect([plain.fairnessKey, plain.fairnessWeight, plain.fairnessLimit]).to.deep.equal(["", 1, 0]);
+    const got = (await client.get({ id: item!.id })).item!;
+    expect([got.fairnessKey, got.fairnessWeight, got.fairnessLimit]).to.deep.equal(["tenant-ä", 3, 4]);
+    expect((await client.list({ fairnessKey: "tenant-ä" })).items.map((i) => i.id)).to.deep.equal([item!.id]);
+    expect((await client.list({ fairnessKey: "" })).items.map((i) => i.id)).to.include(plain.id).and.not.include(item!.id);
+  });
+
   it("refuses bad input with INVALID_ARGUMENT naming the field, never a 500", async () => {
     const cases: [unknown, RegExp][] = [
       [{ calls: [{ service: "cat" }, { service: "wc" }, { service: "cat", stdinUrl: "ftp://x/y" }] }, /^calls\[2\]\.stdin_url: must be http\(s\)/],
@@ -173,6 +184,9 @@ describe("QueueService on a fylr", () => {
       [{ calls: [{ service: "cat" }], local: { name: "checksum" } }, /either calls or local/],
       [{}, /one or more calls, or a local action/],
       [{ calls: [{ service: "cat" }], maxAttempts: 5000 }, /^max_attempts: /],
+      [{ calls: [{ service: "cat" }], fairnessKey: "k".repeat(129) }, /^fairness_key: longer than 128 bytes/],
+      [{ calls: [{ service: "cat" }], fairnessWeight: 1001 }, /^fairness_weight: must be 1…1000/],
+      [{ calls: [{ service: "cat" }], fairnessLimit: 2_000_000 }, /^fairness_limit: /],
     ];
     for (const [body, message] of cases) {
       const { status, json } = await curlJson(fylr.url, "Submit", body);

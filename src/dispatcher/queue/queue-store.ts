@@ -58,6 +58,8 @@ export interface ItemSummary {
   readonly id: string;
   readonly kind: ItemKind;
   readonly priority: number;
+  /** "" is the default key. */
+  readonly fairnessKey: string;
   readonly state: ItemState;
   readonly attempts: number;
   readonly claimedBy: string | undefined;
@@ -344,6 +346,7 @@ export class QueueStore {
       id: string;
       kind: ItemKind;
       priority: number;
+      fairness_key: string;
       state: ItemState;
       attempts: number;
       claimed_by: string | null;
@@ -355,6 +358,7 @@ export class QueueStore {
       id: r.id,
       kind: r.kind,
       priority: r.priority,
+      fairnessKey: r.fairness_key,
       state: r.state,
       attempts: r.attempts,
       claimedBy: r.claimed_by ?? undefined,

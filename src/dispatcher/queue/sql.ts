@@ -423,5 +423,5 @@ GROUP BY kind, state, priority`;
 
 /** Some items by id ($1 uuid[]), summarised for the status page, the error cut to one line's worth. */
 export const itemSummariesById = `
-SELECT id, kind, priority, state, attempts, claimed_by, updated_at, left(error, 240) AS error
+SELECT id, kind, priority, fairness_key, state, attempts, claimed_by, updated_at, left(error, 240) AS error
 FROM queue_items WHERE id = ANY($1::uuid[])`;
