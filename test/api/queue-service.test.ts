@@ -162,9 +162,9 @@ describe("QueueService on a fylr", () => {
   });
 
   it("stores a fairness key, weight and limit, shows them in Get and List, and lists by key", async () => {
-    const { item } = await client.submit({ calls: [{ service: "cat", stdinData: Buffer.from("k") }], fairnessKey: "tenant-ä", fairnessWeight: 3, fairnessLimit: 4 });
+    const { item } = await client.submit({ calls: [{ service: "cat", stdin: { case: "stdinData", value: Buffer.from("k") } }], fairnessKey: "tenant-ä", fairnessWeight: 3, fairnessLimit: 4 });
     expect([item?.fairnessKey, item?.fairnessWeight, item?.fairnessLimit]).to.deep.equal(["tenant-ä", 3, 4]);
-    const plain = (await client.submit({ calls: [{ service: "cat", stdinData: Buffer.from("p") }] })).item!;
+    const plain = (await client.submit({ calls: [{ service: "cat", stdin: { case: "stdinData", value: Buffer.from("p") } }] })).item!;
     expect([plain.fairnessKey, plain.fairnessWeight, plain.fairnessLimit]).to.deep.equal(["", 1, 0]);
     const got = (await client.get({ id: item!.id })).item!;
     expect([got.fairnessKey, got.fairnessWeight, got.fairnessLimit]).to.deep.equal(["tenant-ä", 3, 4]);
