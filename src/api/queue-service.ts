@@ -13,6 +13,8 @@ import {
   type Item,
   GetResponseSchema,
   ListResponseSchema,
+  KeyCountSchema,
+  ListKeysResponseSchema,
   RetryResponseSchema,
   PositionResponseSchema,
   QueueService,
@@ -20,7 +22,7 @@ import {
   type ListRequest,
   type SubmitRequest,
 } from "../../gen/slotbroker/v1/queue_pb.js";
-import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { itemStateFromProto, itemToProto, statsToProto, submitInputFromProto, type Dispatcher, type ItemState, type ListFilter } from "../dispatcher/index.js";
 import { toConnectError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
@@ -92,6 +94,16 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
       guard("list", async () => {
         const page = await dispatcher.list(listFilterFromProto(req));
         return create(ListResponseSchema, { items: page.items.map(itemToProto), nextPageToken: page.nextPageToken });
+      }),
+    listKeys: (req) =>
+      guard("list keys", async () => {
+        const { keys, keysQueued } = await dispatcher.queue.keyCounts(Math.min(Math.max(req.limit || 50, 1), 500));
+        return create(ListKeysResponseSchema, {
+          keysQueued,
+          keys: keys.map((k) =>
+            create(KeyCountSchema, { fairnessKey: k.fairnessKey, queued: k.queued, held: k.held, oldestQueued: k.oldestQueued && timestampFromDate(k.oldestQueued) }),
+          ),
+        });
       }),
     retry: (req) => guard("retry", async () => create(RetryResponseSchema, { item: itemToProto(await dispatcher.retry(req.id)) })),
     delete: (req) =>

@@ -1,6 +1,7 @@
 // QueueService end to end: a real fylr (in this process) on a real Postgres, running items
 // on a real execserver, called through the Connect client and through curl's JSON.
 import { expect } from "chai";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { promisify } from "node:util";
@@ -170,6 +171,16 @@ describe("QueueService on a fylr", () => {
     expect([got.fairnessKey, got.fairnessWeight, got.fairnessLimit]).to.deep.equal(["tenant-ä", 3, 4]);
     expect((await client.list({ fairnessKey: "tenant-ä" })).items.map((i) => i.id)).to.deep.equal([item!.id]);
     expect((await client.list({ fairnessKey: "" })).items.map((i) => i.id)).to.include(plain.id).and.not.include(item!.id);
+    // Per-key counts: held items of one key waiting for a slot; most queued first.
+    const later = timestampFromDate(new Date(Date.now() + 3_600_000));
+    const waiting: string[] = [];
+    for (let i = 0; i < 3; i++) waiting.push((await client.submit({ calls: [{ service: "cat" }], fairnessKey: "tenant-q", startAfter: later })).item!.id);
+    const keys = await client.listKeys({});
+    expect(keys.keys[0]).to.deep.include({ fairnessKey: "tenant-q", queued: 3, held: 0 });
+    expect(keys.keys[0]!.oldestQueued).to.not.equal(undefined);
+    expect(keys.keysQueued).to.be.at.least(1);
+    expect((await client.listKeys({ limit: 1 })).keys).to.have.length(1);
+    for (const id of waiting) await client.cancel({ id });
   });
 
   it("refuses bad input with INVALID_ARGUMENT naming the field, never a 500", async () => {

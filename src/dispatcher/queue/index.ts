@@ -14,6 +14,7 @@ export {
   type FylrRegistration,
   type FylrRow,
   type ItemSummary,
+  type KeyCount,
   type OpenItemCount,
   type ReapResult,
   type StoredPosition,

@@ -53,6 +53,17 @@ export interface OpenItemCount {
   readonly count: number;
 }
 
+/** One fairness key's open items across all fylrs. */
+export interface KeyCount {
+  /** "" is the default key. */
+  readonly fairnessKey: string;
+  readonly queued: number;
+  /** Claimed or running. */
+  readonly held: number;
+  /** When its oldest queued item was submitted; undefined when none is queued. */
+  readonly oldestQueued: Date | undefined;
+}
+
 /** An item as the status page lists it. */
 export interface ItemSummary {
   readonly id: string;
@@ -336,6 +347,21 @@ export class QueueStore {
     type Row = { kind: ItemKind; state: ItemState; priority: number; n: number };
     const rows = (await this.query<Row>("open items by priority", sql.openItemsByPriority)).rows;
     return rows.map((r) => ({ kind: r.kind, state: r.state, priority: r.priority, count: r.n }));
+  }
+
+  /** Fairness keys with open items, most queued first (at most `limit`), and how many keys have queued items. */
+  async keyCounts(limit: number): Promise<{ keys: KeyCount[]; keysQueued: number }> {
+    type Row = { fairness_key: string; queued: number; held: number; oldest: Date | null; keys_queued: number };
+    const rows = (await this.query<Row>("key counts", sql.keyCounts, [limit])).rows;
+    return {
+      keys: rows.map((r) => ({ fairnessKey: r.fairness_key, queued: r.queued, held: r.held, oldestQueued: r.oldest ?? undefined })),
+      keysQueued: rows[0]?.keys_queued ?? 0,
+    };
+  }
+
+  /** Keys with a claim turn now (exec items queued at some priority). */
+  async countKeyTurns(): Promise<number> {
+    return (await this.query<{ n: number }>("count key turns", sql.countKeyTurns)).rows[0]?.n ?? 0;
   }
 
   /** Summaries of the items with these ids (missing ids are left out). */

@@ -421,6 +421,27 @@ SELECT kind, state, priority, count(*)::int AS n FROM (
 ) AS open_items
 GROUP BY kind, state, priority`;
 
+/**
+ * Fairness keys with open items, most queued first, at most $1; and how many keys have
+ * queued items in all. Queued rows come from the key claim index, held rows from the
+ * per-key held index: no scan of finished rows.
+ */
+export const keyCounts = `
+WITH open_keys AS (
+  SELECT fairness_key, count(*)::int AS queued, 0 AS held, min(created_at) AS oldest
+  FROM queue_items WHERE state = 'queued' GROUP BY fairness_key
+  UNION ALL
+  SELECT fairness_key, 0, count(*)::int, NULL FROM queue_items WHERE state IN ('claimed', 'running') GROUP BY fairness_key
+), per_key AS (
+  SELECT fairness_key, sum(queued)::int AS queued, sum(held)::int AS held, min(oldest) AS oldest
+  FROM open_keys GROUP BY fairness_key
+)
+SELECT fairness_key, queued, held, oldest, (SELECT count(*)::int FROM per_key WHERE queued > 0) AS keys_queued
+FROM per_key ORDER BY queued DESC, held DESC, fairness_key LIMIT $1`;
+
+/** Keys with a claim turn (exec items queued, or a row not yet removed): the active-keys gauge. */
+export const countKeyTurns = `SELECT count(DISTINCT fairness_key)::int AS n FROM queue_keys`;
+
 /** Some items by id ($1 uuid[]), summarised for the status page, the error cut to one line's worth. */
 export const itemSummariesById = `
 SELECT id, kind, priority, fairness_key, state, attempts, claimed_by, updated_at, left(error, 240) AS error

@@ -24,6 +24,7 @@ const queueMethodScopes: Record<keyof typeof QueueService.method, Scope> = {
   position: "read",
   stats: "read",
   list: "read",
+  listKeys: "read",
   cancel: "admin",
   retry: "admin",
   delete: "admin",
