@@ -81,6 +81,8 @@ export interface FylrPageData {
   /** Open items of all fylrs; empty when the database did not answer (see databaseError). */
   readonly queue: readonly { kind: ItemKindJson; state: ItemStateJson; priority: number; count: number }[];
   readonly fylrs: readonly { id: string; hostname: string; held: number; heartbeatAgeMs: number }[];
+  /** Fairness keys with open items of all fylrs, most queued first (a dozen), and how many keys have queued items. */
+  readonly keys?: { readonly top: readonly { key: string; queued: number; held: number }[]; readonly queuedKeys: number };
   readonly recent: readonly RecentItemJson[];
   /** Set when the database part could not be read. */
   readonly databaseError: string | undefined;

@@ -11,7 +11,7 @@ import type { FylrView } from "./fylr-view.js";
 import { html, type Html } from "./html.js";
 
 /** The ids of the fylr page's sections, in page order. */
-export const fylrSectionIds = ["header", "summary", "admission", "shares", "queue", "fylrs", "pools", "recent"] as const;
+export const fylrSectionIds = ["header", "summary", "admission", "shares", "queue", "keys", "fylrs", "pools", "recent"] as const;
 
 /** Rendered sections by id. */
 export type FylrSections = Record<(typeof fylrSectionIds)[number], Html>;
@@ -24,6 +24,7 @@ export function renderFylrSections(view: FylrView): FylrSections {
     admission: admission(view),
     shares: shares(view),
     queue: queue(view),
+    keys: keys(view),
     fylrs: fylrs(view),
     pools: pools(view),
     recent: recent(view),
@@ -172,6 +173,21 @@ function queue(view: FylrView): Html {
     ])}<div class="queue" data-queued="${t.queued}" data-claimed="${t.claimed}" data-running="${t.running}">${rows}</div>${more}`,
     { note: `Open items of every fylr, most urgent first (exec ${formatCount(t.exec)} · local ${formatCount(t.local)}).` },
   );
+}
+
+function keys(view: FylrView): Html {
+  if (view.keys.top.length === 0) return card("Fairness keys", empty(view.databaseError ? "The database did not answer." : "No open items."));
+  const rows = view.keys.top.map((k): BarRow => ({
+    key: k.key,
+    label: k.key === "" ? "default key" : k.key,
+    detail: `${formatCount(k.queued)} queued · ${formatCount(k.held)} held`,
+    value: k.queued + k.held,
+    tone: "queued",
+    secondary: { value: k.held, tone: "running" },
+  }));
+  return card("Fairness keys", barList(rows, { name: "keys" }), {
+    note: `Open items per key of every fylr, most queued first; ${formatCount(view.keys.queuedKeys)} key(s) have queued items. Within a priority, claims take keys in turn.`,
+  });
 }
 
 function fylrs(view: FylrView): Html {
