@@ -81,15 +81,16 @@ DECLARE
   left_to_take integer := p_limit;
   k record;
   chosen record;
+  have_chosen boolean;
   chosen_weight integer;
   nxt double precision;
   nxt_key text;
   turns double precision;
-  front record;
   locked_one boolean := false;
-  restart boolean;
+  busy text[] := '{}';
   take integer;
   held integer;
+  got integer;
   spent double precision;
   r queue_items%ROWTYPE;
   passed_over text[];
@@ -104,18 +105,25 @@ BEGIN
   END IF;
   WHILE left_to_take > 0 AND rounds < 4 * p_limit + 16 LOOP
     rounds := rounds + 1;
-    chosen := NULL;
+    have_chosen := false;
     nxt := NULL;
     nxt_key := NULL;
-    restart := false;
     passed_over := '{}';
     scan_priority := NULL;
+    -- Each key row with its oldest queued item (read as the scan reaches the row).
     FOR k IN
-      SELECT priority, fairness_key, pass FROM queue_keys
-      WHERE kind = 'exec' AND priority >= p_min_priority
-      ORDER BY priority DESC, pass, fairness_key
+      SELECT qk.priority, qk.fairness_key, qk.pass, f.ready, f.fairness_weight, f.fairness_limit
+      FROM queue_keys qk
+      LEFT JOIN LATERAL (
+        SELECT q.start_after <= now() AS ready, q.fairness_weight, q.fairness_limit
+        FROM queue_items q
+        WHERE q.state = 'queued' AND q.kind = 'exec' AND q.priority = qk.priority AND q.fairness_key = qk.fairness_key
+        ORDER BY q.start_after, q.seq LIMIT 1
+      ) f ON true
+      WHERE qk.kind = 'exec' AND qk.priority >= p_min_priority
+      ORDER BY qk.priority DESC, qk.pass, qk.fairness_key
     LOOP
-      IF chosen IS NOT NULL THEN
+      IF have_chosen THEN
         -- The next key at the chosen priority bounds the chosen key's turn.
         IF k.priority = chosen.priority THEN nxt := k.pass; nxt_key := k.fairness_key; END IF;
         EXIT;
@@ -124,11 +132,10 @@ BEGIN
         scan_priority := k.priority;
         passed_over := '{}';
       END IF;
-      SELECT q.start_after <= now() AS ready, q.fairness_weight, q.fairness_limit INTO front
-      FROM queue_items q
-      WHERE q.state = 'queued' AND q.kind = 'exec' AND q.priority = k.priority AND q.fairness_key = k.fairness_key
-      ORDER BY q.start_after, q.seq LIMIT 1;
-      IF NOT FOUND THEN
+      IF (k.priority::text || '/' || k.fairness_key) = ANY(busy) THEN
+        CONTINUE;
+      END IF;
+      IF k.ready IS NULL THEN
         -- Idle: drop the row unless an item of the key is being queued right now or another
         -- claimer holds it; a row that stays is moved up like a key with nothing eligible.
         IF pg_try_advisory_xact_lock(902609, slotbroker_key_lock('exec', k.priority, k.fairness_key)) THEN
@@ -144,48 +151,54 @@ BEGIN
         passed_over := passed_over || k.fairness_key;
         CONTINUE;
       END IF;
-      IF NOT front.ready THEN
+      IF NOT k.ready THEN
         passed_over := passed_over || k.fairness_key;
         CONTINUE;
       END IF;
       take := left_to_take;
-      IF front.fairness_limit IS NOT NULL THEN
+      IF k.fairness_limit IS NOT NULL THEN
         IF NOT pg_try_advisory_xact_lock(902610, hashtext(k.fairness_key)) THEN
           passed_over := passed_over || k.fairness_key;
           CONTINUE;
         END IF;
         SELECT count(*) INTO held FROM queue_items q
         WHERE q.fairness_key = k.fairness_key AND q.state IN ('claimed', 'running') AND q.kind = 'exec';
-        IF held >= front.fairness_limit THEN
+        IF held >= k.fairness_limit THEN
           passed_over := passed_over || k.fairness_key;
           CONTINUE;
         END IF;
-        take := least(take, front.fairness_limit - held);
+        take := least(take, k.fairness_limit - held);
       END IF;
+      chosen := k;
+      have_chosen := true;
+      chosen_weight := k.fairness_weight;
+    END LOOP;
+    EXIT WHEN NOT have_chosen;
+    -- The only key of its priority takes its items oldest first, as if there were no keys:
+    -- no turn to keep, so no key row to lock or advance (concurrent claimers take disjoint
+    -- items SKIP LOCKED, as before keys). A key that joins starts at this key's pass.
+    IF nxt IS NOT NULL THEN
       IF locked_one THEN
         PERFORM 1 FROM queue_keys qk
-        WHERE qk.kind = 'exec' AND qk.priority = k.priority AND qk.fairness_key = k.fairness_key
+        WHERE qk.kind = 'exec' AND qk.priority = chosen.priority AND qk.fairness_key = chosen.fairness_key
         FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
+          -- Another claimer is serving this key's turn now: pick among the others.
+          busy := busy || (chosen.priority::text || '/' || chosen.fairness_key);
           CONTINUE;
         END IF;
       ELSE
         PERFORM 1 FROM queue_keys qk
-        WHERE qk.kind = 'exec' AND qk.priority = k.priority AND qk.fairness_key = k.fairness_key
+        WHERE qk.kind = 'exec' AND qk.priority = chosen.priority AND qk.fairness_key = chosen.fairness_key
         FOR UPDATE;
         locked_one := true;
       END IF;
       -- Another claimer may have served this key since the scan began: pick again.
-      IF NOT EXISTS (SELECT 1 FROM queue_keys qk WHERE qk.kind = 'exec' AND qk.priority = k.priority
-                     AND qk.fairness_key = k.fairness_key AND qk.pass = k.pass) THEN
-        restart := true;
-        EXIT;
+      IF NOT EXISTS (SELECT 1 FROM queue_keys qk WHERE qk.kind = 'exec' AND qk.priority = chosen.priority
+                     AND qk.fairness_key = chosen.fairness_key AND qk.pass = chosen.pass) THEN
+        CONTINUE;
       END IF;
-      chosen := k;
-      chosen_weight := front.fairness_weight;
-    END LOOP;
-    IF restart THEN CONTINUE; END IF;
-    EXIT WHEN chosen IS NULL;
+    END IF;
     IF nxt IS NOT NULL THEN
       -- Items whose start pass (pass + i/weight) comes before the next key's; on a tie the
       -- key that sorts first goes first. Snapped so that 3 × (1/3) counts as 1.
@@ -193,6 +206,30 @@ BEGIN
       IF abs(turns - round(turns)) < 1e-9 THEN turns := round(turns); END IF;
       take := least(take, greatest(1, CASE WHEN chosen.fairness_key < nxt_key THEN floor(turns)::integer + 1
                                            ELSE ceil(turns)::integer END));
+    END IF;
+    IF nxt IS NULL AND cardinality(passed_over) = 0 THEN
+      -- No turn to keep: return the claimed rows as they come.
+      RETURN QUERY
+      WITH next AS (
+        SELECT q.id FROM queue_items q
+        WHERE q.state = 'queued' AND q.kind = 'exec' AND q.priority = chosen.priority
+          AND q.fairness_key = chosen.fairness_key AND q.start_after <= now()
+        ORDER BY q.start_after, q.seq
+        LIMIT take
+        FOR UPDATE SKIP LOCKED
+      ), claimed AS (
+        UPDATE queue_items q
+        SET state = 'claimed', claimed_by = p_fylr, lease = q.lease + 1, attempts = q.attempts + 1,
+            claimed_at = now(), updated_at = now()
+        FROM next
+        WHERE q.id = next.id
+        RETURNING q.*
+      )
+      SELECT * FROM claimed ORDER BY start_after, seq;
+      GET DIAGNOSTICS got = ROW_COUNT;
+      EXIT WHEN got = 0;
+      left_to_take := left_to_take - got;
+      CONTINUE;
     END IF;
     spent := 0;
     FOR r IN
@@ -222,8 +259,10 @@ BEGIN
       passed_over := passed_over || chosen.fairness_key;
       EXIT;
     END IF;
-    UPDATE queue_keys SET pass = pass + spent
-    WHERE kind = 'exec' AND priority = chosen.priority AND fairness_key = chosen.fairness_key;
+    IF nxt IS NOT NULL THEN
+      UPDATE queue_keys SET pass = pass + spent
+      WHERE kind = 'exec' AND priority = chosen.priority AND fairness_key = chosen.fairness_key;
+    END IF;
     IF cardinality(passed_over) > 0 THEN
       UPDATE queue_keys qk SET pass = chosen.pass
       FROM (SELECT fairness_key FROM queue_keys
