@@ -72,8 +72,9 @@ SELECT DISTINCT kind, priority, fairness_key, 0::double precision FROM queue_ite
 -- nothing eligible or no room are moved up to the served key's pass: a key cannot bank turns
 -- while it has nothing to run. Concurrent claimers: the first key row is locked waiting (so
 -- two fylrs on one key take turns instead of one seeing it empty), later ones SKIP LOCKED
--- (another claimer is taking that key's turn); items are taken SKIP LOCKED as before, so no
--- item is claimed twice. A key's limit counts its held exec items under an advisory lock of
+-- (another claimer is taking that key's turn); the only key of a priority is served without
+-- its row (no turn to keep). Items are taken SKIP LOCKED as before, so no item is claimed
+-- twice. A key's limit counts its held exec items under an advisory lock of
 -- the key, taken without waiting: a key another claimer is counting is passed over.
 CREATE OR REPLACE FUNCTION slotbroker_claim_exec(p_fylr text, p_min_priority integer, p_limit integer)
 RETURNS SETOF queue_items LANGUAGE plpgsql AS $$
