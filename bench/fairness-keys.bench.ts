@@ -12,11 +12,13 @@
 //   weighted_share_error    a key of weight 3 among three keys of weight 1, equal backlogs:
 //                           |observed − configured share| of the items run in that window.
 //   claim_rate_one_key      claim + complete of exec items per second, one key (the default),
-//                           through the keyed claim; baseline the oldest-first claim statement
-//                           of before, on the same backlog, alternating rounds.
+//                           4 claimers at once, through the keyed claim; baseline the
+//                           oldest-first claim statement of before, on the same backlog,
+//                           alternating rounds.
 //
 //   npm run bench -- fairness-keys   FAIRNESS_KEYS_BACKLOG=10000 FAIRNESS_KEYS_MINORITY=20
-//                                    FAIRNESS_KEYS_SHARE_ITEMS=2000 FAIRNESS_KEYS_CLAIM_ITEMS=3000
+//                                    FAIRNESS_KEYS_SHARE_ITEMS=2000 FAIRNESS_KEYS_CLAIM_ITEMS=4000
+//                                    FAIRNESS_KEYS_CLAIMERS=4
 //
 // Postgres: DATABASE_URL when set, else an embedded server in a temp dir.
 import { randomBytes } from "node:crypto";
@@ -38,7 +40,8 @@ import { createPgPool } from "../src/shared/postgres.js";
 const backlog = Number(process.env.FAIRNESS_KEYS_BACKLOG ?? 10_000);
 const minority = Number(process.env.FAIRNESS_KEYS_MINORITY ?? 20);
 const shareItems = Number(process.env.FAIRNESS_KEYS_SHARE_ITEMS ?? 2000);
-const claimItems = Number(process.env.FAIRNESS_KEYS_CLAIM_ITEMS ?? 3000);
+const claimItems = Number(process.env.FAIRNESS_KEYS_CLAIM_ITEMS ?? 4000);
+const claimers = Number(process.env.FAIRNESS_KEYS_CLAIMERS ?? 4);
 const every = 500;
 const slots = 2;
 
@@ -137,23 +140,27 @@ function jain(values: readonly number[]): number {
   return squares === 0 ? 0 : (sum * sum) / (values.length * squares);
 }
 
-/** Drains `claimItems` exec items claiming 8 at a time and completing each batch; items/s. */
+/** Drains `claimItems` exec items with `claimers` concurrent claimers, each claiming 8 at a time and completing each batch; items/s. */
 async function claimRate(pool: pg.Pool, keyed: boolean): Promise<number> {
   await reset(pool);
   await pool.query("INSERT INTO queue_items (kind, priority, payload) SELECT 'exec', 0, $1 FROM generate_series(1, $2)", [noop, claimItems]);
   await pool.query("VACUUM ANALYZE queue_items");
   const queue = new QueueStore(pool);
-  await queue.registerFylr({ id: "bench", hostname: "bench", pid: process.pid });
-  const oldest = async (): Promise<ClaimedItem[]> =>
-    (await pool.query<ItemRow>({ name: "bench-oldest-first", text: sql.claimItems, values: ["bench", "exec", -2_147_483_648, 8] })).rows.map((r) => itemFromRow(r) as ClaimedItem);
+  for (let c = 0; c < claimers; c++) await queue.registerFylr({ id: `bench-${c}`, hostname: "bench", pid: process.pid });
+  const oldest = async (fylr: string): Promise<ClaimedItem[]> =>
+    (await pool.query<ItemRow>({ name: "bench-oldest-first", text: sql.claimItems, values: [fylr, "exec", -2_147_483_648, 8] })).rows.map((r) => itemFromRow(r) as ClaimedItem);
   const t0 = performance.now();
   let done = 0;
-  for (;;) {
-    const items = keyed ? await queue.claim("bench", "exec", -2_147_483_648, 8) : await oldest();
-    if (items.length === 0) break;
-    await queue.completeMany(items.map((item) => ({ fence: item, results: [], output: undefined })));
-    done += items.length;
-  }
+  await Promise.all(
+    Array.from({ length: claimers }, async (_, c) => {
+      for (;;) {
+        const items = keyed ? await queue.claim(`bench-${c}`, "exec", -2_147_483_648, 8) : await oldest(`bench-${c}`);
+        if (items.length === 0) break;
+        await queue.completeMany(items.map((item) => ({ fence: item, results: [], output: undefined })));
+        done += items.length;
+      }
+    }),
+  );
   return done / ((performance.now() - t0) / 1000);
 }
 
@@ -176,7 +183,7 @@ let pool: pg.Pool | undefined;
 try {
   await admin.query(`CREATE DATABASE ${database}`);
   await migrate(url.toString());
-  pool = createPgPool({ connectionString: url.toString(), max: 4 });
+  pool = createPgPool({ connectionString: url.toString(), max: 2 * claimers + 2 });
   exec = await startExecserver(
     compileExecserverConfig(
       {
@@ -214,7 +221,7 @@ try {
   emit({ bench: "fairness-keys", metric: "weighted_share_error", value: Math.abs(share - 0.5), baseline: "configured share 0.5", baseline_value: 0.5, params: { weights, counts: mixed, observed_share: share, better: "lower; goal <= 0.05" } });
 
   const rates = { keyed: [] as number[], oldest: [] as number[] };
-  for (let r = 0; r < 3; r++) {
+  for (let r = 0; r < 6; r++) {
     for (const mode of r % 2 === 0 ? (["keyed", "oldest"] as const) : (["oldest", "keyed"] as const)) rates[mode].push(await claimRate(pool, mode === "keyed"));
   }
   const median = (v: number[]): number => [...v].sort((a, b) => a - b)[Math.floor((v.length - 1) / 2)]!;
@@ -225,7 +232,7 @@ try {
     value: median(rates.keyed),
     baseline: "oldest-first claim statement (no keys)",
     baseline_value: median(rates.oldest),
-    params: { items: claimItems, batch: 8, rounds: 3, statistic: "median round", better: "higher; goal ratio >= 0.9" },
+    params: { items: claimItems, claimers, batch: 8, rounds: 6, statistic: "median round", better: "higher; goal ratio >= 0.9" },
   });
 } finally {
   await exec?.forceClose().catch(() => undefined);
