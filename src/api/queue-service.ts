@@ -129,6 +129,10 @@ export function listFilterFromProto(req: ListRequest): ListFilter {
     if (!state) throw new ConnectError(`states[${i}]: not an item state: ${s}`, Code.InvalidArgument);
     return state;
   });
+  const key = req.fairnessKey;
+  if (key !== undefined && (Buffer.byteLength(key, "utf8") > 128 || key.includes("\0"))) {
+    throw new ConnectError("fairness_key: at most 128 bytes of UTF-8, no NUL character", Code.InvalidArgument);
+  }
   return {
     states,
     service: req.service || undefined,

@@ -171,6 +171,8 @@ describe("QueueService on a fylr", () => {
     expect([got.fairnessKey, got.fairnessWeight, got.fairnessLimit]).to.deep.equal(["tenant-ä", 3, 4]);
     expect((await client.list({ fairnessKey: "tenant-ä" })).items.map((i) => i.id)).to.deep.equal([item!.id]);
     expect((await client.list({ fairnessKey: "" })).items.map((i) => i.id)).to.include(plain.id).and.not.include(item!.id);
+    const badList = await curlJson(fylr.url, "List", { fairnessKey: "a\u0000b" });
+    expect([badList.status, badList.json.message]).to.deep.equal([400, "fairness_key: at most 128 bytes of UTF-8, no NUL character"]);
     // Per-key counts: held items of one key waiting for a slot; most queued first.
     const later = timestampFromDate(new Date(Date.now() + 3_600_000));
     const waiting: string[] = [];
