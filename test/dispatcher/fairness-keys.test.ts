@@ -171,6 +171,22 @@ describe("fairness keys at claim", () => {
     expect(new Set(seen).size).to.equal(200);
   });
 
+  it("counts the items ahead by turns: a lone key's item is near the front of a backlog", async () => {
+    await backlog("A", 30);
+    const [b0, b1] = await backlog("B", 2);
+    const [heavy] = await backlog("H", 1, { fairnessWeight: 3 });
+    // Before B's first: one of A's (the turn A takes first) and H's one item.
+    expect((await queue.position(b0!))?.aheadInQueue).to.equal(2);
+    // Before B's second: B's first, two of A's and H's one.
+    expect((await queue.position(b1!))?.aheadInQueue).to.equal(4);
+    // H (weight 3): before it, one of A's and one of B's.
+    expect((await queue.position(heavy!))?.aheadInQueue).to.equal(2);
+    // Without other keys, the count is the plain place in line, as before keys.
+    await pool.query("DELETE FROM queue_items WHERE fairness_key <> 'A'");
+    const a = (await pool.query<{ id: string }>("SELECT id FROM queue_items ORDER BY seq")).rows.map((r) => r.id);
+    expect((await queue.position(a[10]!))?.aheadInQueue).to.equal(10);
+  });
+
   it("claims through indexes: no scan of the queue per claim", async () => {
     await pool.query(`
       INSERT INTO queue_items (kind, priority, payload, state, claimed_by, fairness_key)

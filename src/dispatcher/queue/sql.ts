@@ -379,21 +379,39 @@ SELECT
 
 /**
  * Where an item stands: its state and, while queued, how many queued items of its kind
- * would be claimed before it. Two index range scans on the claim index: more urgent items
- * (eligible by the time this one is), and same-priority items earlier in claim order.
- * $1 id.
+ * would be claimed before it. More urgent items (eligible by the time this one is) come
+ * first; then, at its priority: for a local item, the items earlier in claim order; for
+ * an exec item, the items of its own key before it plus, for each other key with items
+ * due, the turns that key gets until this item's: min(its items, ceil((rank + 1) × its
+ * weight / this weight)), rank being this item's place in its key. Index range scans on
+ * the claim indexes, no scan of finished rows. $1 id.
  */
 export const itemPosition = `
 SELECT i.state, i.kind,
-  CASE WHEN i.state = 'queued' THEN
+  CASE WHEN i.state <> 'queued' THEN 0
+  ELSE
       (SELECT count(*) FROM queue_items q
        WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority > i.priority
          AND q.start_after <= greatest(now(), i.start_after))
-    + (SELECT count(*) FROM queue_items q
-       WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority = i.priority
-         AND (q.start_after, q.seq) < (i.start_after, i.seq))
-  ELSE 0 END AS ahead
-FROM queue_items i WHERE i.id = $1`;
+    + CASE WHEN i.kind = 'local' THEN
+        (SELECT count(*) FROM queue_items q
+         WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority = i.priority
+           AND (q.start_after, q.seq) < (i.start_after, i.seq))
+      ELSE
+        r.rank + (SELECT coalesce(sum(least(k.n, ceil((r.rank + 1) * k.w / i.fairness_weight::numeric))), 0)
+                  FROM (SELECT count(*) AS n, max(q.fairness_weight) AS w FROM queue_items q
+                        WHERE q.state = 'queued' AND q.kind = 'exec' AND q.priority = i.priority
+                          AND q.fairness_key <> i.fairness_key AND q.start_after <= greatest(now(), i.start_after)
+                        GROUP BY q.fairness_key) k)
+      END
+  END AS ahead
+FROM queue_items i
+CROSS JOIN LATERAL (
+  SELECT count(*) AS rank FROM queue_items q
+  WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority = i.priority AND q.fairness_key = i.fairness_key
+    AND (q.start_after, q.seq) < (i.start_after, i.seq)
+) r
+WHERE i.id = $1`;
 
 /** Unfinished items by kind and state, for status pages. */
 export const countOpen = `
