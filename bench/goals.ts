@@ -79,6 +79,15 @@ export const benchGoals: Readonly<Record<string, BenchGoals>> = {
     summary: "claim + complete with 10⁶ finished and 10⁵ queued rows in the table, against an empty table",
     goals: [ratio("items_per_s_vs_empty", ">=", 0.9), ratio("claim_p99_vs_empty", "<=", 1.5)],
   },
+  "fairness-keys": {
+    summary: "a tenant's single items behind another tenant's backlog of 10,000, keys in turn; shares across keys; claim rate with one key",
+    goals: [
+      ratio("minority_start_p99_ms", "<=", 3),
+      value("keys_jain", ">=", 0.99),
+      value("weighted_share_error", "<=", 0.05),
+      ratio("claim_rate_one_key", ">=", 0.9),
+    ],
+  },
   "claim-fairness": {
     summary: "5 fylrs on one 40-slot execserver: claims per fylr with the claim share against greedy claiming",
     goals: [value("max_min_claims", "<=", 1.2), value("max_held_per_fylr", "<=", 10)],

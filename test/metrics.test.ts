@@ -248,6 +248,10 @@ describe("metrics", function () {
     expect(sample(m, "slotbroker_fylr_wakeups_total", { source: "notify" })).to.be.at.least(1);
     expect(sample(m, "slotbroker_fylr_wakeups_total", { source: "submit" })).to.be.at.least(0);
     expect(sample(m, "slotbroker_fylr_wakeups_total", { source: "poll" })).to.be.at.least(0);
+    // Fairness keys: bounded series only, none per key.
+    expect(sample(m, "slotbroker_fylr_fairness_keys_active", id)).to.be.at.least(0);
+    expect(sample(m, "slotbroker_fylr_claim_wait_seconds_count", id)).to.be.at.least(1);
+    expect(m.filter((s) => s.name.startsWith("slotbroker_fylr_") && "fairness_key" in s.labels)).to.deep.equal([]);
     await checkNames(`${fylr.url}/metrics`);
   });
 });

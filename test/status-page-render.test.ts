@@ -252,6 +252,14 @@ describe("status page renderers", () => {
       expect(s.shares.value).to.contain("⌈10 / 2⌉ + 2 =");
     });
 
+    it("shows open items per fairness key, keys escaped, the default key named", () => {
+      const keys = { top: [{ key: "<b>tenant</b>", queued: 40, held: 2 }, { key: "", queued: 1, held: 3 }], queuedKeys: 2 };
+      const s = renderFylrSections(fylrView(fylrData({ keys }), now));
+      expect(s.keys.value).to.contain("&lt;b&gt;tenant&lt;/b&gt;").and.contain("default key").and.contain("40 queued · 2 held");
+      expect(s.keys.value).to.not.contain("<b>tenant");
+      expect(renderFylrSections(fylrView(fylrData(), now)).keys.value).to.contain("No open items");
+    });
+
     it("escapes instance ids from the network and shows a database outage instead of zeros", () => {
       const page = renderFylrStatusPage(fylrData({ queue: [], fylrs: [], databaseError: `down <now>` }));
       expect(page).to.not.contain("<script>alert");

@@ -13,6 +13,8 @@ import {
   type Item,
   GetResponseSchema,
   ListResponseSchema,
+  KeyCountSchema,
+  ListKeysResponseSchema,
   RetryResponseSchema,
   PositionResponseSchema,
   QueueService,
@@ -20,7 +22,7 @@ import {
   type ListRequest,
   type SubmitRequest,
 } from "../../gen/slotbroker/v1/queue_pb.js";
-import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { historyToProto, itemStateFromProto, itemToProto, statsToProto, submitInputFromProto, type Dispatcher, type ItemState, type ListFilter } from "../dispatcher/index.js";
 import { toConnectError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
@@ -98,6 +100,16 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
         return create(ListResponseSchema, { items: page.items.map(itemToProto), nextPageToken: page.nextPageToken });
       }),
     history: (req) => guard("history", async () => historyToProto(await dispatcher.history(req.id))),
+    listKeys: (req) =>
+      guard("list keys", async () => {
+        const { keys, keysQueued } = await dispatcher.queue.keyCounts(Math.min(Math.max(req.limit || 50, 1), 500));
+        return create(ListKeysResponseSchema, {
+          keysQueued,
+          keys: keys.map((k) =>
+            create(KeyCountSchema, { fairnessKey: k.fairnessKey, queued: k.queued, held: k.held, oldestQueued: k.oldestQueued && timestampFromDate(k.oldestQueued) }),
+          ),
+        });
+      }),
     retry: (req) => guard("retry", async () => create(RetryResponseSchema, { item: itemToProto(await dispatcher.retry(req.id)) })),
     delete: (req) =>
       guard("delete", async () => {
@@ -122,11 +134,16 @@ export function listFilterFromProto(req: ListRequest): ListFilter {
     if (!state) throw new ConnectError(`states[${i}]: not an item state: ${s}`, Code.InvalidArgument);
     return state;
   });
+  const key = req.fairnessKey;
+  if (key !== undefined && (Buffer.byteLength(key, "utf8") > 128 || key.includes("\0"))) {
+    throw new ConnectError("fairness_key: at most 128 bytes of UTF-8, no NUL character", Code.InvalidArgument);
+  }
   return {
     states,
     service: req.service || undefined,
     minPriority: req.minPriority,
     maxPriority: req.maxPriority,
+    fairnessKey: req.fairnessKey,
     createdAfter: req.createdAfter && timestampDate(req.createdAfter),
     createdBefore: req.createdBefore && timestampDate(req.createdBefore),
     pageSize: req.pageSize,

@@ -4,7 +4,7 @@
  * wakeups, connection drops and the items' ends, durations and slot waits are counted from
  * their events as they happen.
  */
-import { Counter, Gauge, Registry } from "prom-client";
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { runtimeMetrics } from "../shared/runtime-metrics.js";
 import type { Dispatcher, DispatcherCounters } from "../dispatcher/index.js";
 import type { BrokerClient } from "../fylr/index.js";
@@ -73,6 +73,29 @@ export function createFylrMetrics(fylrId: string, dispatcher: Dispatcher, broker
     collect() {
       this.set(dispatcher.listening ? 1 : 0);
     },
+  });
+  // Fairness keys without a series per key: how many keys have a claim turn, and one
+  // histogram of how long this fylr's claimed exec items waited, whatever their key.
+  let keysActive = 0;
+  new Gauge({
+    name: "slotbroker_fylr_fairness_keys_active",
+    help: "Fairness keys with queued exec items (a claim turn), across all fylrs; the last value read when the database does not answer.",
+    registers,
+    async collect() {
+      keysActive = await dispatcher.queue.countKeyTurns().catch(() => keysActive);
+      this.set(keysActive);
+    },
+  });
+  const wait = new Histogram({
+    name: "slotbroker_fylr_claim_wait_seconds",
+    help: "Exec items claimed by this fylr: seconds from due (submitted, or start_after) to claimed, all keys in one series.",
+    buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600],
+    registers,
+  });
+  dispatcher.events.on("item:claimed", (item) => {
+    if (item.kind !== "exec" || !item.claimedAt) return;
+    const due = Math.max(item.createdAt.getTime(), item.startAfter.getTime());
+    wait.observe(Math.max(0, item.claimedAt.getTime() - due) / 1000);
   });
   registerFylrBrokerMetrics(registers, broker);
   registerFylrItemMetrics(registers, dispatcher, offered);

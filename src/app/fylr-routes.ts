@@ -28,6 +28,8 @@ export interface FylrStatusJson {
   readonly stats: unknown;
   /** Unfinished items by kind and state, across all fylrs. */
   readonly queue: readonly { kind: string; state: string; count: number }[];
+  /** Fairness keys with open items, most queued first (at most 20), and how many keys have queued items. */
+  readonly keys?: { readonly top: readonly { key: string; queued: number; held: number }[]; readonly queuedKeys: number };
   /** Live fylrs and how many items each holds. */
   readonly fylrs: readonly { id: string; hostname: string; pid: number; apiUrl?: string; heartbeatAt: string; held: number }[];
   /** The configured execserver addresses and the instances reached through them. */
@@ -57,6 +59,10 @@ export function statusRoute(dispatcher: Dispatcher, broker: BrokerClient): RawRo
         const body: FylrStatusJson = {
           stats: toJson(StatsResponseSchema, statsToProto(dispatcher.stats())),
           queue: await dispatcher.queue.countOpen(),
+          keys: await dispatcher.queue.keyCounts(20).then(({ keys, keysQueued }) => ({
+            top: keys.map((k) => ({ key: k.fairnessKey, queued: k.queued, held: k.held })),
+            queuedKeys: keysQueued,
+          })),
           fylrs: (await dispatcher.queue.listFylrs()).map((f) => ({
             id: f.id,
             hostname: f.hostname,

@@ -93,18 +93,20 @@ export class FylrStatusSource {
       wants: { parked: broker.parked, running: broker.running },
     };
     try {
-      const [queue, fylrs, recent, waiting] = await Promise.all([
+      const [queue, fylrs, recent, waiting, keys] = await Promise.all([
         dispatcher.queue.openItemsByPriority(),
         dispatcher.queue.listFylrs(),
         dispatcher.queue.itemSummaries([...this.recentIds.keys()]),
         // The newest queued items too, so they can be cancelled from the page.
         dispatcher.list({ states: ["queued"], pageSize: queuedShown }),
+        dispatcher.queue.keyCounts(keysShown),
       ]);
       const heartbeatAgeMs = (d: Date): number => Math.max(0, at.getTime() - d.getTime());
       return {
         ...memory,
         queue,
         fylrs: fylrs.map((f) => ({ id: f.id, hostname: f.hostname, held: f.held, heartbeatAgeMs: heartbeatAgeMs(f.heartbeatAt) })),
+        keys: { top: keys.keys.map((k) => ({ key: k.fairnessKey, queued: k.queued, held: k.held })), queuedKeys: keys.keysQueued },
         recent: [
           ...this.recentFromMemory(new Map(recent.map((r) => [r.id, r]))),
           ...waiting.items.filter((item) => !this.recentIds.has(item.id)).map(queuedRow),
@@ -126,6 +128,7 @@ export class FylrStatusSource {
         id,
         kind: row?.kind ?? seen.kind,
         priority: row?.priority ?? seen.priority,
+        fairnessKey: row?.fairnessKey,
         state: row?.state ?? "unknown",
         attempts: row?.attempts ?? 0,
         claimedBy: row?.claimedBy,
@@ -141,12 +144,15 @@ export class FylrStatusSource {
 
 /** How many of the newest queued items the page lists. */
 const queuedShown = 5;
+/** How many fairness keys (most queued first) the page shows. */
+const keysShown = 12;
 
 function queuedRow(item: QueueItem): RecentItemJson {
   return {
     id: item.id,
     kind: item.kind,
     priority: item.priority,
+    fairnessKey: item.fairnessKey,
     state: item.state,
     attempts: item.attempts,
     claimedBy: undefined,

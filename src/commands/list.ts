@@ -6,7 +6,7 @@ import { createQueueClient } from "../api/index.js";
 import { apiOptions, apiOptionsHelp, describeApiError, resolveApiConnection, type ApiConnection, type ApiFlags } from "./api-options.js";
 import { stateName } from "./submit-progress.js";
 
-const help = `usage: slotbroker list [--state S]… [--service X] [--limit N] [--page TOKEN] [--api URL] [--token-file FILE]
+const help = `usage: slotbroker list [--state S]… [--service X] [--fairness-key K] [--limit N] [--page TOKEN] [--api URL] [--token-file FILE]
 
 Lists items of the queue, newest first, one page at a time.
 
@@ -14,6 +14,7 @@ Lists items of the queue, newest first, one page at a time.
                    cancelled); repeat for several
   --service X      only items whose first call runs service X (or local action X)
   --min-priority P only items with priority P or more
+  --fairness-key K only items of fairness key K ("" for the default key)
   --limit N        items per page (default 50, at most 500)
   --page TOKEN     the page after the one that printed TOKEN
 ${apiOptionsHelp}
@@ -30,13 +31,14 @@ const states: Record<string, ItemState> = {
 
 /** `slotbroker list`: resolves with the exit code. */
 export async function run(argv: string[]): Promise<number> {
-  let values: { state?: string[]; service?: string; "min-priority"?: string; limit?: string; page?: string; help?: boolean } & ApiFlags;
+  let values: { state?: string[]; service?: string; "fairness-key"?: string; "min-priority"?: string; limit?: string; page?: string; help?: boolean } & ApiFlags;
   try {
     ({ values } = parseArgs({
       args: argv,
       options: {
         state: { type: "string", multiple: true },
         service: { type: "string" },
+        "fairness-key": { type: "string" },
         "min-priority": { type: "string" },
         limit: { type: "string" },
         page: { type: "string" },
@@ -78,6 +80,7 @@ export async function run(argv: string[]): Promise<number> {
     const page = await createQueueClient(target.url, target.credentials).list({
       states: wanted,
       service: values.service ?? "",
+      fairnessKey: values["fairness-key"],
       minPriority: number("min-priority", values["min-priority"]),
       pageSize: number("limit", values.limit) ?? 0,
       pageToken: values.page ?? "",
@@ -98,11 +101,12 @@ export function formatList(items: readonly Item[]): string {
     item.id,
     stateName(item.state) + (item.cancelRequestedAt && item.state === ItemState.RUNNING ? " (cancelling)" : ""),
     String(item.priority),
+    item.fairnessKey || "-",
     item.calls.map((c) => c.service).join("|") || item.local?.name || "",
     `${item.attempts}/${item.maxAttempts}`,
     item.createdAt ? timestampDate(item.createdAt).toISOString() : "",
   ]);
-  const header = ["ID", "STATE", "PRIO", "SERVICE", "ATTEMPTS", "CREATED"];
+  const header = ["ID", "STATE", "PRIO", "KEY", "SERVICE", "ATTEMPTS", "CREATED"];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]): string => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join("  ");
   return `${[header, ...rows].map(line).join("\n")}\n`;

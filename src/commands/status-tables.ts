@@ -60,6 +60,16 @@ export function queueSection(status: FylrStatusJson, api: string): string {
       ["FYLR", "HOST", "PID", "HELD", "HEARTBEAT"],
       status.fylrs.map((f) => [f.id, f.hostname, f.pid, f.held, f.heartbeatAt]),
     ),
+    ...(status.keys && status.keys.top.length > 0
+      ? [
+          `KEYS (fairness keys with open items, most queued first; ${status.keys.queuedKeys} with queued items)`,
+          formatTable(
+            ["KEY", "QUEUED", "HELD"],
+            // A key is any text a submitter chose: one with control characters is shown escaped.
+            status.keys.top.map((k) => [k.key === "" ? "(default)" : JSON.stringify(k.key).slice(1, -1) === k.key ? k.key : JSON.stringify(k.key), k.queued, k.held]),
+          ),
+        ]
+      : []),
     `this fylr (${stats.fylrId ?? "?"}): exec ${stats.execHeld ?? 0} held of ${stats.execAdmission ?? 0} admitted; local ${stats.localRunning ?? 0} of ${stats.localCapacity ?? 0} slots`,
   ];
   return parts.join("\n\n");

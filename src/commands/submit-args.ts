@@ -42,6 +42,9 @@ const options = {
   "idempotency-key": { type: "string" },
   "start-after": { type: "string" },
   "max-attempts": { type: "string" },
+  "fairness-key": { type: "string" },
+  weight: { type: "string" },
+  "key-limit": { type: "string" },
   ...apiOptions,
   wait: { type: "boolean", short: "w" },
   json: { type: "boolean" },
@@ -124,6 +127,9 @@ export function parseSubmitArgs(argv: readonly string[], now: Date = new Date())
     priority: integer("--priority", once.priority, -2_147_483_648, 2_147_483_647) ?? 0,
     idempotencyKey: typeof once["idempotency-key"] === "string" ? once["idempotency-key"] : "",
     maxAttempts: integer("--max-attempts", once["max-attempts"], 1, 1000) ?? 0,
+    fairnessKey: typeof once["fairness-key"] === "string" ? once["fairness-key"] : "",
+    fairnessWeight: integer("--weight", once.weight, 1, 1000) ?? 0,
+    fairnessLimit: integer("--key-limit", once["key-limit"], 1, 1_000_000) ?? 0,
     startAfter: typeof once["start-after"] === "string" ? timestampFromDate(startAfter(once["start-after"], now)) : undefined,
   });
   return {

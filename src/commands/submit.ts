@@ -35,6 +35,10 @@ item:
   --idempotency-key K  a repeated submit with K returns the first item
   --start-after WHEN   not before WHEN: a duration from now (5m) or an ISO time
   --max-attempts N     attempts before the item fails (default: the fylr's, 3)
+  --fairness-key K     who the item is for (a tenant, a user): within a priority, keys
+                       take turns at claim (--key is the client's TLS key)
+  --weight W           the key's weight in that turn, 1…1000 (default 1)
+  --key-limit N        at most N items of the key held at once across the fleet
 
 output:
   -w, --wait           follow the item to its end and print its output (streamed, any

@@ -81,6 +81,9 @@ export function submitInputFromProto(req: SubmitRequest): SubmitInput {
     startAfter: req.startAfter && timestampDate(req.startAfter),
     idempotencyKey: req.idempotencyKey || undefined,
     maxAttempts: req.maxAttempts || undefined,
+    fairnessKey: req.fairnessKey,
+    fairnessWeight: req.fairnessWeight || undefined,
+    fairnessLimit: req.fairnessLimit || undefined,
   };
 }
 
@@ -133,6 +136,9 @@ export function itemToProto(item: QueueItem): Item {
     error: item.error ?? "",
     idempotencyKey: item.idempotencyKey ?? "",
     cancelRequestedAt: item.cancelRequestedAt && timestampFromDate(item.cancelRequestedAt),
+    fairnessKey: item.fairnessKey,
+    fairnessWeight: item.fairnessWeight,
+    fairnessLimit: item.fairnessLimit ?? 0,
     traceparent: item.traceparent ?? "",
   });
 }

@@ -46,6 +46,12 @@ export interface SubmitInput {
   readonly maxAttempts?: number;
   /** The W3C traceparent of the Submit span, stored so that the claim continues its trace. */
   readonly traceparent?: string;
+  /** The fairness key (a tenant, a user); "" or unset is the default key. */
+  readonly fairnessKey?: string;
+  /** The key's weight in the claim turn; default 1. */
+  readonly fairnessWeight?: number;
+  /** At most this many items of the key held at once across the fleet; unset: no limit. */
+  readonly fairnessLimit?: number;
 }
 
 /** The outcome of one exec call: the execserver's receipt. */
@@ -98,6 +104,12 @@ export interface QueueItem {
   readonly idempotencyKey: string | undefined;
   /** When a cancel was asked for while the item was held; undefined otherwise. */
   readonly cancelRequestedAt: Date | undefined;
+  /** The fairness key; "" is the default key. */
+  readonly fairnessKey: string;
+  /** The key's weight in the claim turn (1 by default). */
+  readonly fairnessWeight: number;
+  /** Items of the key that may be held at once across the fleet; undefined: no limit. */
+  readonly fairnessLimit: number | undefined;
   /** The W3C traceparent of its Submit span; undefined when it was submitted untraced. */
   readonly traceparent?: string;
 }

@@ -45,6 +45,8 @@ export interface RecentItemJson {
   readonly id: string;
   readonly kind: ItemKindJson;
   readonly priority: number;
+  /** The fairness key ("" the default key); undefined when the row could not be read. */
+  readonly fairnessKey: string | undefined;
   /** The database state, or "unknown" when the row could not be read. */
   readonly state: ItemStateJson | "unknown";
   readonly attempts: number;
@@ -79,6 +81,8 @@ export interface FylrPageData {
   /** Open items of all fylrs; empty when the database did not answer (see databaseError). */
   readonly queue: readonly { kind: ItemKindJson; state: ItemStateJson; priority: number; count: number }[];
   readonly fylrs: readonly { id: string; hostname: string; held: number; heartbeatAgeMs: number }[];
+  /** Fairness keys with open items of all fylrs, most queued first (a dozen), and how many keys have queued items. */
+  readonly keys?: { readonly top: readonly { key: string; queued: number; held: number }[]; readonly queuedKeys: number };
   readonly recent: readonly RecentItemJson[];
   /** Set when the database part could not be read. */
   readonly databaseError: string | undefined;

@@ -11,7 +11,7 @@ import type { FylrView } from "./fylr-view.js";
 import { html, type Html } from "./html.js";
 
 /** The ids of the fylr page's sections, in page order. */
-export const fylrSectionIds = ["header", "summary", "admission", "shares", "queue", "fylrs", "pools", "recent"] as const;
+export const fylrSectionIds = ["header", "summary", "admission", "shares", "queue", "keys", "fylrs", "pools", "recent"] as const;
 
 /** Rendered sections by id. */
 export type FylrSections = Record<(typeof fylrSectionIds)[number], Html>;
@@ -24,6 +24,7 @@ export function renderFylrSections(view: FylrView): FylrSections {
     admission: admission(view),
     shares: shares(view),
     queue: queue(view),
+    keys: keys(view),
     fylrs: fylrs(view),
     pools: pools(view),
     recent: recent(view),
@@ -174,6 +175,21 @@ function queue(view: FylrView): Html {
   );
 }
 
+function keys(view: FylrView): Html {
+  if (view.keys.top.length === 0) return card("Fairness keys", empty(view.databaseError ? "The database did not answer." : "No open items."));
+  const rows = view.keys.top.map((k): BarRow => ({
+    key: k.key,
+    label: k.key === "" ? "default key" : k.key,
+    detail: `${formatCount(k.queued)} queued · ${formatCount(k.held)} held`,
+    value: k.queued + k.held,
+    tone: "queued",
+    secondary: { value: k.held, tone: "running" },
+  }));
+  return card("Fairness keys", barList(rows, { name: "keys" }), {
+    note: `Open items per key of every fylr, most queued first; ${formatCount(view.keys.queuedKeys)} key(s) have queued items. Within a priority, claims take keys in turn.`,
+  });
+}
+
 function fylrs(view: FylrView): Html {
   if (view.fylrs.shown.length === 0) return card("Fylrs on this queue", empty(view.databaseError ? "The database did not answer." : "No live fylrs."));
   const rows = view.fylrs.shown.map((f): BarRow => ({
@@ -220,7 +236,7 @@ function recent(view: FylrView): Html {
   if (view.recent.length === 0) return card("Recent items", empty("This fylr has not claimed anything yet."), { wide: true });
   const rows = view.recent.map(
     (r) =>
-      html`<tr data-item="${r.id}" data-state="${r.state}"><td><a href="${`status/items/${r.id}`}" title="${`${r.id}: its timeline`}"><code>${r.id.slice(0, 8)}</code></a></td><td>${r.kind}</td><td class="num">${r.priority}</td><td>${pill(
+      html`<tr data-item="${r.id}" data-state="${r.state}"><td><a href="${`status/items/${r.id}`}" title="${`${r.id}: its timeline`}"><code>${r.id.slice(0, 8)}</code></a></td><td>${r.kind}</td><td class="num">${r.priority}</td><td>${r.fairnessKey === undefined ? "–" : r.fairnessKey || "default"}</td><td>${pill(
         r.state,
         itemStateTone(r.state),
       )}</td><td>${r.phase ?? "–"}</td><td>${r.service ?? "–"}</td><td>${r.instanceId ?? "–"}</td><td class="num">${r.attempts}</td><td class="num">${
@@ -229,7 +245,7 @@ function recent(view: FylrView): Html {
   );
   return card(
     "Recent items",
-    html`<div class="table-wrap"><table class="recent"><thead><tr><th>item</th><th>kind</th><th class="num">priority</th><th>state</th><th>phase here</th><th>service</th><th>instance</th><th class="num">attempts</th><th class="num">updated</th><th>error</th><th></th></tr></thead><tbody>${rows}</tbody></table></div>`,
+    html`<div class="table-wrap"><table class="recent"><thead><tr><th>item</th><th>kind</th><th class="num">priority</th><th>key</th><th>state</th><th>phase here</th><th>service</th><th>instance</th><th class="num">attempts</th><th class="num">updated</th><th>error</th><th></th></tr></thead><tbody>${rows}</tbody></table></div>`,
     {
       note: "The items this fylr claimed last, newest first, and the newest items waiting in the queue: their state in the database and their phase here. Cancel stops an item on whichever fylr holds it.",
       wide: true,

@@ -51,6 +51,8 @@ export interface FylrView {
   readonly pools: readonly PoolJson[];
   readonly fylrs: TopN<{ readonly id: string; readonly hostname: string; readonly held: number; readonly heartbeatAgeMs: number; readonly self: boolean }>;
   readonly recent: readonly (RecentItemJson & { readonly ageMs: number | undefined })[];
+  /** Fairness keys with open items, most queued first, and how many keys have queued items. */
+  readonly keys: { readonly top: readonly { key: string; queued: number; held: number }[]; readonly queuedKeys: number };
   readonly databaseError: string | undefined;
   readonly connectionChips: number;
 }
@@ -99,6 +101,7 @@ export function fylrView(data: FylrPageData, now: number, limits: FylrViewLimits
     priorities: topN(rows, limits.priorityRows, (a, b) => b.priority - a.priority),
     pools: data.pools,
     fylrs: topN(fylrs, limits.fylrBars, (a, b) => Number(b.self) - Number(a.self) || b.held - a.held || a.id.localeCompare(b.id)),
+    keys: data.keys ?? { top: [], queuedKeys: 0 },
     recent: data.recent.map((r) => ({ ...r, ageMs: r.updatedAt === undefined ? undefined : Math.max(0, now - Date.parse(r.updatedAt)) })),
     databaseError: data.databaseError,
     connectionChips: limits.connectionChips,

@@ -1,6 +1,7 @@
 // QueueService end to end: a real fylr (in this process) on a real Postgres, running items
 // on a real execserver, called through the Connect client and through curl's JSON.
 import { expect } from "chai";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { promisify } from "node:util";
@@ -161,6 +162,29 @@ describe("QueueService on a fylr", () => {
     expect(json.json).to.not.have.property("created");
   });
 
+  it("stores a fairness key, weight and limit, shows them in Get and List, and lists by key", async () => {
+    const { item } = await client.submit({ calls: [{ service: "cat", stdin: { case: "stdinData", value: Buffer.from("k") } }], fairnessKey: "tenant-ä", fairnessWeight: 3, fairnessLimit: 4 });
+    expect([item?.fairnessKey, item?.fairnessWeight, item?.fairnessLimit]).to.deep.equal(["tenant-ä", 3, 4]);
+    const plain = (await client.submit({ calls: [{ service: "cat", stdin: { case: "stdinData", value: Buffer.from("p") } }] })).item!;
+    expect([plain.fairnessKey, plain.fairnessWeight, plain.fairnessLimit]).to.deep.equal(["", 1, 0]);
+    const got = (await client.get({ id: item!.id })).item!;
+    expect([got.fairnessKey, got.fairnessWeight, got.fairnessLimit]).to.deep.equal(["tenant-ä", 3, 4]);
+    expect((await client.list({ fairnessKey: "tenant-ä" })).items.map((i) => i.id)).to.deep.equal([item!.id]);
+    expect((await client.list({ fairnessKey: "" })).items.map((i) => i.id)).to.include(plain.id).and.not.include(item!.id);
+    const badList = await curlJson(fylr.url, "List", { fairnessKey: "a\u0000b" });
+    expect([badList.status, badList.json.message]).to.deep.equal([400, "fairness_key: at most 128 bytes of UTF-8, no NUL character"]);
+    // Per-key counts: held items of one key waiting for a slot; most queued first.
+    const later = timestampFromDate(new Date(Date.now() + 3_600_000));
+    const waiting: string[] = [];
+    for (let i = 0; i < 3; i++) waiting.push((await client.submit({ calls: [{ service: "cat" }], fairnessKey: "tenant-q", startAfter: later })).item!.id);
+    const keys = await client.listKeys({});
+    expect(keys.keys[0]).to.deep.include({ fairnessKey: "tenant-q", queued: 3, held: 0 });
+    expect(keys.keys[0]!.oldestQueued).to.not.equal(undefined);
+    expect(keys.keysQueued).to.be.at.least(1);
+    expect((await client.listKeys({ limit: 1 })).keys).to.have.length(1);
+    for (const id of waiting) await client.cancel({ id });
+  });
+
   it("refuses bad input with INVALID_ARGUMENT naming the field, never a 500", async () => {
     const cases: [unknown, RegExp][] = [
       [{ calls: [{ service: "cat" }, { service: "wc" }, { service: "cat", stdinUrl: "ftp://x/y" }] }, /^calls\[2\]\.stdin_url: must be http\(s\)/],
@@ -173,6 +197,9 @@ describe("QueueService on a fylr", () => {
       [{ calls: [{ service: "cat" }], local: { name: "checksum" } }, /either calls or local/],
       [{}, /one or more calls, or a local action/],
       [{ calls: [{ service: "cat" }], maxAttempts: 5000 }, /^max_attempts: /],
+      [{ calls: [{ service: "cat" }], fairnessKey: "k".repeat(129) }, /^fairness_key: longer than 128 bytes/],
+      [{ calls: [{ service: "cat" }], fairnessWeight: 1001 }, /^fairness_weight: must be 1…1000/],
+      [{ calls: [{ service: "cat" }], fairnessLimit: 2_000_000 }, /^fairness_limit: /],
     ];
     for (const [body, message] of cases) {
       const { status, json } = await curlJson(fylr.url, "Submit", body);

@@ -34,6 +34,13 @@ describe("slotbroker submit arguments", () => {
     expect(withStdin(plan.request, Buffer.from("in")).local!.input).to.deep.equal(Buffer.from("in"));
   });
 
+  it("takes a fairness key, its weight and its limit", () => {
+    const plan = parseSubmitArgs(["--service", "cat", "--fairness-key", "tenant-1", "--weight", "3", "--key-limit", "2"]);
+    expect([plan.request.fairnessKey, plan.request.fairnessWeight, plan.request.fairnessLimit]).to.deep.equal(["tenant-1", 3, 2]);
+    expect(() => parseSubmitArgs(["--service", "cat", "--weight", "0"])).to.throw(/--weight/);
+    expect(() => parseSubmitArgs(["--service", "cat", "--key-limit", "x"])).to.throw(/--key-limit/);
+  });
+
   it("names the flag that is wrong", () => {
     const cases: [string[], RegExp][] = [
       [[], /give --service SERVICE/],

@@ -52,7 +52,7 @@ describe("dispatcher migrations", () => {
       expect(localPlan).to.match(/Index Scan using queue_items_claim_idx/);
       const id = (await pool.query<{ id: string }>("SELECT id FROM queue_items WHERE state = 'queued' LIMIT 1")).rows[0]!.id;
       const positionPlan = (await pool.query<{ "QUERY PLAN": string }>(`EXPLAIN ${itemPosition}`, [id])).rows.map((r) => r["QUERY PLAN"]).join("\n");
-      expect(positionPlan.match(/queue_items_claim_idx/g) ?? []).to.have.length(2);
+      expect((positionPlan.match(/queue_items_(key_)?claim_idx/g) ?? []).length, positionPlan).to.be.at.least(2);
       expect(positionPlan).to.not.match(/Seq Scan/);
     } finally {
       await closeAll(pool);
@@ -66,8 +66,9 @@ describe("dispatcher migrations", () => {
     const listener = new pg.Client(fresh);
     try {
       // What a test resetting its tables does: the trigger functions outlive them.
-      await pool.query("DROP TABLE item_events, blob_reservations, blob_usage, blob_chunks, blobs, queue_items, fylrs, slotbroker_migrations CASCADE");
-      expect((await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'slotbroker_%'")).rows[0]).to.deep.equal({ n: 4 });
+      await pool.query("DROP TABLE item_events, blob_reservations, blob_usage, blob_chunks, blobs, queue_keys, queue_items, fylrs, slotbroker_migrations CASCADE");
+      // slotbroker_claim_exec returns queue_items rows: it went with the table.
+      expect((await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'slotbroker_%'")).rows[0]).to.deep.equal({ n: 6 });
       expect((await migrate(pool)).applied).to.deep.equal(loadMigrations().map((m) => m.version));
       // …and the notify trigger is back in place.
       await listener.connect();

@@ -53,6 +53,9 @@ describe("dispatcher ↔ queue.proto", () => {
       error: undefined,
       idempotencyKey: undefined,
       cancelRequestedAt: undefined,
+      fairnessKey: "",
+      fairnessWeight: 1,
+      fairnessLimit: undefined,
     };
     const proto = itemToProto(item);
     expect(proto).to.deep.include({ kind: ItemKind.EXEC, state: ItemState.SUCCEEDED, attempts: 2, claimedBy: "" });

@@ -245,8 +245,8 @@ describe("cancel, retry, delete across fylr processes", function () {
     const list = await slotbroker(["list", "--state", "cancelled", "--service", "noop", "--min-priority", "7", ...api]);
     expect(list.code, list.stderr).to.equal(0);
     const lines = list.stdout.toString().trim().split("\n");
-    expect(lines[0]).to.match(/^ID\s+STATE\s+PRIO\s+SERVICE\s+ATTEMPTS\s+CREATED$/);
-    expect(lines.slice(1).map((l) => l.split(/\s+/).slice(0, 4))).to.deep.equal([[id, "cancelled", "7", "noop"]]);
+    expect(lines[0]).to.match(/^ID\s+STATE\s+PRIO\s+KEY\s+SERVICE\s+ATTEMPTS\s+CREATED$/);
+    expect(lines.slice(1).map((l) => l.split(/\s+/).slice(0, 5))).to.deep.equal([[id, "cancelled", "7", "-", "noop"]]);
     const refused = await slotbroker(["delete", "not-a-uuid", ...api]);
     expect(refused.code).to.equal(1);
     expect(refused.stderr).to.match(/not a UUID/);

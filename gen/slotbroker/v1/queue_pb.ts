@@ -26,7 +26,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file slotbroker/v1/queue.proto.
  */
 export const file_slotbroker_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("ChlzbG90YnJva2VyL3YxL3F1ZXVlLnByb3RvEg1zbG90YnJva2VyLnYxIpsCCghFeGVjQ2FsbBIPCgdzZXJ2aWNlGAEgASgJEgwKBGFyZ3MYAiADKAkSFAoKc3RkaW5fZGF0YRgDIAEoDEgAEhMKCXN0ZGluX3VybBgEIAEoCUgAEh0KE3N0ZGluX2Zyb21fcHJldmlvdXMYBSABKAhIABIWCgxzdGRpbl91cGxvYWQYCCABKAlIABItCgNlbnYYBiADKAsyIC5zbG90YnJva2VyLnYxLkV4ZWNDYWxsLkVudkVudHJ5EioKB3RpbWVvdXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIHCgVzdGRpbiKRAQoLTG9jYWxBY3Rpb24SDAoEbmFtZRgBIAEoCRI2CgZwYXJhbXMYAiADKAsyJi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uLlBhcmFtc0VudHJ5Eg0KBWlucHV0GAMgASgMGi0KC1BhcmFtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRgoKQ2FsbFJlc3VsdBIPCgdzZXJ2aWNlGAEgASgJEicKB3JlY2VpcHQYAiABKAsyFi5zbG90YnJva2VyLnYxLlJlY2VpcHQiigUKBEl0ZW0SCgoCaWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnNsb3Ricm9rZXIudjEuSXRlbUtpbmQSEAoIcHJpb3JpdHkYAyABKAUSJwoFc3RhdGUYBCABKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRImCgVjYWxscxgFIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYBiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhIKCmNsYWltZWRfYnkYByABKAkSEAoIYXR0ZW1wdHMYCCABKA0SFAoMbWF4X2F0dGVtcHRzGAkgASgNEi8KC3N0YXJ0X2FmdGVyGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKgoHcmVzdWx0cxgNIAMoCzIZLnNsb3Ricm9rZXIudjEuQ2FsbFJlc3VsdBIOCgZvdXRwdXQYDiABKAwSDQoFZXJyb3IYDyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GBAgASgJEhMKC291dHB1dF9zaXplGBEgASgEEhUKDW91dHB1dF9zaGEyNTYYEiABKAkSFQoNb3V0cHV0X3N0b3JlZBgTIAEoCBI3ChNjYW5jZWxfcmVxdWVzdGVkX2F0GBQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgt0cmFjZXBhcmVudBgjIAEoCSLUAQoNU3VibWl0UmVxdWVzdBImCgVjYWxscxgBIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYAiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhAKCHByaW9yaXR5GAMgASgFEi8KC3N0YXJ0X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSFAoMbWF4X2F0dGVtcHRzGAYgASgNIkQKDlN1Ym1pdFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0SDwoHY3JlYXRlZBgCIAEoCCIYCgpHZXRSZXF1ZXN0EgoKAmlkGAEgASgJIjAKC0dldFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0iGgoMV2F0Y2hSZXF1ZXN0EgoKAmlkGAEgASgJImIKDVdhdGNoUmVzcG9uc2USIQoEaXRlbRgBIAEoCzITLnNsb3Ricm9rZXIudjEuSXRlbRIuCghwb3NpdGlvbhgCIAEoCzIcLnNsb3Ricm9rZXIudjEuUXVldWVQb3NpdGlvbiIdCg9Qb3NpdGlvblJlcXVlc3QSCgoCaWQYASABKAkiQgoQUG9zaXRpb25SZXNwb25zZRIuCghwb3NpdGlvbhgBIAEoCzIcLnNsb3Ricm9rZXIudjEuUXVldWVQb3NpdGlvbiLYAQoNUXVldWVQb3NpdGlvbhInCgVzdGF0ZRgBIAEoDjIYLnNsb3Ricm9rZXIudjEuSXRlbVN0YXRlEg8KB3J1bm5pbmcYAiABKA0SDQoFYWhlYWQYAyABKA0SEAoIY2FwYWNpdHkYBCABKA0SFgoOYWhlYWRfaW5fcXVldWUYBSABKA0SGwoTYWhlYWRfYXRfZXhlY3NlcnZlchgGIAEoDRImCgNldGEYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHc3VtbWFyeRgIIAEoCSIOCgxTdGF0c1JlcXVlc3QivgIKDVN0YXRzUmVzcG9uc2USDwoHZnlscl9pZBgBIAEoCRIRCglleGVjX2hlbGQYAiABKA0SFgoOZXhlY19hZG1pc3Npb24YAyABKA0SFQoNbG9jYWxfcnVubmluZxgEIAEoDRIWCg5sb2NhbF9jYXBhY2l0eRgFIAEoDRIsCgZzaGFyZXMYBiADKAsyHC5zbG90YnJva2VyLnYxLkluc3RhbmNlU2hhcmUSFQoNY2xhaW1lZF90b3RhbBgHIAEoBBIXCg9zdWNjZWVkZWRfdG90YWwYCCABKAQSFAoMZmFpbGVkX3RvdGFsGAkgASgEEhYKDnJlcXVldWVkX3RvdGFsGAogASgEEh0KFW9ycGhhbnNfcmVzY3VlZF90b3RhbBgLIAEoBBIXCg9jYW5jZWxsZWRfdG90YWwYDCABKAQiZwoNSW5zdGFuY2VTaGFyZRITCgtpbnN0YW5jZV9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhAKCGNhcGFjaXR5GAMgASgNEg8KB2NsaWVudHMYBCABKA0SDQoFc2hhcmUYBSABKA0iGwoNQ2FuY2VsUmVxdWVzdBIKCgJpZBgBIAEoCSIzCg5DYW5jZWxSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtIq4CCgtMaXN0UmVxdWVzdBIoCgZzdGF0ZXMYASADKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRIPCgdzZXJ2aWNlGAIgASgJEhkKDG1pbl9wcmlvcml0eRgDIAEoBUgAiAEBEhkKDG1heF9wcmlvcml0eRgEIAEoBUgBiAEBEjEKDWNyZWF0ZWRfYWZ0ZXIYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNyZWF0ZWRfYmVmb3JlGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglwYWdlX3NpemUYByABKA0SEgoKcGFnZV90b2tlbhgIIAEoCUIPCg1fbWluX3ByaW9yaXR5Qg8KDV9tYXhfcHJpb3JpdHkiSwoMTGlzdFJlc3BvbnNlEiIKBWl0ZW1zGAEgAygLMhMuc2xvdGJyb2tlci52MS5JdGVtEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIaCgxSZXRyeVJlcXVlc3QSCgoCaWQYASABKAkiMgoNUmV0cnlSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtIhsKDURlbGV0ZVJlcXVlc3QSCgoCaWQYASABKAkiJwoORGVsZXRlUmVzcG9uc2USFQoNYmxvYnNfZGVsZXRlZBgBIAEoDSIcCg5IaXN0b3J5UmVxdWVzdBIKCgJpZBgBIAEoCSJTCg9IaXN0b3J5UmVzcG9uc2USKAoGZXZlbnRzGAEgAygLMhguc2xvdGJyb2tlci52MS5JdGVtRXZlbnQSFgoOZXZlbnRzX2Ryb3BwZWQYAiABKA0i8gIKCUl0ZW1FdmVudBIOCgZudW1iZXIYASABKA0SJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBGtpbmQYAyABKA4yHC5zbG90YnJva2VyLnYxLkl0ZW1FdmVudEtpbmQSDAoEZnlschgEIAEoCRIPCgdhdHRlbXB0GAUgASgNEhIKCmV4ZWNzZXJ2ZXIYBiABKAkSDwoHc2VydmljZRgHIAEoCRIsCglzbG90X3dhaXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoIZHVyYXRpb24YCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoJZXhpdF9jb2RlGAogASgFSACIAQESLAoKZXJyb3Jfa2luZBgLIAEoDjIYLnNsb3Ricm9rZXIudjEuRXJyb3JLaW5kEg4KBmRldGFpbBgMIAEoCUIMCgpfZXhpdF9jb2RlKk4KCEl0ZW1LaW5kEhkKFUlURU1fS0lORF9VTlNQRUNJRklFRBAAEhIKDklURU1fS0lORF9FWEVDEAESEwoPSVRFTV9LSU5EX0xPQ0FMEAIquQEKCUl0ZW1TdGF0ZRIaChZJVEVNX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRSVRFTV9TVEFURV9RVUVVRUQQARIWChJJVEVNX1NUQVRFX0NMQUlNRUQQAhIWChJJVEVNX1NUQVRFX1JVTk5JTkcQAxIYChRJVEVNX1NUQVRFX1NVQ0NFRURFRBAEEhUKEUlURU1fU1RBVEVfRkFJTEVEEAUSGAoUSVRFTV9TVEFURV9DQU5DRUxMRUQQBiqGAwoNSXRlbUV2ZW50S2luZBIfChtJVEVNX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIdChlJVEVNX0VWRU5UX0tJTkRfU1VCTUlUVEVEEAESGwoXSVRFTV9FVkVOVF9LSU5EX0NMQUlNRUQQAhIbChdJVEVNX0VWRU5UX0tJTkRfUlVOTklORxADEiAKHElURU1fRVZFTlRfS0lORF9DQUxMX1NUQVJURUQQBBIeChpJVEVNX0VWRU5UX0tJTkRfQ0FMTF9FTkRFRBAFEhwKGElURU1fRVZFTlRfS0lORF9SRVFVRVVFRBAGEiQKIElURU1fRVZFTlRfS0lORF9DQU5DRUxfUkVRVUVTVEVEEAcSHQoZSVRFTV9FVkVOVF9LSU5EX0NBTkNFTExFRBAIEhsKF0lURU1fRVZFTlRfS0lORF9SRVRSSUVEEAkSHQoZSVRFTV9FVkVOVF9LSU5EX1NVQ0NFRURFRBAKEhoKFklURU1fRVZFTlRfS0lORF9GQUlMRUQQCzLHBQoMUXVldWVTZXJ2aWNlEkUKBlN1Ym1pdBIcLnNsb3Ricm9rZXIudjEuU3VibWl0UmVxdWVzdBodLnNsb3Ricm9rZXIudjEuU3VibWl0UmVzcG9uc2USPAoDR2V0Ehkuc2xvdGJyb2tlci52MS5HZXRSZXF1ZXN0Ghouc2xvdGJyb2tlci52MS5HZXRSZXNwb25zZRJECgVXYXRjaBIbLnNsb3Ricm9rZXIudjEuV2F0Y2hSZXF1ZXN0Ghwuc2xvdGJyb2tlci52MS5XYXRjaFJlc3BvbnNlMAESSwoIUG9zaXRpb24SHi5zbG90YnJva2VyLnYxLlBvc2l0aW9uUmVxdWVzdBofLnNsb3Ricm9rZXIudjEuUG9zaXRpb25SZXNwb25zZRJCCgVTdGF0cxIbLnNsb3Ricm9rZXIudjEuU3RhdHNSZXF1ZXN0Ghwuc2xvdGJyb2tlci52MS5TdGF0c1Jlc3BvbnNlEkUKBkNhbmNlbBIcLnNsb3Ricm9rZXIudjEuQ2FuY2VsUmVxdWVzdBodLnNsb3Ricm9rZXIudjEuQ2FuY2VsUmVzcG9uc2USPwoETGlzdBIaLnNsb3Ricm9rZXIudjEuTGlzdFJlcXVlc3QaGy5zbG90YnJva2VyLnYxLkxpc3RSZXNwb25zZRJCCgVSZXRyeRIbLnNsb3Ricm9rZXIudjEuUmV0cnlSZXF1ZXN0Ghwuc2xvdGJyb2tlci52MS5SZXRyeVJlc3BvbnNlEkUKBkRlbGV0ZRIcLnNsb3Ricm9rZXIudjEuRGVsZXRlUmVxdWVzdBodLnNsb3Ricm9rZXIudjEuRGVsZXRlUmVzcG9uc2USSAoHSGlzdG9yeRIdLnNsb3Ricm9rZXIudjEuSGlzdG9yeVJlcXVlc3QaHi5zbG90YnJva2VyLnYxLkhpc3RvcnlSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_slotbroker_v1_broker]);
+  fileDesc("ChlzbG90YnJva2VyL3YxL3F1ZXVlLnByb3RvEg1zbG90YnJva2VyLnYxIpsCCghFeGVjQ2FsbBIPCgdzZXJ2aWNlGAEgASgJEgwKBGFyZ3MYAiADKAkSFAoKc3RkaW5fZGF0YRgDIAEoDEgAEhMKCXN0ZGluX3VybBgEIAEoCUgAEh0KE3N0ZGluX2Zyb21fcHJldmlvdXMYBSABKAhIABIWCgxzdGRpbl91cGxvYWQYCCABKAlIABItCgNlbnYYBiADKAsyIC5zbG90YnJva2VyLnYxLkV4ZWNDYWxsLkVudkVudHJ5EioKB3RpbWVvdXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIHCgVzdGRpbiKRAQoLTG9jYWxBY3Rpb24SDAoEbmFtZRgBIAEoCRI2CgZwYXJhbXMYAiADKAsyJi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uLlBhcmFtc0VudHJ5Eg0KBWlucHV0GAMgASgMGi0KC1BhcmFtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRgoKQ2FsbFJlc3VsdBIPCgdzZXJ2aWNlGAEgASgJEicKB3JlY2VpcHQYAiABKAsyFi5zbG90YnJva2VyLnYxLlJlY2VpcHQi0QUKBEl0ZW0SCgoCaWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnNsb3Ricm9rZXIudjEuSXRlbUtpbmQSEAoIcHJpb3JpdHkYAyABKAUSJwoFc3RhdGUYBCABKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRImCgVjYWxscxgFIAMoCzIXLnNsb3Ricm9rZXIudjEuRXhlY0NhbGwSKQoFbG9jYWwYBiABKAsyGi5zbG90YnJva2VyLnYxLkxvY2FsQWN0aW9uEhIKCmNsYWltZWRfYnkYByABKAkSEAoIYXR0ZW1wdHMYCCABKA0SFAoMbWF4X2F0dGVtcHRzGAkgASgNEi8KC3N0YXJ0X2FmdGVyGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKgoHcmVzdWx0cxgNIAMoCzIZLnNsb3Ricm9rZXIudjEuQ2FsbFJlc3VsdBIOCgZvdXRwdXQYDiABKAwSDQoFZXJyb3IYDyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GBAgASgJEhMKC291dHB1dF9zaXplGBEgASgEEhUKDW91dHB1dF9zaGEyNTYYEiABKAkSFQoNb3V0cHV0X3N0b3JlZBgTIAEoCBI3ChNjYW5jZWxfcmVxdWVzdGVkX2F0GBQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxmYWlybmVzc19rZXkYFSABKAkSFwoPZmFpcm5lc3Nfd2VpZ2h0GBYgASgNEhYKDmZhaXJuZXNzX2xpbWl0GBcgASgNEhMKC3RyYWNlcGFyZW50GCMgASgJIpsCCg1TdWJtaXRSZXF1ZXN0EiYKBWNhbGxzGAEgAygLMhcuc2xvdGJyb2tlci52MS5FeGVjQ2FsbBIpCgVsb2NhbBgCIAEoCzIaLnNsb3Ricm9rZXIudjEuTG9jYWxBY3Rpb24SEAoIcHJpb3JpdHkYAyABKAUSLwoLc3RhcnRfYWZ0ZXIYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD2lkZW1wb3RlbmN5X2tleRgFIAEoCRIUCgxtYXhfYXR0ZW1wdHMYBiABKA0SFAoMZmFpcm5lc3Nfa2V5GAcgASgJEhcKD2ZhaXJuZXNzX3dlaWdodBgIIAEoDRIWCg5mYWlybmVzc19saW1pdBgJIAEoDSJECg5TdWJtaXRSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtEg8KB2NyZWF0ZWQYAiABKAgiGAoKR2V0UmVxdWVzdBIKCgJpZBgBIAEoCSIwCgtHZXRSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtIhoKDFdhdGNoUmVxdWVzdBIKCgJpZBgBIAEoCSJiCg1XYXRjaFJlc3BvbnNlEiEKBGl0ZW0YASABKAsyEy5zbG90YnJva2VyLnYxLkl0ZW0SLgoIcG9zaXRpb24YAiABKAsyHC5zbG90YnJva2VyLnYxLlF1ZXVlUG9zaXRpb24iHQoPUG9zaXRpb25SZXF1ZXN0EgoKAmlkGAEgASgJIkIKEFBvc2l0aW9uUmVzcG9uc2USLgoIcG9zaXRpb24YASABKAsyHC5zbG90YnJva2VyLnYxLlF1ZXVlUG9zaXRpb24i2AEKDVF1ZXVlUG9zaXRpb24SJwoFc3RhdGUYASABKA4yGC5zbG90YnJva2VyLnYxLkl0ZW1TdGF0ZRIPCgdydW5uaW5nGAIgASgNEg0KBWFoZWFkGAMgASgNEhAKCGNhcGFjaXR5GAQgASgNEhYKDmFoZWFkX2luX3F1ZXVlGAUgASgNEhsKE2FoZWFkX2F0X2V4ZWNzZXJ2ZXIYBiABKA0SJgoDZXRhGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg8KB3N1bW1hcnkYCCABKAkiDgoMU3RhdHNSZXF1ZXN0Ir4CCg1TdGF0c1Jlc3BvbnNlEg8KB2Z5bHJfaWQYASABKAkSEQoJZXhlY19oZWxkGAIgASgNEhYKDmV4ZWNfYWRtaXNzaW9uGAMgASgNEhUKDWxvY2FsX3J1bm5pbmcYBCABKA0SFgoObG9jYWxfY2FwYWNpdHkYBSABKA0SLAoGc2hhcmVzGAYgAygLMhwuc2xvdGJyb2tlci52MS5JbnN0YW5jZVNoYXJlEhUKDWNsYWltZWRfdG90YWwYByABKAQSFwoPc3VjY2VlZGVkX3RvdGFsGAggASgEEhQKDGZhaWxlZF90b3RhbBgJIAEoBBIWCg5yZXF1ZXVlZF90b3RhbBgKIAEoBBIdChVvcnBoYW5zX3Jlc2N1ZWRfdG90YWwYCyABKAQSFwoPY2FuY2VsbGVkX3RvdGFsGAwgASgEImcKDUluc3RhbmNlU2hhcmUSEwoLaW5zdGFuY2VfaWQYASABKAkSDwoHYWRkcmVzcxgCIAEoCRIQCghjYXBhY2l0eRgDIAEoDRIPCgdjbGllbnRzGAQgASgNEg0KBXNoYXJlGAUgASgNIhsKDUNhbmNlbFJlcXVlc3QSCgoCaWQYASABKAkiMwoOQ2FuY2VsUmVzcG9uc2USIQoEaXRlbRgBIAEoCzITLnNsb3Ricm9rZXIudjEuSXRlbSLaAgoLTGlzdFJlcXVlc3QSKAoGc3RhdGVzGAEgAygOMhguc2xvdGJyb2tlci52MS5JdGVtU3RhdGUSDwoHc2VydmljZRgCIAEoCRIZCgxtaW5fcHJpb3JpdHkYAyABKAVIAIgBARIZCgxtYXhfcHJpb3JpdHkYBCABKAVIAYgBARIxCg1jcmVhdGVkX2FmdGVyGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jcmVhdGVkX2JlZm9yZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJcGFnZV9zaXplGAcgASgNEhIKCnBhZ2VfdG9rZW4YCCABKAkSGQoMZmFpcm5lc3Nfa2V5GBQgASgJSAKIAQFCDwoNX21pbl9wcmlvcml0eUIPCg1fbWF4X3ByaW9yaXR5Qg8KDV9mYWlybmVzc19rZXkiSwoMTGlzdFJlc3BvbnNlEiIKBWl0ZW1zGAEgAygLMhMuc2xvdGJyb2tlci52MS5JdGVtEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIaCgxSZXRyeVJlcXVlc3QSCgoCaWQYASABKAkiMgoNUmV0cnlSZXNwb25zZRIhCgRpdGVtGAEgASgLMhMuc2xvdGJyb2tlci52MS5JdGVtIhsKDURlbGV0ZVJlcXVlc3QSCgoCaWQYASABKAkiJwoORGVsZXRlUmVzcG9uc2USFQoNYmxvYnNfZGVsZXRlZBgBIAEoDSIcCg5IaXN0b3J5UmVxdWVzdBIKCgJpZBgBIAEoCSJTCg9IaXN0b3J5UmVzcG9uc2USKAoGZXZlbnRzGAEgAygLMhguc2xvdGJyb2tlci52MS5JdGVtRXZlbnQSFgoOZXZlbnRzX2Ryb3BwZWQYAiABKA0i8gIKCUl0ZW1FdmVudBIOCgZudW1iZXIYASABKA0SJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBGtpbmQYAyABKA4yHC5zbG90YnJva2VyLnYxLkl0ZW1FdmVudEtpbmQSDAoEZnlschgEIAEoCRIPCgdhdHRlbXB0GAUgASgNEhIKCmV4ZWNzZXJ2ZXIYBiABKAkSDwoHc2VydmljZRgHIAEoCRIsCglzbG90X3dhaXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoIZHVyYXRpb24YCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoJZXhpdF9jb2RlGAogASgFSACIAQESLAoKZXJyb3Jfa2luZBgLIAEoDjIYLnNsb3Ricm9rZXIudjEuRXJyb3JLaW5kEg4KBmRldGFpbBgMIAEoCUIMCgpfZXhpdF9jb2RlIiAKD0xpc3RLZXlzUmVxdWVzdBINCgVsaW1pdBgBIAEoDSJOChBMaXN0S2V5c1Jlc3BvbnNlEiUKBGtleXMYASADKAsyFy5zbG90YnJva2VyLnYxLktleUNvdW50EhMKC2tleXNfcXVldWVkGAIgASgNInEKCEtleUNvdW50EhQKDGZhaXJuZXNzX2tleRgBIAEoCRIOCgZxdWV1ZWQYAiABKA0SDAoEaGVsZBgDIAEoDRIxCg1vbGRlc3RfcXVldWVkGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCpOCghJdGVtS2luZBIZChVJVEVNX0tJTkRfVU5TUEVDSUZJRUQQABISCg5JVEVNX0tJTkRfRVhFQxABEhMKD0lURU1fS0lORF9MT0NBTBACKrkBCglJdGVtU3RhdGUSGgoWSVRFTV9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUlURU1fU1RBVEVfUVVFVUVEEAESFgoSSVRFTV9TVEFURV9DTEFJTUVEEAISFgoSSVRFTV9TVEFURV9SVU5OSU5HEAMSGAoUSVRFTV9TVEFURV9TVUNDRUVERUQQBBIVChFJVEVNX1NUQVRFX0ZBSUxFRBAFEhgKFElURU1fU1RBVEVfQ0FOQ0VMTEVEEAYqhgMKDUl0ZW1FdmVudEtpbmQSHwobSVRFTV9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASHQoZSVRFTV9FVkVOVF9LSU5EX1NVQk1JVFRFRBABEhsKF0lURU1fRVZFTlRfS0lORF9DTEFJTUVEEAISGwoXSVRFTV9FVkVOVF9LSU5EX1JVTk5JTkcQAxIgChxJVEVNX0VWRU5UX0tJTkRfQ0FMTF9TVEFSVEVEEAQSHgoaSVRFTV9FVkVOVF9LSU5EX0NBTExfRU5ERUQQBRIcChhJVEVNX0VWRU5UX0tJTkRfUkVRVUVVRUQQBhIkCiBJVEVNX0VWRU5UX0tJTkRfQ0FOQ0VMX1JFUVVFU1RFRBAHEh0KGUlURU1fRVZFTlRfS0lORF9DQU5DRUxMRUQQCBIbChdJVEVNX0VWRU5UX0tJTkRfUkVUUklFRBAJEh0KGUlURU1fRVZFTlRfS0lORF9TVUNDRUVERUQQChIaChZJVEVNX0VWRU5UX0tJTkRfRkFJTEVEEAsylAYKDFF1ZXVlU2VydmljZRJFCgZTdWJtaXQSHC5zbG90YnJva2VyLnYxLlN1Ym1pdFJlcXVlc3QaHS5zbG90YnJva2VyLnYxLlN1Ym1pdFJlc3BvbnNlEjwKA0dldBIZLnNsb3Ricm9rZXIudjEuR2V0UmVxdWVzdBoaLnNsb3Ricm9rZXIudjEuR2V0UmVzcG9uc2USRAoFV2F0Y2gSGy5zbG90YnJva2VyLnYxLldhdGNoUmVxdWVzdBocLnNsb3Ricm9rZXIudjEuV2F0Y2hSZXNwb25zZTABEksKCFBvc2l0aW9uEh4uc2xvdGJyb2tlci52MS5Qb3NpdGlvblJlcXVlc3QaHy5zbG90YnJva2VyLnYxLlBvc2l0aW9uUmVzcG9uc2USQgoFU3RhdHMSGy5zbG90YnJva2VyLnYxLlN0YXRzUmVxdWVzdBocLnNsb3Ricm9rZXIudjEuU3RhdHNSZXNwb25zZRJFCgZDYW5jZWwSHC5zbG90YnJva2VyLnYxLkNhbmNlbFJlcXVlc3QaHS5zbG90YnJva2VyLnYxLkNhbmNlbFJlc3BvbnNlEj8KBExpc3QSGi5zbG90YnJva2VyLnYxLkxpc3RSZXF1ZXN0Ghsuc2xvdGJyb2tlci52MS5MaXN0UmVzcG9uc2USQgoFUmV0cnkSGy5zbG90YnJva2VyLnYxLlJldHJ5UmVxdWVzdBocLnNsb3Ricm9rZXIudjEuUmV0cnlSZXNwb25zZRJFCgZEZWxldGUSHC5zbG90YnJva2VyLnYxLkRlbGV0ZVJlcXVlc3QaHS5zbG90YnJva2VyLnYxLkRlbGV0ZVJlc3BvbnNlEkgKB0hpc3RvcnkSHS5zbG90YnJva2VyLnYxLkhpc3RvcnlSZXF1ZXN0Gh4uc2xvdGJyb2tlci52MS5IaXN0b3J5UmVzcG9uc2USSwoITGlzdEtleXMSHi5zbG90YnJva2VyLnYxLkxpc3RLZXlzUmVxdWVzdBofLnNsb3Ricm9rZXIudjEuTGlzdEtleXNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_slotbroker_v1_broker]);
 
 /**
  * ExecCall is one command run on an execserver.
@@ -326,6 +326,27 @@ export type Item = Message<"slotbroker.v1.Item"> & {
   cancelRequestedAt?: Timestamp | undefined;
 
   /**
+   * The fairness key it was submitted with; empty is the default key.
+   *
+   * @generated from field: string fairness_key = 21;
+   */
+  fairnessKey: string;
+
+  /**
+   * Its weight in the key's turn (1 unless submitted otherwise).
+   *
+   * @generated from field: uint32 fairness_weight = 22;
+   */
+  fairnessWeight: number;
+
+  /**
+   * The per-key limit it was submitted with; 0 is none.
+   *
+   * @generated from field: uint32 fairness_limit = 23;
+   */
+  fairnessLimit: number;
+
+  /**
    * The W3C traceparent of the item's Submit span, when the fylr that took the Submit
    * recorded traces; empty otherwise. Its trace id finds every span of the item (on every
    * fylr and execserver it passed) in the tracing backend. Not filled in List pages.
@@ -389,6 +410,32 @@ export type SubmitRequest = Message<"slotbroker.v1.SubmitRequest"> & {
    * @generated from field: uint32 max_attempts = 6;
    */
   maxAttempts: number;
+
+  /**
+   * The fairness key: who the item is for (a tenant, a user), at most 128 bytes of UTF-8;
+   * empty is the default key. Within a priority, claims take keys in turn (weighted
+   * round-robin), oldest first within a key, so one key's backlog does not starve another.
+   *
+   * @generated from field: string fairness_key = 7;
+   */
+  fairnessKey: string;
+
+  /**
+   * The key's weight in that turn, 1…1000; 0 means 1. A key of weight 3 gets three items
+   * claimed for each one of a key of weight 1 while both have items waiting. Each claimed
+   * item advances its key by 1/its weight: give all items of a key the same weight.
+   *
+   * @generated from field: uint32 fairness_weight = 8;
+   */
+  fairnessWeight: number;
+
+  /**
+   * At most this many items of the key held (claimed or running) at once across all fylrs,
+   * counted when this item is claimed; 0 means no limit. Give all items of a key the same limit.
+   *
+   * @generated from field: uint32 fairness_limit = 9;
+   */
+  fairnessLimit: number;
 };
 
 /**
@@ -897,6 +944,13 @@ export type ListRequest = Message<"slotbroker.v1.ListRequest"> & {
    * @generated from field: string page_token = 8;
    */
   pageToken: string;
+
+  /**
+   * Only items of this fairness key (set to "" for the default key); unset lists all keys.
+   *
+   * @generated from field: optional string fairness_key = 20;
+   */
+  fairnessKey?: string | undefined;
 };
 
 /**
@@ -1167,6 +1221,97 @@ export type ItemEvent = Message<"slotbroker.v1.ItemEvent"> & {
  */
 export const ItemEventSchema: GenMessage<ItemEvent> = /*@__PURE__*/
   messageDesc(file_slotbroker_v1_queue, 26);
+
+/**
+ * ListKeysRequest asks for the fairness keys with open items.
+ *
+ * @generated from message slotbroker.v1.ListKeysRequest
+ */
+export type ListKeysRequest = Message<"slotbroker.v1.ListKeysRequest"> & {
+  /**
+   * Keys to return; default 50, at most 500 (larger values are capped).
+   *
+   * @generated from field: uint32 limit = 1;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message slotbroker.v1.ListKeysRequest.
+ * Use `create(ListKeysRequestSchema)` to create a new message.
+ */
+export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 27);
+
+/**
+ * ListKeysResponse lists fairness keys with open items, most queued first.
+ *
+ * @generated from message slotbroker.v1.ListKeysResponse
+ */
+export type ListKeysResponse = Message<"slotbroker.v1.ListKeysResponse"> & {
+  /**
+   * The keys, most queued items first.
+   *
+   * @generated from field: repeated slotbroker.v1.KeyCount keys = 1;
+   */
+  keys: KeyCount[];
+
+  /**
+   * Keys with queued items in all (also those beyond `limit`).
+   *
+   * @generated from field: uint32 keys_queued = 2;
+   */
+  keysQueued: number;
+};
+
+/**
+ * Describes the message slotbroker.v1.ListKeysResponse.
+ * Use `create(ListKeysResponseSchema)` to create a new message.
+ */
+export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 28);
+
+/**
+ * KeyCount is one fairness key's open items across all fylrs.
+ *
+ * @generated from message slotbroker.v1.KeyCount
+ */
+export type KeyCount = Message<"slotbroker.v1.KeyCount"> & {
+  /**
+   * The key; empty is the default key.
+   *
+   * @generated from field: string fairness_key = 1;
+   */
+  fairnessKey: string;
+
+  /**
+   * Items queued.
+   *
+   * @generated from field: uint32 queued = 2;
+   */
+  queued: number;
+
+  /**
+   * Items held (claimed or running).
+   *
+   * @generated from field: uint32 held = 3;
+   */
+  held: number;
+
+  /**
+   * When its oldest queued item was submitted; unset when none is queued.
+   *
+   * @generated from field: google.protobuf.Timestamp oldest_queued = 4;
+   */
+  oldestQueued?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message slotbroker.v1.KeyCount.
+ * Use `create(KeyCountSchema)` to create a new message.
+ */
+export const KeyCountSchema: GenMessage<KeyCount> = /*@__PURE__*/
+  messageDesc(file_slotbroker_v1_queue, 29);
 
 /**
  * ItemKind says where an item runs.
@@ -1483,6 +1628,17 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof HistoryRequestSchema;
     output: typeof HistoryResponseSchema;
+  },
+  /**
+   * ListKeys returns the fairness keys with open items across all fylrs, with how many
+   * are queued and held, the keys with most queued first.
+   *
+   * @generated from rpc slotbroker.v1.QueueService.ListKeys
+   */
+  listKeys: {
+    methodKind: "unary";
+    input: typeof ListKeysRequestSchema;
+    output: typeof ListKeysResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_slotbroker_v1_queue, 0);

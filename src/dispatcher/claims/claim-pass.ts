@@ -95,6 +95,8 @@ export class ClaimPass implements ClaimRider {
    */
   reserveDirect(n: NormalizedSubmit): (() => void) | undefined {
     if (n.kind !== "exec" || (n.startAfter && n.startAfter.getTime() > Date.now())) return undefined;
+    // A key's limit is counted by the claim (sql.claimExecItems), which a direct claim skips.
+    if (n.fairnessLimit !== undefined) return undefined;
     if (!this.deps.listening() || !this.execQueue.knownEmpty) return undefined;
     if (this.execAdmissionNow().free === 0) return undefined;
     return this.reserve(1);

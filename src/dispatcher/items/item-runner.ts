@@ -73,6 +73,8 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
           { service: call.service, args: call.args, env: call.env, timeoutMs: call.timeoutMs, stdin, traceparent: traced?.traceparent },
           {
             priority: item.priority,
+            fairnessKey: item.fairnessKey,
+            fairnessWeight: item.fairnessWeight,
             signal,
             stdout: sink,
             maxStdoutBytes: deps.inlineBytes,

@@ -14,7 +14,7 @@ import type { ItemOutput } from "../blobs/output-sink.js";
 import type { CallResult, ClaimedItem, Fence, QueueItem } from "../types.js";
 import { itemFromRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
 import { fromPgError, isTransient, sqlState } from "./pg-errors.js";
-import { claimOrder, completeManyParams, completeParams, statementName, type QueueStore } from "./queue-store.js";
+import { completeManyParams, completeParams, statementName, type QueueStore } from "./queue-store.js";
 import * as sql from "./sql.js";
 
 interface Pending<T> {
@@ -74,7 +74,7 @@ export class GroupWriter<T> {
 // two statements, two commits and two round trips per item. Here the claim rides in the
 // completion's own statement (one transaction): the completion is fenced exactly as
 // alone, and the claim takes the same rows, in the same order, with the same fylr-row
-// check as claimItems (sql.ts). The two touch disjoint rows (held vs queued).
+// check as claimExecItems (sql.ts). The two touch disjoint rows (held vs queued).
 
 /** One success to write. */
 export interface Completion {
@@ -97,7 +97,7 @@ export interface ClaimAlong {
  * claimed item's columns, all null when nothing was claimed.
  */
 export const completeItemAndClaim = `
-WITH ${sql.completeItemCtes}, ${sql.claimCtes("$9::text", "'exec'", "(-2147483648)::integer", "$10::integer")}
+WITH ${sql.completeItemCtes}, ${sql.claimCtes("$9::text", "(-2147483648)::integer", "$10::integer")}
 SELECT d.done, k.* FROM (SELECT count(*)::int AS done FROM done) d LEFT JOIN claimed k ON true`;
 
 /**
@@ -105,10 +105,10 @@ SELECT d.done, k.* FROM (SELECT count(*)::int AS done FROM done) d LEFT JOIN cla
  * `done`: the "id/lease" texts of the completions the fences let through.
  */
 export const completeItemsAndClaim = `
-WITH ${sql.completeItemsCtes}, ${sql.claimCtes("$9::text", "'exec'", "(-2147483648)::integer", "$10::integer")}
+WITH ${sql.completeItemsCtes}, ${sql.claimCtes("$9::text", "(-2147483648)::integer", "$10::integer")}
 SELECT d.done, k.* FROM (SELECT coalesce(array_agg(id::text || '/' || lease::text), '{}') AS done FROM done) d LEFT JOIN claimed k ON true`;
 
-type Row = Partial<ItemRow> & { done: number | string[] };
+type Row = Partial<ItemRow> & { done: number | string[]; ordinality?: string | number | null };
 
 /** Writes the completions and claims; one boolean per completion (false: fenced) and the items claimed, in claim order. */
 export async function completeAndClaim(pool: pg.Pool, entries: readonly Completion[], claim: ClaimAlong): Promise<{ written: boolean[]; items: ClaimedItem[] }> {
@@ -125,8 +125,8 @@ export async function completeAndClaim(pool: pg.Pool, entries: readonly Completi
   const written = Array.isArray(done)
     ? ((set) => entries.map((e) => set.has(`${e.fence.id}/${e.fence.lease}`)))(new Set(done))
     : entries.map(() => done === 1);
-  const items = rows.filter((r) => r.id != null).map((r) => itemFromRow(r as ItemRow) as ClaimedItem);
-  return { written, items: items.sort(claimOrder) };
+  const claimed = rows.filter((r) => r.id != null).sort((a, b) => Number(a.ordinality) - Number(b.ordinality));
+  return { written, items: claimed.map((r) => itemFromRow(r as ItemRow) as ClaimedItem) };
 }
 
 /** A claim booked to ride along with a completion write. */
@@ -297,6 +297,9 @@ export class SubmitBatcher {
       entries.map((e) => e.n.maxAttempts),
       entries.map((e) => e.n.idempotencyKey ?? null),
       entries.map((e) => e.n.traceparent ?? null),
+      entries.map((e) => e.n.fairnessKey ?? ""),
+      entries.map((e) => e.n.fairnessWeight ?? 1),
+      entries.map((e) => e.n.fairnessLimit ?? null),
     ];
     const { rows } = await this.queue.pool.query<ItemRow>({ name: statementName(sql.insertQueuedItems), text: sql.insertQueuedItems, values });
     return new Map(rows.map((row) => [row.id, itemFromRow(row)]));

@@ -15,6 +15,7 @@ export {
   type FylrRegistration,
   type FylrRow,
   type ItemSummary,
+  type KeyCount,
   type OpenItemCount,
   type ReapResult,
   type StoredPosition,

@@ -19,6 +19,8 @@ export interface ListFilter {
   readonly service?: string;
   readonly minPriority?: number;
   readonly maxPriority?: number;
+  /** The fairness key ("" the default key). */
+  readonly fairnessKey?: string;
   /** Created at or after. */
   readonly createdAfter?: Date;
   /** Created before. */
@@ -34,7 +36,7 @@ const serviceExpr = "coalesce(payload -> 'calls' -> 0 ->> 'service', payload -> 
 // Everything but the output bytes: a page of 500 items must not drag 500 outputs along.
 const columns = `id, seq, kind, priority, payload, state, claimed_by, lease, start_after, attempts, max_attempts,
   created_at, claimed_at, updated_at, finished_at, result, NULL::bytea AS output, output_blob, output_size,
-  output_sha256, error, idempotency_key, cancel_requested_at`;
+  output_sha256, error, idempotency_key, cancel_requested_at, fairness_key, fairness_weight, fairness_limit`;
 
 /** The list query for a filter: SQL text, its values, and the page size (one extra row is fetched to tell if there is more). */
 export function listQuery(filter: ListFilter): { text: string; values: unknown[]; pageSize: number } {
@@ -50,6 +52,7 @@ export function listQuery(filter: ListFilter): { text: string; values: unknown[]
   if (states.length === 1) where.push(`state = ${param(states[0])}`);
   else if (states.length > 1) where.push(`state = ANY(${param(states)}::text[])`);
   if (filter.service) where.push(`${serviceExpr} = ${param(filter.service)}`);
+  if (filter.fairnessKey !== undefined) where.push(`fairness_key = ${param(filter.fairnessKey)}`);
   if (filter.minPriority !== undefined) where.push(`priority >= ${param(filter.minPriority)}`);
   if (filter.maxPriority !== undefined) where.push(`priority <= ${param(filter.maxPriority)}`);
   if (filter.createdAfter) where.push(`created_at >= ${param(filter.createdAfter)}`);

@@ -22,6 +22,10 @@ export interface NormalizedSubmit {
   readonly idempotencyKey: string | undefined;
   /** Stored in queue_items.traceparent; undefined stores null. */
   readonly traceparent?: string;
+  /** The fairness key ("" the default), its weight (1 by default) and per-key limit (unset: none). */
+  readonly fairnessKey?: string;
+  readonly fairnessWeight?: number;
+  readonly fairnessLimit?: number;
   /** Stored uploads the item takes over (stdin_upload ids). */
   readonly uploads?: readonly string[];
 }
@@ -57,7 +61,8 @@ export function normalizeSubmit(input: SubmitInput, actions: LocalActionRegistry
   if (key?.includes("\0")) throw invalid("idempotency_key: must not contain a NUL character");
   if (input.startAfter && Number.isNaN(input.startAfter.getTime())) throw invalid("start_after: not a valid time");
   if (input.traceparent !== undefined && !isTraceparent(input.traceparent)) throw invalid("traceparent: not a W3C traceparent");
-  const common = { priority, startAfter: input.startAfter, maxAttempts, idempotencyKey: key, traceparent: input.traceparent };
+  const fairness = normalizeFairness(input);
+  const common = { priority, startAfter: input.startAfter, maxAttempts, idempotencyKey: key, traceparent: input.traceparent, ...fairness };
   if (input.local) {
     const local = input.local;
     actions.validate(local.name, local.params);
@@ -78,6 +83,31 @@ export function normalizeSubmit(input: SubmitInput, actions: LocalActionRegistry
   }
   const uploads = calls.flatMap((c) => (c.stdin?.kind === "upload" ? [c.stdin.id] : []));
   return { kind: "exec", payload: { calls: calls.map(encodeCall) }, uploads, ...common };
+}
+
+/** Longest fairness key, in bytes of UTF-8. */
+export const maxFairnessKeyBytes = 128;
+/** Largest fairness weight. */
+export const maxFairnessWeight = 1000;
+/** Largest per-key limit. */
+export const maxFairnessLimit = 1_000_000;
+
+function normalizeFairness(input: SubmitInput): { fairnessKey: string; fairnessWeight: number; fairnessLimit: number | undefined } {
+  const fairnessKey = input.fairnessKey ?? "";
+  if (Buffer.byteLength(fairnessKey, "utf8") > maxFairnessKeyBytes) {
+    throw invalid(`fairness_key: longer than ${maxFairnessKeyBytes} bytes of UTF-8 (${Buffer.byteLength(fairnessKey, "utf8")})`);
+  }
+  if (fairnessKey.includes("\0")) throw invalid("fairness_key: must not contain a NUL character");
+  if (/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(fairnessKey)) throw invalid("fairness_key: not valid UTF-16 (a lone surrogate)");
+  const fairnessWeight = input.fairnessWeight || 1;
+  if (!Number.isInteger(fairnessWeight) || fairnessWeight < 1 || fairnessWeight > maxFairnessWeight) {
+    throw invalid(`fairness_weight: must be 1…${maxFairnessWeight}, got ${fairnessWeight}`);
+  }
+  const fairnessLimit = input.fairnessLimit || undefined;
+  if (fairnessLimit !== undefined && (!Number.isInteger(fairnessLimit) || fairnessLimit < 1 || fairnessLimit > maxFairnessLimit)) {
+    throw invalid(`fairness_limit: must be 1…${maxFairnessLimit} (0 for none), got ${fairnessLimit}`);
+  }
+  return { fairnessKey, fairnessWeight, fairnessLimit };
 }
 
 function validateCall(call: ExecCallSpec, i: number, stdinUrlPrefixes: readonly string[]): number {
@@ -301,6 +331,10 @@ export interface ItemRow {
   cancel_requested_at?: Date | null;
   /** Absent in rows read before migration 0012 ran, and in list pages. */
   traceparent?: string | null;
+  /** Absent in rows read before migration 0009 ran. */
+  fairness_key?: string;
+  fairness_weight?: number;
+  fairness_limit?: number | null;
 }
 
 /** Maps a row to a QueueItem. */
@@ -331,5 +365,8 @@ export function itemFromRow(row: ItemRow): QueueItem {
     idempotencyKey: row.idempotency_key ?? undefined,
     cancelRequestedAt: row.cancel_requested_at ?? undefined,
     ...(row.traceparent && { traceparent: row.traceparent }),
+    fairnessKey: row.fairness_key ?? "",
+    fairnessWeight: row.fairness_weight ?? 1,
+    fairnessLimit: row.fairness_limit ?? undefined,
   };
 }

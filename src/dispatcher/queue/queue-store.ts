@@ -53,11 +53,24 @@ export interface OpenItemCount {
   readonly count: number;
 }
 
+/** One fairness key's open items across all fylrs. */
+export interface KeyCount {
+  /** "" is the default key. */
+  readonly fairnessKey: string;
+  readonly queued: number;
+  /** Claimed or running. */
+  readonly held: number;
+  /** When its oldest queued item was submitted; undefined when none is queued. */
+  readonly oldestQueued: Date | undefined;
+}
+
 /** An item as the status page lists it. */
 export interface ItemSummary {
   readonly id: string;
   readonly kind: ItemKind;
   readonly priority: number;
+  /** "" is the default key. */
+  readonly fairnessKey: string;
   readonly state: ItemState;
   readonly attempts: number;
   readonly claimedBy: string | undefined;
@@ -123,7 +136,19 @@ export class QueueStore {
    * sql.insertItem): the item comes back 'claimed', else 'queued'.
    */
   async submit(n: NormalizedSubmit, claimFor?: string): Promise<{ item: QueueItem; created: boolean }> {
-    const params = [n.kind, n.priority, JSON.stringify(n.payload), n.startAfter ?? null, n.maxAttempts, n.idempotencyKey ?? null, claimFor ?? null, n.traceparent ?? null];
+    const params = [
+      n.kind,
+      n.priority,
+      JSON.stringify(n.payload),
+      n.startAfter ?? null,
+      n.maxAttempts,
+      n.idempotencyKey ?? null,
+      claimFor ?? null,
+      n.traceparent ?? null,
+      n.fairnessKey ?? "",
+      n.fairnessWeight ?? 1,
+      n.fairnessLimit ?? null,
+    ];
     if (n.uploads && n.uploads.length > 0) return this.submitWithUploads(n, n.uploads, params);
     // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit; the
     // follow-up SELECT runs with a fresh snapshot and therefore sees the winner's row.
@@ -186,9 +211,17 @@ export class QueueStore {
     return row ? itemFromRow(row) : undefined;
   }
 
-  /** Claims up to `limit` eligible items of `kind` with priority ≥ minPriority, in claim order. */
+  /**
+   * Claims up to `limit` eligible items of `kind` with priority ≥ minPriority, in claim
+   * order: exec items by priority, then fairness keys in turn, then oldest first within a
+   * key; local items by priority, then oldest first.
+   */
   async claim(fylrId: string, kind: ItemKind, minPriority: number, limit: number): Promise<ClaimedItem[]> {
     if (limit <= 0) return [];
+    if (kind === "exec") {
+      const rows = (await this.query<ItemRow>("claim", sql.claimExecItems, [fylrId, minPriority, limit])).rows;
+      return rows.map((r) => itemFromRow(r) as ClaimedItem);
+    }
     const rows = (await this.query<ItemRow>("claim", sql.claimItems, [fylrId, kind, minPriority, limit])).rows;
     // UPDATE … RETURNING has no order; restore the claim order for FIFO wants.
     return rows.map((r) => itemFromRow(r) as ClaimedItem).sort(claimOrder);
@@ -333,6 +366,21 @@ export class QueueStore {
     return rows.map((r) => ({ kind: r.kind, state: r.state, priority: r.priority, count: r.n }));
   }
 
+  /** Fairness keys with open items, most queued first (at most `limit`), and how many keys have queued items. */
+  async keyCounts(limit: number): Promise<{ keys: KeyCount[]; keysQueued: number }> {
+    type Row = { fairness_key: string; queued: number; held: number; oldest: Date | null; keys_queued: number };
+    const rows = (await this.query<Row>("key counts", sql.keyCounts, [limit])).rows;
+    return {
+      keys: rows.map((r) => ({ fairnessKey: r.fairness_key, queued: r.queued, held: r.held, oldestQueued: r.oldest ?? undefined })),
+      keysQueued: rows[0]?.keys_queued ?? 0,
+    };
+  }
+
+  /** Keys with a claim turn now (exec items queued at some priority). */
+  async countKeyTurns(): Promise<number> {
+    return (await this.query<{ n: number }>("count key turns", sql.countKeyTurns)).rows[0]?.n ?? 0;
+  }
+
   /** Summaries of the items with these ids (missing ids are left out). */
   async itemSummaries(ids: readonly string[]): Promise<ItemSummary[]> {
     if (ids.length === 0) return [];
@@ -341,6 +389,7 @@ export class QueueStore {
       id: string;
       kind: ItemKind;
       priority: number;
+      fairness_key: string;
       state: ItemState;
       attempts: number;
       claimed_by: string | null;
@@ -352,6 +401,7 @@ export class QueueStore {
       id: r.id,
       kind: r.kind,
       priority: r.priority,
+      fairnessKey: r.fairness_key,
       state: r.state,
       attempts: r.attempts,
       claimedBy: r.claimed_by ?? undefined,

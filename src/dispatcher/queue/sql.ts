@@ -13,7 +13,8 @@ import { callEventCount, eventSelect, insertEvents, settleEventSelects } from ".
 /**
  * Submit. $1 kind, $2 priority, $3 payload, $4 start_after (null = now), $5 max_attempts,
  * $6 idempotency_key, $7 the submitting fylr when it may claim the item directly (else null),
- * $8 traceparent (null when untraced). Empty result = key taken.
+ * $8 traceparent (null when untraced), $9 fairness_key, $10 fairness_weight, $11
+ * fairness_limit (null = none). Empty result = key taken.
  *
  * With $7 the item is inserted already claimed by that fylr (lease 1, attempts 1,
  * claimed_at: what a claim writes) when the claim's own rules hold at this statement: the
@@ -25,14 +26,15 @@ import { callEventCount, eventSelect, insertEvents, settleEventSelects } from ".
 export const insertItem = `
 WITH inserted AS (
 INSERT INTO queue_items (kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent,
-                         state, claimed_by, lease, attempts, claimed_at, events)
+                         state, claimed_by, lease, attempts, claimed_at, events, fairness_key, fairness_weight, fairness_limit)
 SELECT $1::text, $2::integer, $3::jsonb, d.start_after, $5::integer, $6::text, $8::text,
        CASE WHEN d.direct THEN 'claimed' ELSE 'queued' END,
        CASE WHEN d.direct THEN $7::text END,
        CASE WHEN d.direct THEN 1 ELSE 0 END,
        CASE WHEN d.direct THEN 1 ELSE 0 END,
        CASE WHEN d.direct THEN now() END,
-       CASE WHEN d.direct THEN 2 ELSE 1 END
+       CASE WHEN d.direct THEN 2 ELSE 1 END,
+       $9::text, $10::integer, $11::integer
 FROM (
   SELECT s.start_after,
          $7::text IS NOT NULL AND $1::text = 'exec' AND s.start_after <= now()
@@ -55,16 +57,21 @@ SELECT * FROM inserted`;
  * Submits queued together (group insert). Arrays of equal length, in arrival order: $1 ids
  * (chosen by the caller, to tell the returned rows apart), $2 kinds, $3 priorities, $4
  * payloads, $5 start_after (null = now), $6 max_attempts, $7 idempotency keys, $8
- * traceparents (null = untraced). Inserted in
+ * traceparents (null = untraced), $9 fairness keys, $10 fairness weights, $11 fairness
+ * limits (null = none). Inserted in
  * that order (seq follows it); an entry whose key is taken (also by an earlier entry of the
  * same batch) is not inserted and returns no row.
  */
 export const insertQueuedItems = `
 WITH inserted AS (
-INSERT INTO queue_items (id, kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent, events)
-SELECT s.id, s.kind, s.priority, s.payload, coalesce(s.start_after, now()), s.max_attempts, s.idempotency_key, s.traceparent, 1
-FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[], $6::integer[], $7::text[], $8::text[])
-  WITH ORDINALITY AS s(id, kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent, n)
+INSERT INTO queue_items (id, kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent, events,
+                         fairness_key, fairness_weight, fairness_limit)
+SELECT s.id, s.kind, s.priority, s.payload, coalesce(s.start_after, now()), s.max_attempts, s.idempotency_key, s.traceparent, 1,
+       s.fairness_key, s.fairness_weight, s.fairness_limit
+FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[], $6::integer[], $7::text[], $8::text[],
+            $9::text[], $10::integer[], $11::integer[])
+  WITH ORDINALITY AS s(id, kind, priority, payload, start_after, max_attempts, idempotency_key, traceparent,
+                       fairness_key, fairness_weight, fairness_limit, n)
 ORDER BY s.n
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *
@@ -78,37 +85,50 @@ export const selectItemByKey = `SELECT * FROM queue_items WHERE idempotency_key 
 export const selectItem = `SELECT * FROM queue_items WHERE id = $1`;
 
 /**
- * Claim up to $4 queued items of kind $2 with priority ≥ $3 whose start_after has come,
- * in claim order, for fylr $1. SKIP LOCKED lets concurrent claimers take disjoint rows
- * without waiting; each claim bumps the lease and counts an attempt. A fylr without a row
- * (declared dead and not yet back) claims nothing: its claims would be orphans at once.
+ * Claim up to $3 queued exec items with priority ≥ $2 whose start_after has come, in claim
+ * order (priority, then fairness keys in weighted turn, then oldest first within a key), for
+ * fylr $1: slotbroker_claim_exec of migration 0009. Items are taken SKIP LOCKED, so
+ * concurrent claimers take disjoint rows; each claim bumps the lease and counts an attempt.
+ * A fylr without a row (declared dead and not yet back) claims nothing: its claims would be
+ * orphans at once. Rows come back in claim order.
  */
-export const claimItems = `
-WITH ${claimCtes("$1", "$2", "$3", "$4")}
-SELECT * FROM claimed`;
+export const claimExecItems = `
+WITH ${claimCtes("$1::text", "$2::integer", "$3::integer")}
+SELECT * FROM claimed ORDER BY ordinality`;
 
 /**
- * The claim of claimItems as CTEs, `next`, `claimed` (the claimed rows) and their events,
+ * The exec claim as CTEs, `claimed` (the claimed rows, in claim order) and their events,
  * so a completion can carry it (group-commit.ts). Arguments are SQL expressions: the fylr,
- * the kind, the lowest priority, the limit.
+ * the lowest priority, the limit.
  */
-export function claimCtes(fylr: string, kind: string, minPriority: string, limit: string): string {
-  return `next AS (
+export function claimCtes(fylr: string, minPriority: string, limit: string): string {
+  return `claimed AS (
+  SELECT * FROM slotbroker_claim_exec(${fylr}, ${minPriority}, ${limit}) WITH ORDINALITY AS c
+), claimed_events AS (${insertEvents(eventSelect({ item: "id", n: "events", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }))})`;
+}
+
+/**
+ * Claim up to $4 queued items of kind $2 (local) with priority ≥ $3 whose start_after has
+ * come, oldest first within a priority, for fylr $1. Tests use it to look at local items
+ * the way claimLocalItems takes them, without permits.
+ */
+export const claimItems = `
+WITH next AS (
   SELECT id FROM queue_items
-  WHERE state = 'queued' AND kind = ${kind} AND priority >= ${minPriority} AND start_after <= now()
-    AND EXISTS (SELECT 1 FROM fylrs WHERE id = ${fylr})
+  WHERE state = 'queued' AND kind = $2 AND priority >= $3 AND start_after <= now()
+    AND EXISTS (SELECT 1 FROM fylrs WHERE id = $1)
   ORDER BY priority DESC, start_after, seq
-  LIMIT ${limit}
+  LIMIT $4
   FOR UPDATE SKIP LOCKED
 ), claimed AS (
   UPDATE queue_items q
-  SET state = 'claimed', claimed_by = ${fylr}, lease = q.lease + 1, attempts = q.attempts + 1,
+  SET state = 'claimed', claimed_by = $1, lease = q.lease + 1, attempts = q.attempts + 1,
       claimed_at = now(), updated_at = now(), events = q.events + 1
   FROM next
   WHERE q.id = next.id
   RETURNING q.*
-), claimed_events AS (${insertEvents(eventSelect({ item: "id", n: "events", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }))})`;
-}
+), claimed_events AS (${insertEvents(eventSelect({ item: "id", n: "events", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }))})
+SELECT * FROM claimed`;
 
 /**
  * Claim local items for fylr $1 in one statement, honouring the high-priority reserve of
@@ -451,21 +471,39 @@ SELECT
 
 /**
  * Where an item stands: its state and, while queued, how many queued items of its kind
- * would be claimed before it. Two index range scans on the claim index: more urgent items
- * (eligible by the time this one is), and same-priority items earlier in claim order.
- * $1 id.
+ * would be claimed before it. More urgent items (eligible by the time this one is) come
+ * first; then, at its priority: for a local item, the items earlier in claim order; for
+ * an exec item, the items of its own key before it plus, for each other key with items
+ * due, the turns that key gets until this item's: min(its items, ceil((rank + 1) × its
+ * weight / this weight)), rank being this item's place in its key. Index range scans on
+ * the claim indexes, no scan of finished rows. $1 id.
  */
 export const itemPosition = `
 SELECT i.state, i.kind,
-  CASE WHEN i.state = 'queued' THEN
+  CASE WHEN i.state <> 'queued' THEN 0
+  ELSE
       (SELECT count(*) FROM queue_items q
        WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority > i.priority
          AND q.start_after <= greatest(now(), i.start_after))
-    + (SELECT count(*) FROM queue_items q
-       WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority = i.priority
-         AND (q.start_after, q.seq) < (i.start_after, i.seq))
-  ELSE 0 END AS ahead
-FROM queue_items i WHERE i.id = $1`;
+    + CASE WHEN i.kind = 'local' THEN
+        (SELECT count(*) FROM queue_items q
+         WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority = i.priority
+           AND (q.start_after, q.seq) < (i.start_after, i.seq))
+      ELSE
+        r.rank + (SELECT coalesce(sum(least(k.n, ceil((r.rank + 1) * k.w / i.fairness_weight::numeric))), 0)
+                  FROM (SELECT count(*) AS n, max(q.fairness_weight) AS w FROM queue_items q
+                        WHERE q.state = 'queued' AND q.kind = 'exec' AND q.priority = i.priority
+                          AND q.fairness_key <> i.fairness_key AND q.start_after <= greatest(now(), i.start_after)
+                        GROUP BY q.fairness_key) k)
+      END
+  END AS ahead
+FROM queue_items i
+CROSS JOIN LATERAL (
+  SELECT count(*) AS rank FROM queue_items q
+  WHERE q.state = 'queued' AND q.kind = i.kind AND q.priority = i.priority AND q.fairness_key = i.fairness_key
+    AND (q.start_after, q.seq) < (i.start_after, i.seq)
+) r
+WHERE i.id = $1`;
 
 /**
  * An item's timeline: one row per kept event, oldest first, each with the item's event
@@ -507,9 +545,30 @@ SELECT kind, state, priority, count(*)::int AS n FROM (
 ) AS open_items
 GROUP BY kind, state, priority`;
 
+/**
+ * Fairness keys with open items, most queued first, at most $1; and how many keys have
+ * queued items in all. Queued rows come from the key claim index, held rows from the
+ * per-key held index: no scan of finished rows.
+ */
+export const keyCounts = `
+WITH open_keys AS (
+  SELECT fairness_key, count(*)::int AS queued, 0 AS held, min(created_at) AS oldest
+  FROM queue_items WHERE state = 'queued' GROUP BY fairness_key
+  UNION ALL
+  SELECT fairness_key, 0, count(*)::int, NULL FROM queue_items WHERE state IN ('claimed', 'running') GROUP BY fairness_key
+), per_key AS (
+  SELECT fairness_key, sum(queued)::int AS queued, sum(held)::int AS held, min(oldest) AS oldest
+  FROM open_keys GROUP BY fairness_key
+)
+SELECT fairness_key, queued, held, oldest, (SELECT count(*)::int FROM per_key WHERE queued > 0) AS keys_queued
+FROM per_key ORDER BY queued DESC, held DESC, fairness_key LIMIT $1`;
+
+/** Keys with a claim turn (exec items queued, or a row not yet removed): the active-keys gauge. */
+export const countKeyTurns = `SELECT count(DISTINCT fairness_key)::int AS n FROM queue_keys`;
+
 /** Some items by id ($1 uuid[]), summarised for the status page, the error cut to one line's worth. */
 export const itemSummariesById = `
-SELECT id, kind, priority, state, attempts, claimed_by, updated_at, left(error, 240) AS error
+SELECT id, kind, priority, fairness_key, state, attempts, claimed_by, updated_at, left(error, 240) AS error
 FROM queue_items WHERE id = ANY($1::uuid[])`;
 
 /**

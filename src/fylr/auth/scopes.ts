@@ -25,6 +25,7 @@ const queueMethodScopes: Record<keyof typeof QueueService.method, Scope> = {
   stats: "read",
   list: "read",
   history: "read",
+  listKeys: "read",
   cancel: "admin",
   retry: "admin",
   delete: "admin",
