@@ -192,11 +192,11 @@ describe("stock tools against a real execserver and a real fylr", function () {
     // covered by test/api/item-control.test.ts.
     const section = doc.slice(doc.indexOf("\n## The queue API"), doc.indexOf("\n### Control over items"));
     const blocks = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
-    expect(blocks.length).to.equal(3);
+    expect(blocks.length).to.equal(5);
     // Run as written: the fylr's address comes in as $API (see the top of protocol.md).
     const script = ["set -euo pipefail", ...blocks].join("\n");
     expect(script).to.not.match(/:7700|127\.0\.0\.1/);
-    expect(script.match(/authorization: Bearer \$SLOTBROKER_API_TOKEN/g)?.length, "every recipe sends the token").to.equal(3);
+    expect(script.match(/authorization: Bearer \$SLOTBROKER_API_TOKEN/g)?.length, "every recipe sends the token").to.equal(4);
     const api = `http://${fylrAddress}`;
     const withoutToken = await run("bash", ["-c", script], { timeoutMs: 60_000, env: { ...process.env, API: api, SLOTBROKER_API_TOKEN: "" } });
     expect(withoutToken.stdout, "refused without the token").to.not.match(/^submitted [0-9a-f-]{36}$/m);
@@ -205,17 +205,24 @@ describe("stock tools against a real execserver and a real fylr", function () {
     const lines = r.stdout.split("\n");
     const id = /^submitted ([0-9a-f-]{36})$/.exec(lines[0]!)?.[1];
     expect(id, r.stdout).to.be.a("string");
-    const get = JSON.parse(lines[1]!) as { item: { id: string; priority: number } };
+    // The traceparent recipe: a second item, accepted with the header (this fylr records no traces).
+    const traced = JSON.parse(lines[1]!) as { item: { id: string } };
+    expect(traced.item.id).to.match(/^[0-9a-f-]{36}$/).and.not.equal(id);
+    const get = JSON.parse(lines[2]!) as { item: { id: string; priority: number } };
     expect(get.item).to.include({ id, priority: 5 });
-    expect(JSON.parse(lines[2]!)).to.have.property("position");
-    expect((JSON.parse(lines[3]!) as { fylrId: string }).fylrId).to.equal(fylr.id);
+    expect(JSON.parse(lines[3]!)).to.have.property("position");
+    expect((JSON.parse(lines[4]!) as { fylrId: string }).fylrId).to.equal(fylr.id);
     // Watch: envelopes (NUL bytes turned into newlines by tr), the last message the end state.
     const digest = createHash("sha256").update("hello\n").digest("hex");
-    const states = [...r.stdout.matchAll(/"state":"(ITEM_STATE_[A-Z]+)"/g)].map((m) => m[1]);
+    const end = `\n\n\n${String.fromCharCode(2)}{}\n`;
+    const watchOut = r.stdout.slice(0, r.stdout.lastIndexOf(end));
+    const states = [...watchOut.matchAll(/"state":"(ITEM_STATE_[A-Z]+)"/g)].map((m) => m[1]);
     expect(states.at(-1)).to.equal("ITEM_STATE_SUCCEEDED");
     expect(r.stdout).to.include(`"output":"${Buffer.from(`${digest}  -\n`).toString("base64")}"`);
-    // The end-of-stream envelope: flags 2, then an empty JSON object.
-    expect(r.stdout.endsWith(`\n\n\n${String.fromCharCode(2)}{}\n`), JSON.stringify(r.stdout.slice(-20))).to.equal(true);
+    // The end-of-stream envelope: flags 2, then an empty JSON object; then the fairness-key recipe's answer.
+    expect(r.stdout, "Watch's end of stream").to.include(end);
+    const keyed = JSON.parse(r.stdout.slice(r.stdout.lastIndexOf(end) + end.length)) as { item: { fairnessKey: string; fairnessWeight: number } };
+    expect(keyed.item).to.include({ fairnessKey: "tenant-42", fairnessWeight: 2 });
   });
 
   it("curl: a plain JSON POST to Watch is refused with 415, and a typo is a 400 naming the field", async () => {
