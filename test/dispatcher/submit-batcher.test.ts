@@ -16,6 +16,7 @@ import {
 } from "../../src/dispatcher/index.js";
 import { SubmitBatcher } from "../../src/dispatcher/queue/group-commit.js";
 import { Code } from "../../src/shared/errors.js";
+import { EventMonitor } from "../support/event-monitor.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { release, track } from "../../harness/resources.js";
 import { closeAll, Gate, itemReaches, openPool, runLocally, TestBackend } from "./support.js";
@@ -141,12 +142,15 @@ describe("group insert of queued submits", function () {
     await d.start();
     const results = await Promise.all(Array.from({ length: 16 }, (_, i) => d.submit({ calls: [{ service: "cat", args: [], env: {}, stdin: { kind: "data", data: Buffer.from(`${i}`) } }] })));
     expect(statements.filter((s) => s.startsWith("many")).length, "group statements").to.be.at.least(1);
+    const succeeded = new EventMonitor(d.events, "item:succeeded");
     gate.open();
     for (const [i, { item }] of results.entries()) {
       const done = await itemReaches(d, item.id, ["succeeded", "failed"]);
       expect(done).to.deep.include({ state: "succeeded", attempts: 1 });
       expect(done.output!.toString()).to.equal(`${i}`);
     }
+    // The row is written before the fylr counts it: wait for its events, not the rows.
+    await succeeded.awaitCount(16);
     expect(d.stats().counters).to.include({ claimed: 16, succeeded: 16 });
     await release(d);
   });

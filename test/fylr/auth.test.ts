@@ -39,7 +39,7 @@ describe("fylr API auth: the pure parts", () => {
     const by = (scope: Scope): string[] => [...queueProcedureScopes].filter(([, s]) => s === scope).map(([p]) => p.split("/")[2]!).sort();
     expect(by("submit")).to.deep.equal(["Submit"]);
     expect(by("admin")).to.deep.equal(["Cancel", "Delete", "Retry"]);
-    expect(by("read")).to.deep.equal(["Get", "List", "ListKeys", "Position", "Stats", "Watch"]);
+    expect(by("read")).to.deep.equal(["Get", "History", "List", "ListKeys", "Position", "Stats", "Watch"]);
   });
 
   it("a token set finds a token by its value or its SHA-256, and nothing else", () => {
