@@ -5,8 +5,8 @@
 // setup()  submits two backlogs, interleaved one for one: NOISY items of key `noisy`
 //          (weight 1) and HEAVY items of key `heavy` (weight HEAVY_WEIGHT). Each lasts
 //          well past the run with keys on.
-// quiet    QUIET VUs, one tenant each (key `quiet-N`, weight 1), each submitting one item,
-//          waiting for it to finish and submitting the next. Its submit → job start
+// quiet-N  QUIET scenarios of one VU, one tenant each (key `quiet-N`, weight 1), each
+//          submitting one item, waiting for it to finish and submitting the next. Its submit → job start
 //          latency is read from the item's History (SUBMITTED → first CALL_STARTED: the
 //          server's own times, so polling adds nothing to it) into `quiet_start_ms`,
 //          tagged with the tenant. An item not finished within QUIET_TIMEOUT_S counts in
