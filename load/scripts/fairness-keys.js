@@ -6,10 +6,10 @@
 //          (weight 1) and HEAVY items of key `heavy` (weight HEAVY_WEIGHT). Each lasts
 //          well past the run with keys on.
 // quiet-N  QUIET scenarios of one VU, one tenant each (key `quiet-N`, weight 1), each
-//          submitting one item, waiting for it to finish and submitting the next. Its submit → job start
-//          latency is read from the item's History (SUBMITTED → first CALL_STARTED: the
-//          server's own times, so polling adds nothing to it) into `quiet_start_ms`,
-//          tagged with the tenant. An item not finished within QUIET_TIMEOUT_S counts in
+//          submitting one item, waiting for it to finish and submitting the next. The
+//          submit → job start latency is read from the item's History (SUBMITTED → first
+//          CALL_STARTED: the server's own times, so polling adds nothing to it) into
+//          `quiet_start_ms`, tagged with the tenant. An item not finished within QUIET_TIMEOUT_S counts in
 //          `quiet_timeouts` and adds the timeout as its latency (a lower bound).
 // window   from WARMUP_S to WARMUP_S + WINDOW_S counts the items of each backlog claimed
 //          in the window and compares `heavy`'s share of the two with its weight's:
@@ -116,14 +116,20 @@ function post(addr, method, body) {
   };
 }
 
+// Status 0 is a transport error (e.g. a keep-alive connection the fylr closed just as k6
+// reused it): tried once more. Every call here may be repeated — Get and History read, and
+// a Submit carries its idempotency key.
 function request(addr, method, body) {
   const r = post(addr, method, body);
+  const res = http.post(r.url, r.body, r.params);
+  if (res.status !== 0) return res;
+  console.warn(`${method} on ${addr}: ${res.error} (${res.error_code}); once more`);
   return http.post(r.url, r.body, r.params);
 }
 
 function call(addr, method, body) {
   const res = request(addr, method, body);
-  if (res.status !== 200) throw new Error(`${method} on ${addr}: ${res.status} ${res.body}`);
+  if (res.status !== 200) throw new Error(`${method} on ${addr}: ${res.status} ${res.error || res.body}`);
   return res.json();
 }
 
@@ -147,9 +153,10 @@ export function setup() {
   const ids = { noisy: [], heavy: [] };
   for (let at = 0; at < order.length; at += 20) {
     const chunk = order.slice(at, at + 20);
-    const responses = http.batch(chunk.map(([key, weight, i], j) => post(FYLRS[(at + j) % FYLRS.length], 'Submit', submitBody(key, weight, `${key}-${i}`))));
-    responses.forEach((res, j) => {
-      if (res.status !== 200) throw new Error(`backlog Submit: ${res.status} ${res.body}`);
+    const calls = chunk.map(([key, weight, i], j) => [FYLRS[(at + j) % FYLRS.length], 'Submit', submitBody(key, weight, `${key}-${i}`)]);
+    http.batch(calls.map((c) => post(...c))).forEach((first, j) => {
+      const res = first.status === 0 ? request(...calls[j]) : first;
+      if (res.status !== 200) throw new Error(`backlog Submit: ${res.status} ${res.error || res.body}`);
       ids[chunk[j][0]].push(res.json('item.id'));
     });
   }
@@ -165,7 +172,7 @@ export function quiet() {
   const res = request(addr, 'Submit', submitBody(tenant, 1, `${tenant}-${n}`));
   if (res.status !== 200) {
     submitErrors.add(1);
-    console.error(`${tenant} Submit: ${res.status} ${res.body}`);
+    console.error(`${tenant} Submit: ${res.status} ${res.error || res.body}`);
     sleep(1);
     return;
   }
