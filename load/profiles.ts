@@ -45,6 +45,26 @@ export interface Profile {
     readonly SUBMIT_S: number;
     readonly DRAIN_TIMEOUT_S: number;
   };
+  readonly fairnessKeys: {
+    readonly fylrs: number;
+    /** Slots per execserver (there are two). */
+    readonly processes: number;
+    readonly headroom: number;
+    /** Each item runs `sleep JOB_S` on an execserver. */
+    readonly JOB_S: number;
+    /** Backlogs submitted in setup: key `noisy` (weight 1) and key `heavy` (HEAVY_WEIGHT). */
+    readonly NOISY: number;
+    readonly HEAVY: number;
+    readonly HEAVY_WEIGHT: number;
+    /** Quiet tenants, one item at a time each. */
+    readonly QUIET: number;
+    readonly QUIET_TIMEOUT_S: number;
+    readonly DURATION_S: number;
+    readonly WARMUP_S: number;
+    readonly WINDOW_S: number;
+    readonly SHARE_TOLERANCE: number;
+    readonly MIN_WINDOW_ITEMS: number;
+  };
   readonly fylrChurn: {
     /** Stable fylr-host processes and fylrs in each (fylrs join there too). */
     readonly hosts: number;
@@ -93,6 +113,22 @@ export const profiles: Record<ProfileName, Profile> = {
     priority: { WORLDS: 2, LOW_STREAMS: 16, HIGH_STREAMS: 3, BACKLOG: 10, DURATION_S: 20, MIN_DECIDED: 200 },
     churn: { STEADY: 20, WAVES: 3, WAVE_VUS: 40, WAVE_S: 8 },
     claimFairness: { fylrs: 4, processes: 8, headroom: 2, JOB_S: 0.5, RATE: 40, SUBMIT_S: 30, DRAIN_TIMEOUT_S: 60 },
+    fairnessKeys: {
+      fylrs: 3,
+      processes: 4,
+      headroom: 2,
+      JOB_S: 0.5,
+      NOISY: 800,
+      HEAVY: 600,
+      HEAVY_WEIGHT: 3,
+      QUIET: 4,
+      QUIET_TIMEOUT_S: 15,
+      DURATION_S: 30,
+      WARMUP_S: 5,
+      WINDOW_S: 20,
+      SHARE_TOLERANCE: 0.05,
+      MIN_WINDOW_ITEMS: 100,
+    },
     fylrChurn: {
       hosts: 5,
       perHost: 10,
@@ -132,6 +168,22 @@ export const profiles: Record<ProfileName, Profile> = {
     priority: { WORLDS: 4, LOW_STREAMS: 32, HIGH_STREAMS: 4, BACKLOG: 20, DURATION_S: 60, MIN_DECIDED: 1000 },
     churn: { STEADY: 50, WAVES: 6, WAVE_VUS: 150, WAVE_S: 12 },
     claimFairness: { fylrs: 6, processes: 16, headroom: 2, JOB_S: 0.5, RATE: 80, SUBMIT_S: 120, DRAIN_TIMEOUT_S: 120 },
+    fairnessKeys: {
+      fylrs: 4,
+      processes: 8,
+      headroom: 2,
+      JOB_S: 0.5,
+      NOISY: 3000,
+      HEAVY: 3000,
+      HEAVY_WEIGHT: 3,
+      QUIET: 8,
+      QUIET_TIMEOUT_S: 30,
+      DURATION_S: 120,
+      WARMUP_S: 15,
+      WINDOW_S: 90,
+      SHARE_TOLERANCE: 0.05,
+      MIN_WINDOW_ITEMS: 1000,
+    },
     fylrChurn: {
       hosts: 6,
       perHost: 10,

@@ -1,6 +1,7 @@
 // The load scenarios: what each starts, what it passes to its k6 script, and the figures
 // the runner's table shows. Sizes come from the profile (load/profiles.ts).
 import { claimFairness } from "./claim-fairness.js";
+import { fairnessKeys } from "./fairness-keys.js";
 import { fylrChurn } from "./fylr-churn.js";
 import { childrenOf, describeProcess } from "./processes.js";
 import { profiles } from "./profiles.js";
@@ -93,4 +94,4 @@ const churn: Scenario = {
 };
 
 /** Every scenario, in the order `npm run load` runs them. */
-export const scenarios: readonly Scenario[] = [brokerFairness, priority, churn, claimFairness, fylrChurn];
+export const scenarios: readonly Scenario[] = [brokerFairness, priority, churn, claimFairness, fairnessKeys, fylrChurn];
