@@ -114,7 +114,7 @@ export interface QueueItem {
   readonly traceparent?: string;
 }
 
-/** What happened to an item: one step of its timeline (migration 0010). */
+/** What happened to an item: one step of its timeline (migration 0009). */
 export type ItemEventKind =
   | "submitted"
   | "claimed"

@@ -3,7 +3,7 @@
  * statement that changes an item bumps `queue_items.events` by the number of events it
  * writes and inserts them in a CTE of its own, so an event never costs a round trip.
  * Event n of an item lands in slot (n − 1) % eventCap: an item keeps its latest eventCap
- * events, an older one overwritten in place (migration 0010).
+ * events, an older one overwritten in place (migration 0009).
  */
 
 /** Events kept per item. */

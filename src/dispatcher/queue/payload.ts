@@ -331,7 +331,7 @@ export interface ItemRow {
   cancel_requested_at?: Date | null;
   /** Absent in rows read before migration 0012 ran, and in list pages. */
   traceparent?: string | null;
-  /** Absent in rows read before migration 0009 ran. */
+  /** Absent in rows read before migration 0010 ran. */
   fairness_key?: string;
   fairness_weight?: number;
   fairness_limit?: number | null;

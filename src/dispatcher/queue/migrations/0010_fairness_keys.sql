@@ -1,10 +1,81 @@
--- 0013: a keyed exec claim writes the item's timeline.
+-- 0010: fairness keys. Every item carries a key (a tenant, a user; '' is the default key), a
+-- weight and, optionally, a limit on how many items of its key may be held at once across
+-- the fleet. Exec claims take keys in turn within a priority — weighted round-robin, oldest
+-- first within a key — instead of the oldest item overall.
 --
--- slotbroker_claim_exec (0009) is the exec claim; the timeline (0010) numbers an item's
--- events with queue_items.events, and the statement calling the claim writes the CLAIMED
--- event with that number. The function is the same as in 0009 except that each claimed row
--- counts its new event.
+-- The turn is stride scheduling over `queue_keys`, one row per (kind, priority, key) with
+-- queued items: a claim serves the ready key with the lowest `pass` and advances it by
+-- 1/weight per item taken (slotbroker_claim_exec below). A key that joins (its first queued
+-- item, or its first after idling) starts at the lowest pass of its priority, so it never
+-- banks credit. A key row without queued items is removed by the next claim that passes it.
 
+ALTER TABLE queue_items ADD COLUMN fairness_key text NOT NULL DEFAULT '';
+ALTER TABLE queue_items ADD COLUMN fairness_weight integer NOT NULL DEFAULT 1
+  CHECK (fairness_weight BETWEEN 1 AND 1000);
+ALTER TABLE queue_items ADD COLUMN fairness_limit integer CHECK (fairness_limit >= 1);
+
+-- The oldest queued item of one key at one priority: the claim's pick within a key and its
+-- "is this key ready" probe, in today's order (eligibility time, then submission).
+CREATE INDEX queue_items_key_claim_idx ON queue_items (kind, priority, fairness_key, start_after, seq)
+  WHERE state = 'queued';
+-- Held items of a key: the per-key limit's count.
+CREATE INDEX queue_items_key_held_idx ON queue_items (fairness_key)
+  WHERE state IN ('claimed', 'running');
+-- List filtered by key, newest first.
+CREATE INDEX queue_items_list_key_idx ON queue_items (fairness_key, seq DESC);
+
+CREATE TABLE queue_keys (
+  kind         text NOT NULL,
+  priority     integer NOT NULL,
+  fairness_key text NOT NULL,
+  -- Virtual time: items served so far, each counted 1/weight.
+  pass         double precision NOT NULL,
+  PRIMARY KEY (kind, priority, fairness_key)
+);
+CREATE INDEX queue_keys_turn_idx ON queue_keys (kind, priority DESC, pass, fairness_key);
+
+-- The advisory lock that orders "a key row is created for a newly queued item" against "a
+-- claim removes a key row it found without queued items": the trigger holds it shared, the
+-- remover must get it exclusively without waiting. Keys share 64 locks (a collision only
+-- postpones a removal), so a transaction queuing items of many keys holds at most 64.
+CREATE OR REPLACE FUNCTION slotbroker_key_lock(kind text, priority integer, fairness_key text) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT hashtext(kind || '/' || priority::text || '/' || fairness_key) & 63 $$;
+
+-- Every item that becomes queued (insert, retry, requeue, rescue) makes sure its key has a row.
+CREATE OR REPLACE FUNCTION slotbroker_queue_key() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock_shared(902609, slotbroker_key_lock(NEW.kind, NEW.priority, NEW.fairness_key));
+  IF NOT EXISTS (SELECT 1 FROM queue_keys WHERE kind = NEW.kind AND priority = NEW.priority AND fairness_key = NEW.fairness_key) THEN
+    INSERT INTO queue_keys (kind, priority, fairness_key, pass)
+    VALUES (NEW.kind, NEW.priority, NEW.fairness_key,
+            coalesce((SELECT min(pass) FROM queue_keys WHERE kind = NEW.kind AND priority = NEW.priority), 0))
+    ON CONFLICT DO NOTHING;
+  END IF;
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER queue_items_key_insert AFTER INSERT ON queue_items
+  FOR EACH ROW WHEN (NEW.state = 'queued' AND NEW.kind = 'exec') EXECUTE FUNCTION slotbroker_queue_key();
+CREATE TRIGGER queue_items_key_requeue AFTER UPDATE OF state ON queue_items
+  FOR EACH ROW WHEN (NEW.state = 'queued' AND OLD.state <> 'queued' AND NEW.kind = 'exec') EXECUTE FUNCTION slotbroker_queue_key();
+
+INSERT INTO queue_keys (kind, priority, fairness_key, pass)
+SELECT DISTINCT kind, priority, fairness_key, 0::double precision FROM queue_items WHERE state = 'queued' AND kind = 'exec';
+
+-- Claims up to p_limit queued exec items with priority ≥ p_min_priority for fylr p_fylr, in
+-- claim order: priority, then keys in turn, then oldest first within a key. A fylr without a
+-- row (declared dead) claims nothing.
+--
+-- Each round picks the key with the lowest pass among those with an eligible item and room
+-- under its limit, takes as many of its oldest items as its turn allows before the next key's
+-- (all it may when it is the only key), and advances its pass. Keys passed over for having
+-- nothing eligible or no room are moved up to the served key's pass: a key cannot bank turns
+-- while it has nothing to run. Concurrent claimers: the first key row is locked waiting (so
+-- two fylrs on one key take turns instead of one seeing it empty), later ones SKIP LOCKED
+-- (another claimer is taking that key's turn); the only key of a priority is served without
+-- its row (no turn to keep). Items are taken SKIP LOCKED as before, so no item is claimed
+-- twice. A key's limit counts its held exec items under an advisory lock of
+-- the key, taken without waiting: a key another claimer is counting is passed over.
 CREATE OR REPLACE FUNCTION slotbroker_claim_exec(p_fylr text, p_min_priority integer, p_limit integer)
 RETURNS SETOF queue_items LANGUAGE plpgsql AS $$
 DECLARE

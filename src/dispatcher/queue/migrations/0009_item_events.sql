@@ -1,4 +1,4 @@
--- 0010: an item's timeline — every change of its state, and each call's slot and job.
+-- 0009: an item's timeline — every change of its state, and each call's slot and job.
 --
 -- Events are written by the statements that change the item (a CTE beside the UPDATE or
 -- INSERT), never by a round trip of their own. `queue_items.events` counts the events an
