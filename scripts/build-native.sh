@@ -18,6 +18,7 @@ mkdir -p "$out" || skip "cannot create $out"
 tmp="$out/slotbroker-job-launcher.$$"
 if ! errors=$("$cc" -std=gnu11 -O2 -Wall -Wextra -o "$tmp" native/job-launcher.c 2>&1); then
   rm -f "$tmp"
-  skip "$cc failed: $(printf '%s\n' "$errors" | grep -m1 -i 'error' || printf '%s' "$errors" | head -n1)"
+  first=$(printf '%s\n' "$errors" | grep -m1 -i 'error' || printf '%s\n' "$errors" | head -n1)
+  skip "$cc failed${first:+: $first}"
 fi
 mv -f "$tmp" "$out/slotbroker-job-launcher"
