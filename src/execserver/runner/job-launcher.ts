@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import type { Socket } from "node:net";
 import { join } from "node:path";
@@ -62,9 +62,11 @@ export const LAUNCHER_NAME = "slotbroker-job-launcher";
 let nativeFound: string | null | undefined;
 
 /**
- * The native job launcher when it was built (scripts/build-native.sh): next to the running
- * code's src/ (dist/native/ of an installed build, .build/run-N/native/ of a test run), or
- * in dist/native/ when the execserver runs from the checkout's sources. Looked up once.
+ * The native job launcher when it was built (scripts/build-native.sh) and runs here: next
+ * to the running code's src/ (dist/native/ of an installed build, .build/run-N/native/ of a
+ * test run), or in dist/native/ when the execserver runs from the checkout's sources. A
+ * binary that does not answer `--check` (built for another machine or C library) is not
+ * used. Looked up once.
  */
 export function nativeLauncherPath(): string | undefined {
   if (nativeFound === undefined) {
@@ -73,11 +75,15 @@ export function nativeLauncherPath(): string | undefined {
     for (const path of [join(root, "native", LAUNCHER_NAME), join(root, "dist", "native", LAUNCHER_NAME)]) {
       try {
         accessSync(path, constants.X_OK);
-        nativeFound = path;
-        break;
       } catch {
-        // not built there
+        continue; // not built there
       }
+      try {
+        if (execFileSync(path, ["--check"], { encoding: "utf8", timeout: 5000, stdio: ["ignore", "pipe", "ignore"] }) === `${LAUNCHER_NAME} ok\n`) nativeFound = path;
+      } catch {
+        // built, but it cannot run here
+      }
+      break;
     }
   }
   return nativeFound ?? undefined;

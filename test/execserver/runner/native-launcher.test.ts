@@ -2,7 +2,7 @@
 // other end of its IPC channel as a plain socket, writes raw lines (malformed ones too) and
 // answers the handle messages itself, as Node's channel would.
 import { expect } from "chai";
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import type { Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -90,6 +90,13 @@ describe("runner: the native job launcher on the wire", function () {
     wire?.child.kill("SIGKILL");
     if (wire) await wire.exited;
     wire = undefined;
+  });
+
+  it("answers --check (the execserver's test whether the binary runs here), and refuses to run without an IPC channel", () => {
+    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok\n");
+    const run = spawnSync(path, [], { encoding: "utf8", env: {} });
+    expect(run.status).to.equal(2);
+    expect(run.stderr).to.contain("no IPC channel (NODE_CHANNEL_FD)");
   });
 
   it("survives malformed lines and answers each bad request with a precise failure", async () => {
