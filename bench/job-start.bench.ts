@@ -1,6 +1,7 @@
 // job-start: what starting a job's process costs the execserver. Two execservers (the real
-// CLI, each its own process, 2 slots of the command service `true`): one forks jobs through
-// the job launcher (`jobLauncher: true`; the default is false), the baseline forks them itself
+// CLI, each its own process, 2 slots of the command service `true`): one starts jobs through
+// the job launcher (`jobLauncher: true`: the native launcher when it is built, else the Node
+// script; the figures' `launcher` parameter says which ran), the baseline forks them itself
 // (`jobLauncher: false`). One broker client per execserver runs jobs one at a time
 // (acquire → JOB → DONE), alternating blocks between the two. Figures:
 //   job_done_p50_us / job_done_p90_us   JOB sent → DONE received, as the fylr sees it
@@ -13,7 +14,7 @@
 // process adds can be read off against it.
 // Both execservers idle their builtin noop first, so their heaps are alike.
 //   npm run bench -- job-start        JOB_START_BLOCKS=6 JOB_START_PER_BLOCK=100
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -46,6 +47,20 @@ function cpuOf(pid: number): { all: number; own: number } {
   }
   const self = cpuParts(pid);
   return { all, own: self.own };
+}
+
+/** Which job launcher the execserver `pid` runs: "native", "node", or "none". */
+function launcherKind(pid: number): string {
+  for (const child of withLiveChildren([pid]).slice(1)) {
+    try {
+      // Both launchers are titled slotbroker-job-launcher; the native one is also that file.
+      if (!readFileSync(`/proc/${child}/cmdline`, "utf8").startsWith("slotbroker-job-launcher")) continue;
+      return readlinkSync(`/proc/${child}/exe`).endsWith("/slotbroker-job-launcher") ? "native" : "node";
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return "none";
 }
 
 async function runJobs(side: Side, service: string, n: number, record: boolean): Promise<void> {
@@ -97,7 +112,7 @@ async function main(): Promise<void> {
     const [launcher, direct] = sides as [Side, Side];
     for (const side of sides) side.jobDone.sort((x, y) => x - y);
     const n = blocks * perBlock;
-    const params = { service: "`true`, one job at a time", jobs: n, blocks, baseline_config: "jobLauncher: false", better: "lower" };
+    const params = { service: "`true`, one job at a time", jobs: n, blocks, launcher: launcherKind(launcher.pid), baseline_config: "jobLauncher: false", better: "lower" };
     const figure = (metric: string, value: number, baseline: number, extra: Record<string, unknown> = {}): void => {
       emit({ bench: "job-start", metric, value, baseline: "the execserver forks the job itself", baseline_value: baseline, params: { ...params, ...extra } });
     };

@@ -6,7 +6,9 @@
 // file, no bundling, no type check, about a second — and children start from that copy with
 // plain `node`, as a deployed build does. Without a build (a one-off script), they fall back
 // to tsx.
-import { cpSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -50,6 +52,7 @@ function processAlive(pid: number): boolean {
 export async function buildChildren(): Promise<string> {
   mkdirSync(buildsDir, { recursive: true });
   for (const name of readdirSync(buildsDir)) {
+    if (name === "native") continue; // compiled once per source, see nativeLauncher()
     const pid = Number(/^run-(\d+)$/.exec(name)?.[1]);
     if (!pid || !processAlive(pid)) rmSync(join(buildsDir, name), { recursive: true, force: true });
   }
@@ -68,10 +71,30 @@ export async function buildChildren(): Promise<string> {
   }
   // Files the code reads next to itself: SQL migrations, descriptor sets, fixtures.
   for (const t of ["src", "gen"]) cpSync(join(projectRoot, t), join(staging, t), { recursive: true, filter: (p) => !p.endsWith(".ts") });
+  const native = nativeLauncher();
+  if (native) cpSync(native, join(staging, "native"), { recursive: true });
   rmSync(out, { recursive: true, force: true });
   renameSync(staging, out);
   process.env[BUILD_ENV] = out;
   return out;
+}
+
+/**
+ * The native job launcher compiled from the current native/job-launcher.c, in a directory
+ * of .build/ named by the source's hash, so a run compiles it only after the source
+ * changed; undefined when it cannot be compiled (the build script said why on stderr).
+ */
+function nativeLauncher(): string | undefined {
+  const source = join(projectRoot, "native", "job-launcher.c");
+  if (!existsSync(source)) return undefined;
+  const hash = createHash("sha256").update(readFileSync(source)).digest("hex").slice(0, 16);
+  const root = join(buildsDir, "native");
+  const dir = join(root, hash);
+  if (!existsSync(join(dir, "slotbroker-job-launcher"))) {
+    rmSync(root, { recursive: true, force: true });
+    execFileSync(join(projectRoot, "scripts", "build-native.sh"), [dir], { stdio: ["ignore", "inherit", "inherit"] });
+  }
+  return existsSync(join(dir, "slotbroker-job-launcher")) ? dir : undefined;
 }
 
 /** Removes the build this process made (the next buildChildren() also sweeps leftovers). */

@@ -46,8 +46,12 @@ export const execserverConfigSchema = z.strictObject({
   handshakeTimeout: durationMs.prefault("10s"),
   drainTimeout: durationMs.prefault("30s"),
   cancelGrace: durationMs.prefault("2s"),
-  /** Fork jobs from a small launcher process (Linux) instead of the execserver itself. */
-  jobLauncher: z.boolean().default(false),
+  /**
+   * Who starts jobs (Linux): "auto" the native job launcher when it is built, else the
+   * execserver; true a launcher process (native when built, else the Node script); false
+   * the execserver itself.
+   */
+  jobLauncher: z.union([z.boolean(), z.literal("auto")], { error: 'expected true, false or "auto"' }).default("auto"),
   maxWantsPerConnection: z.number().int().min(1).default(100_000),
   maxWantsTotal: z.number().int().min(1).default(250_000),
   /** Header/idle deadlines and the connection cap of the admin (and legacy) HTTP listeners. */
@@ -98,8 +102,8 @@ export interface ExecserverConfig {
   readonly drainTimeoutMs: number;
   /** After a Cancel frame: SIGTERM to the job's process group, SIGKILL this much later. */
   readonly cancelGraceMs: number;
-  /** Jobs are forked by the small job launcher process (Linux); false: by the execserver. */
-  readonly jobLauncher: boolean;
+  /** Who starts jobs (Linux): "auto" the native launcher if built, else the execserver; true a launcher; false the execserver. */
+  readonly jobLauncher: boolean | "auto";
   readonly maxWantsPerConnection: number;
   /** Wants parked over all connections at most; more are rejected with BOOK_FULL. */
   readonly maxWantsTotal: number;

@@ -27,7 +27,7 @@ import { HelloBroadcast } from "./hello-broadcast.js";
 import { IdleWaiters } from "./idle-waiters.js";
 import { LegacyTokens, LegacyTransport } from "./legacy/index.js";
 import { ExecserverMetrics } from "./metrics.js";
-import { createRunJob, jobDirRoot, jobDirsRemoved, readPipeCa, sharedJobLauncher, sweepLeftoverJobs, type RunJob } from "./runner/index.js";
+import { createRunJob, jobDirRoot, jobDirsRemoved, nativeLauncherPath, readPipeCa, sharedJobLauncher, sweepLeftoverJobs, type RunJob } from "./runner/index.js";
 import { Session, type SessionHost } from "./session.js";
 import { buildStatus, helloWaitgroups } from "./status-snapshot.js";
 
@@ -123,8 +123,10 @@ export class Execserver implements SessionHost {
       this.serviceEnv[name] = { names: [...s.env] };
     }
     this.events = new Events((err, event) => this.logger.error({ err, event }, "an execserver event listener threw"));
-    // `jobLauncher: true` forks through the job launcher (Linux only); otherwise jobs fork here.
-    const runJob = options.runJob ?? (config.jobLauncher && process.platform === "linux" ? createRunJob({ launcher: sharedJobLauncher() }) : undefined);
+    // Jobs start through the job launcher (Linux only) with `jobLauncher: true`, and with
+    // "auto" when the native one is built; otherwise they fork here.
+    const launcher = process.platform === "linux" && (config.jobLauncher === true || (config.jobLauncher === "auto" && nativeLauncherPath() !== undefined));
+    const runJob = options.runJob ?? (launcher ? createRunJob({ launcher: sharedJobLauncher() }) : undefined);
     this.io = new BrokerIo({
       events: this.events,
       instanceId: config.instanceId,

@@ -33,6 +33,7 @@ describe("execserver config", () => {
       offerTimeoutMs: 5000,
       drainTimeoutMs: 30_000,
       maxWantsPerConnection: 100_000,
+      jobLauncher: "auto",
     });
     expect(config.instanceId).to.match(/-[0-9a-f]{8}$/);
     expect(config.services.cat).to.deep.equal({ name: "cat", waitgroup: "text", timeoutMs: 600_000, env: [], kind: "command", command: ["cat"] });
@@ -42,6 +43,7 @@ describe("execserver config", () => {
   it("names the bad key in every error", () => {
     expect(compileError({ ...base, offerTimeout: "5" })).to.match(/exec\.yaml: offerTimeout: expected a duration/);
     expect(compileError({ ...base, bogus: 1 })).to.contain('unknown key "bogus"');
+    expect(compileError({ ...base, jobLauncher: "yes" })).to.contain('exec.yaml: jobLauncher: expected true, false or "auto"');
     expect(compileError({ ...base, waitgroups: { text: { processes: 0 } } })).to.contain("waitgroups.text.processes");
     expect(compileError({ ...base, services: { x: { waitgroup: "nope", command: ["cat"] } } })).to.contain('services.x.waitgroup: unknown waitgroup "nope"');
     expect(compileError({ ...base, services: { x: { waitgroup: "text", command: [] } } })).to.contain("services.x.command");

@@ -295,8 +295,9 @@ describe("reliability: a job never outlives its execserver", () => {
       const ledger = join(dir, "ledger");
       const tmp = join(dir, "tmp");
       mkdirSync(tmp);
+      // It forks its jobs itself: a job launcher would kill them once the execserver is gone.
       const exec = await spawnExecserver(
-        { instanceId: "exec-sweep", waitgroups: { w: { processes: 2 } }, services: { hold: { waitgroup: "w", command: ["sh", "-c", holdScript(ledger), "hold"] } } },
+        { instanceId: "exec-sweep", jobLauncher: false, waitgroups: { w: { processes: 2 } }, services: { hold: { waitgroup: "w", command: ["sh", "-c", holdScript(ledger), "hold"] } } },
         { env: { TMPDIR: tmp } },
       );
       execs.push(exec);

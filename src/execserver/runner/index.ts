@@ -21,7 +21,7 @@ export { createRunJob, runJob, type RunnerOptions } from "./run-job.js";
 export { readPipeCa } from "./http-client.js";
 export { jobDirRoot, jobDirsRemoved } from "./job-dir.js";
 export { sweepLeftoverJobs, type SweepOptions, type SweepResult } from "./leftover-jobs.js";
-export { JobLauncher, sharedJobLauncher, type JobLauncherOptions } from "./job-launcher.js";
+export { JobLauncher, nativeLauncherPath, sharedJobLauncher, type JobLauncherOptions } from "./job-launcher.js";
 export type { JobProcess, RunJob, RunRequest, StdoutSink } from "./types.js";
 export { childEnv, FALLBACK_PATH } from "./child-env.js";
 export { StdoutBuffer, STDOUT_BUFFER_LIMIT, type StdoutStep } from "./stdout-buffer.js";

@@ -1,5 +1,8 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { accessSync, constants } from "node:fs";
 import type { Socket } from "node:net";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { LaunchedProcess } from "./launched-process.js";
 import { LAUNCHER_SCRIPT } from "./launcher-script.js";
@@ -22,9 +25,14 @@ export interface JobLauncherOptions {
   readonly launchTimeoutMs?: number;
   /** After the launcher could not start, jobs use plain spawn for this long (default 10 s). */
   readonly retryAfterMs?: number;
-  /** node flags of the launcher (default: a small young generation). */
+  /**
+   * The native launcher to run (native/job-launcher.c): default the built one, when there
+   * is one (see nativeLauncherPath); false runs the Node launcher script instead.
+   */
+  readonly native?: string | false;
+  /** node flags of the Node launcher (default: a small young generation). */
   readonly nodeFlags?: readonly string[];
-  /** Program of the launcher (tests use a broken one). */
+  /** Program of the Node launcher (tests use a broken one). */
   readonly script?: string;
   readonly logger?: Logger;
 }
@@ -48,9 +56,43 @@ interface FromLauncher {
 
 const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
 
+/** The native launcher's file name, and the name `ps` shows for either launcher. */
+export const LAUNCHER_NAME = "slotbroker-job-launcher";
+
+let nativeFound: string | null | undefined;
+
 /**
- * Starts jobs through one small long-lived launcher process (see launcher-script.ts),
- * started at the first job and replaced after it dies. Jobs it was starting fail as not
+ * The native job launcher when it was built (scripts/build-native.sh) and runs here: next
+ * to the running code's src/ (dist/native/ of an installed build, .build/run-N/native/ of a
+ * test run), or in dist/native/ when the execserver runs from the checkout's sources. A
+ * binary that does not answer `--check` (built for another machine or C library) is not
+ * used. Looked up once.
+ */
+export function nativeLauncherPath(): string | undefined {
+  if (nativeFound === undefined) {
+    const root = fileURLToPath(new URL("../../../", import.meta.url));
+    nativeFound = null;
+    for (const path of [join(root, "native", LAUNCHER_NAME), join(root, "dist", "native", LAUNCHER_NAME)]) {
+      try {
+        accessSync(path, constants.X_OK);
+      } catch {
+        continue; // not built there
+      }
+      try {
+        if (execFileSync(path, ["--check"], { encoding: "utf8", timeout: 5000, stdio: ["ignore", "pipe", "ignore"] }) === `${LAUNCHER_NAME} ok\n`) nativeFound = path;
+      } catch {
+        // built, but it cannot run here
+      }
+      break;
+    }
+  }
+  return nativeFound ?? undefined;
+}
+
+/**
+ * Starts jobs through one small long-lived launcher process: the native one
+ * (native/job-launcher.c) when built, else the Node script (launcher-script.ts); both speak
+ * the protocol described there. It is started at the first job and replaced after it dies. Jobs it was starting fail as not
  * started; jobs it had started are killed by group and fail as lost. While the launcher
  * cannot be started, `launch` answers undefined and the runner spawns directly.
  */
@@ -98,9 +140,12 @@ export class JobLauncher {
     if (Date.now() < this.#unavailableUntil) return undefined;
     let child: ChildProcess;
     try {
+      const native = this.#options.native ?? nativeLauncherPath();
       const flags = this.#options.nodeFlags ?? DEFAULT_NODE_FLAGS;
       // No execArgv, no NODE_OPTIONS (env is empty): plain node, nothing of tsx or loaders.
-      child = spawn(process.execPath, [...flags, "-e", this.#options.script ?? LAUNCHER_SCRIPT], {
+      const [file, args] = native ? [native, []] : [process.execPath, [...flags, "-e", this.#options.script ?? LAUNCHER_SCRIPT]];
+      child = spawn(file, args, {
+        argv0: native ? LAUNCHER_NAME : undefined,
         // stdin: a pipe nobody writes; its EOF tells the launcher the execserver is gone.
         stdio: ["pipe", "ignore", "inherit", "ipc"],
         env: {},

@@ -1,7 +1,8 @@
 /**
- * The job launcher's program: plain CommonJS run by `node -e`, without the execserver's
- * loaders, flags or NODE_OPTIONS, so it stays a small process (about 50 MB RSS against the
- * execserver's 100+ MB). Forking copies the forking process's page tables, and Node's
+ * The Node job launcher's program, used where the native launcher (native/job-launcher.c,
+ * which speaks the same protocol) is not built: plain CommonJS run by `node -e`, without
+ * the execserver's loaders, flags or NODE_OPTIONS, so it stays a small process (about 50 MB
+ * RSS against the execserver's 100+ MB). Forking copies the forking process's page tables, and Node's
  * spawn() blocks until the child has exec'd; done here, that cost is the launcher's, and
  * the execserver's event loop keeps serving other jobs meanwhile.
  *

@@ -18,8 +18,9 @@ export interface RunnerOptions {
   /** PATH given to jobs whose env has none (default: the execserver's own PATH). */
   readonly hostPath?: string;
   /**
-   * Who forks the jobs: a JobLauncher (the execserver passes the shared one when its
-   * `jobLauncher` is on, Linux only), or false (the default) to spawn from this process.
+   * Who starts the jobs: a JobLauncher (the execserver passes the shared one when its
+   * `jobLauncher` config asks for it, Linux only), or false (the default) to spawn from
+   * this process.
    */
   readonly launcher?: JobLauncher | false;
 }

@@ -1,7 +1,8 @@
 import { expect } from "chai";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { JobLauncher } from "../../../src/execserver/runner/job-launcher.js";
+import { JobLauncher, type JobLauncherOptions } from "../../../src/execserver/runner/job-launcher.js";
 import { createRunJob, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { builtNativeLauncher } from "../../support/native-launcher.js";
 import { isGone } from "../../support/process-liveness.js";
 
 function runWith(runJob: RunJob, request: Partial<RunRequest> & Pick<RunRequest, "command">): Promise<Receipt> {
@@ -17,11 +18,18 @@ async function startSleeper(runJob: RunJob): Promise<{ receipt: Promise<Receipt>
   return { receipt, pid: pid! };
 }
 
-describe("runner: the job launcher", function () {
+// Each case runs against the native launcher (native/job-launcher.c) and the Node script.
+for (const kind of ["native", "node"] as const)
+describe(`runner: the job launcher (${kind})`, function () {
   this.timeout(20_000);
+  before(function () {
+    if (kind === "native" && !builtNativeLauncher()) this.skip(); // no C compiler here
+  });
+  /** Options for a launcher of this kind. */
+  const options = (more: JobLauncherOptions = {}): JobLauncherOptions => ({ native: kind === "native" ? builtNativeLauncher() : false, ...more });
 
   it("forks the job from the launcher, in a process group of its own", async () => {
-    const launcher = new JobLauncher();
+    const launcher = new JobLauncher(options());
     const runJob = createRunJob({ launcher });
     const receipt = await runWith(runJob, { command: ["sh", "-c", "echo $PPID; ps -o pgid= -p $$"] });
     expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED, receipt.errorMessage);
@@ -32,7 +40,7 @@ describe("runner: the job launcher", function () {
   });
 
   it("kills a running job's group when the launcher dies, fails it as KILLED, and starts a new launcher for the next job", async () => {
-    const launcher = new JobLauncher();
+    const launcher = new JobLauncher(options());
     const runJob = createRunJob({ launcher });
     const { receipt, pid } = await startSleeper(runJob);
     const first = launcher.pid!;
@@ -49,7 +57,10 @@ describe("runner: the job launcher", function () {
   });
 
   it("fails a job clearly when the launcher dies at once, then spawns directly for a while", async () => {
-    const launcher = new JobLauncher({ nodeFlags: ["--no-such-node-flag"], retryAfterMs: 60_000 });
+    const launcher = new JobLauncher(
+      // A program that exits at once: a node flag it rejects, a native "launcher" that is /bin/false.
+      options(kind === "native" ? { native: "/bin/false", retryAfterMs: 60_000 } : { nodeFlags: ["--no-such-node-flag"], retryAfterMs: 60_000 }),
+    );
     const runJob = createRunJob({ launcher });
     const first = await runWith(runJob, { command: ["true"] });
     expect(first.error).to.equal(ErrorKind.SPAWN_FAILED);
@@ -60,7 +71,10 @@ describe("runner: the job launcher", function () {
   });
 
   it("replaces a launcher that does not answer and fails the job instead of hanging", async () => {
-    const launcher = new JobLauncher({ script: "setInterval(() => {}, 1000)", launchTimeoutMs: 300 });
+    const launcher = new JobLauncher(
+      // A program that never answers: sh reading commands from the stdin nobody writes.
+      options(kind === "native" ? { native: "/bin/sh", launchTimeoutMs: 300 } : { script: "setInterval(() => {}, 1000)", launchTimeoutMs: 300 }),
+    );
     const runJob = createRunJob({ launcher });
     const started = performance.now();
     const stuck = launcher.pid;
@@ -71,7 +85,7 @@ describe("runner: the job launcher", function () {
   });
 
   it("reports a missing executable through the launcher as SPAWN_FAILED naming it", async () => {
-    const runJob = createRunJob({ launcher: new JobLauncher() });
+    const runJob = createRunJob({ launcher: new JobLauncher(options()) });
     const r = await runWith(runJob, { command: ["no-such-command-for-slotbroker"] });
     expect(r.error).to.equal(ErrorKind.SPAWN_FAILED);
     expect(r.errorMessage).to.equal('cannot start "no-such-command-for-slotbroker": ENOENT: no such file or directory (looked up on the job\'s PATH)');

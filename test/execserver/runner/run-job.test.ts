@@ -4,16 +4,18 @@ import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promis
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { createRunJob, jobDirsRemoved, runJob, sharedJobLauncher, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { createRunJob, JobLauncher, jobDirsRemoved, runJob, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
 import { freePort } from "../../../src/shared/free-port.js";
 import { startPipeServer } from "./pipe-server.js";
 import { jobDirsUnder } from "../../../harness/job-dirs.js";
+import { builtNativeLauncher } from "../../support/native-launcher.js";
 import { isGone } from "../../support/process-liveness.js";
 
 const sha256 = (data: Buffer): string => createHash("sha256").update(data).digest("hex");
 
-// Every case runs twice: jobs forked by the job launcher (`jobLauncher: true`, Linux) and
-// by this process (the default).
+// Every case runs three times: jobs started by the native job launcher, by the Node
+// launcher script (`jobLauncher: true` without a compiled launcher), and forked by this
+// process.
 let runner: RunJob = runJob;
 
 function run(request: Partial<RunRequest> & Pick<RunRequest, "command">): Promise<Receipt> {
@@ -26,11 +28,15 @@ function run(request: Partial<RunRequest> & Pick<RunRequest, "command">): Promis
 const closedPort = freePort;
 
 for (const [mode, modeRunner] of [
-  ["through the job launcher", createRunJob({ launcher: sharedJobLauncher() })],
-  ["spawned directly", runJob],
+  ["through the native job launcher", () => createRunJob({ launcher: new JobLauncher({ native: builtNativeLauncher() ?? "not-built" }) })],
+  ["through the Node job launcher", () => createRunJob({ launcher: new JobLauncher({ native: false }) })],
+  ["spawned directly", () => runJob],
 ] as const)
 describe(`runner: runJob, ${mode}`, () => {
-  before(() => (runner = modeRunner));
+  before(function () {
+    if (mode === "through the native job launcher" && !builtNativeLauncher()) this.skip(); // no C compiler here
+    runner = modeRunner();
+  });
   describe("streams", () => {
     it("round-trips a 16 MiB body from the stdin URL through cat to the stdout URL", async () => {
       const body = randomBytes(16 * 1024 * 1024);

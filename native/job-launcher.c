@@ -1,0 +1,913 @@
+/*
+ * slotbroker-job-launcher: the native job launcher of the execserver (Linux).
+ *
+ * The execserver starts this program with stdio ["pipe", "ignore", "inherit", "ipc"] and
+ * JSON serialization; it speaks the same protocol as the Node launcher script
+ * (src/execserver/runner/launcher-script.ts), over Node's IPC channel:
+ *
+ *   in:  {"t":"spawn","id":ID,"file":F,"args":[...],"cwd":D,"env":{K:V,...}}
+ *   out: {"t":"fd","id":ID,"n":N,"pid":P}  three times (stdin n=0, stdout 1, stderr 2), each
+ *        with the execserver's end of the job's socketpair attached as a handle
+ *   out: {"t":"exit","id":ID,"code":C|null,"signal":"SIGKILL"|null}  once the job is reaped
+ *   out: {"t":"failed","id":ID,"code":"ENOENT","message":"spawn F ENOENT"}  when it cannot start
+ *
+ * Why native: Node's spawn() forks, and fork copies the forking process's page tables
+ * (about 1 ms of CPU for a 50 MB node). posix_spawn here uses clone(CLONE_VM|CLONE_VFORK):
+ * no copy, and exec errors (ENOENT, EACCES) come back as its return value.
+ *
+ * Node's IPC wire format (lib/internal/child_process.js, JSON mode): one JSON text per line.
+ * A handle travels as {"cmd":"NODE_HANDLE","type":"net.Socket","msg":MESSAGE} written by one
+ * sendmsg() that carries the fd as SCM_RIGHTS; the receiver answers {"cmd":"NODE_HANDLE_ACK"}
+ * (or NODE_HANDLE_NACK when the fd did not arrive: the sender sends it again, at most three
+ * more times). A sender has at most one handle in flight: every message after it, with or
+ * without a handle, waits for the ack, so messages keep their order.
+ *
+ * Orphan rule: when stdin (a pipe only the execserver holds) or the channel reads EOF, the
+ * execserver is gone: every job not yet reaped is SIGKILLed by process group and the
+ * launcher exits. Malformed input never crashes it: lines are bounded, invalid messages
+ * are ignored, or answered "failed" when they carry an id.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <paths.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LAUNCHER_NAME "slotbroker-job-launcher"
+/* A request longer than this is answered E2BIG (exec itself refuses a few MB of args+env). */
+#define MAX_LINE (8u << 20)
+/* Nesting depth of JSON values skipped in a request (a spawn request nests two levels). */
+#define MAX_DEPTH 64
+/* Node sends a handle again after a NACK at most this many times. */
+#define MAX_RETRANSMISSIONS 3
+/* The longest id echoed back (a JSON number token; the execserver counts from 1). */
+#define MAX_ID 32
+
+static int channel = -1;
+
+/* ------------------------------------------------------------------ jobs ---------------- */
+
+/* A started job until it is reaped. Few at a time (one per slot): a linear table suffices. */
+struct job {
+  pid_t pid;
+  char id[MAX_ID];
+};
+static struct job *jobs;
+static size_t njobs, jobs_cap;
+
+static void add_job(pid_t pid, const char *id) {
+  if (njobs == jobs_cap) {
+    size_t cap = jobs_cap ? jobs_cap * 2 : 16;
+    struct job *grown = realloc(jobs, cap * sizeof *jobs);
+    if (!grown) {
+      /* Without a table entry the job could never be reported or killed: kill it now. */
+      kill(-pid, SIGKILL);
+      return;
+    }
+    jobs = grown;
+    jobs_cap = cap;
+  }
+  jobs[njobs].pid = pid;
+  snprintf(jobs[njobs].id, MAX_ID, "%s", id);
+  njobs++;
+}
+
+/* The execserver is gone: nobody could read the jobs' output or reap them. */
+static void orphaned(void) __attribute__((noreturn));
+static void orphaned(void) {
+  for (size_t i = 0; i < njobs; i++) kill(-jobs[i].pid, SIGKILL);
+  _exit(0);
+}
+
+/* ------------------------------------------------------------------ output -------------- */
+
+/* A growable byte buffer for building JSON lines. Allocation failure ends the process. */
+struct buf {
+  char *p;
+  size_t len, cap;
+};
+
+static void buf_need(struct buf *b, size_t more) {
+  if (b->len + more <= b->cap) return;
+  size_t cap = b->cap ? b->cap : 128;
+  while (cap < b->len + more) cap *= 2;
+  char *p = realloc(b->p, cap);
+  if (!p) orphaned(); /* out of memory: the execserver sees the launcher die */
+  b->p = p;
+  b->cap = cap;
+}
+
+static void buf_add(struct buf *b, const char *s, size_t n) {
+  buf_need(b, n);
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+}
+
+static void buf_str(struct buf *b, const char *s) { buf_add(b, s, strlen(s)); }
+
+/* s as a JSON string: quotes, backslashes and control bytes escaped, other bytes as-is. */
+static void buf_json(struct buf *b, const char *s) {
+  buf_add(b, "\"", 1);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') {
+      char e[2] = {'\\', (char)c};
+      buf_add(b, e, 2);
+    } else if (c < 0x20) {
+      char e[8];
+      snprintf(e, sizeof e, "\\u%04x", c);
+      buf_add(b, e, 6);
+    } else {
+      buf_add(b, (const char *)&c, 1);
+    }
+  }
+  buf_add(b, "\"", 1);
+}
+
+/* A line waiting to be written, with the fd it carries (-1: none). */
+struct out {
+  struct out *next;
+  int fd;
+  int retransmissions;
+  size_t len;
+  char line[];
+};
+static struct out *out_head, *out_tail;
+/* out_head was written with its fd and waits for NODE_HANDLE_ACK. */
+static bool awaiting_ack;
+
+/* Writes a whole line; the fd (if any) rides on the first byte. A dead channel is EOF. */
+static void write_line(const char *p, size_t len, int fd) {
+  bool fd_sent = fd < 0;
+  while (len > 0) {
+    struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
+    union {
+      struct cmsghdr align;
+      char space[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (!fd_sent) {
+      memset(&control, 0, sizeof control);
+      msg.msg_control = control.space;
+      msg.msg_controllen = sizeof control.space;
+      struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+      cmsg->cmsg_level = SOL_SOCKET;
+      cmsg->cmsg_type = SCM_RIGHTS;
+      cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+    }
+    ssize_t n = sendmsg(channel, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        struct pollfd w = {.fd = channel, .events = POLLOUT};
+        poll(&w, 1, -1);
+        continue;
+      }
+      orphaned();
+    }
+    fd_sent = true;
+    p += n;
+    len -= (size_t)n;
+  }
+}
+
+/* Writes queued lines until one carrying an fd is in flight (it then waits for its ack). */
+static void flush_out(void) {
+  while (out_head && !awaiting_ack) {
+    struct out *o = out_head;
+    write_line(o->line, o->len, o->fd);
+    if (o->fd >= 0) {
+      awaiting_ack = true;
+      return;
+    }
+    out_head = o->next;
+    if (!out_head) out_tail = NULL;
+    free(o);
+  }
+}
+
+/* Queues the line in b (newline appended here), with fd passed along if >= 0. */
+static void send_line(struct buf *b, int fd) {
+  buf_add(b, "\n", 1);
+  struct out *o = malloc(sizeof *o + b->len);
+  if (!o) orphaned();
+  o->next = NULL;
+  o->fd = fd;
+  o->retransmissions = 0;
+  o->len = b->len;
+  memcpy(o->line, b->p, b->len);
+  if (out_tail) out_tail->next = o;
+  else out_head = o;
+  out_tail = o;
+  b->len = 0;
+  flush_out();
+}
+
+/* The receiver answered the handle in flight: ack drops it, nack sends it again. */
+static void handle_answered(bool ack) {
+  if (!awaiting_ack) return;
+  struct out *o = out_head;
+  awaiting_ack = false;
+  if (ack || ++o->retransmissions > MAX_RETRANSMISSIONS) {
+    close(o->fd); /* the receiver holds its own copy now (or never will) */
+    out_head = o->next;
+    if (!out_head) out_tail = NULL;
+    free(o);
+  }
+  flush_out();
+}
+
+static struct buf msg;
+
+/* Node's error code names for the errors a spawn can meet. */
+static const char *errno_name(int e) {
+  switch (e) {
+    case ENOENT: return "ENOENT";
+    case EACCES: return "EACCES";
+    case EPERM: return "EPERM";
+    case ENOTDIR: return "ENOTDIR";
+    case EISDIR: return "EISDIR";
+    case ELOOP: return "ELOOP";
+    case ENAMETOOLONG: return "ENAMETOOLONG";
+    case ENOEXEC: return "ENOEXEC";
+    case E2BIG: return "E2BIG";
+    case ETXTBSY: return "ETXTBSY";
+    case ENOMEM: return "ENOMEM";
+    case EAGAIN: return "EAGAIN";
+    case EMFILE: return "EMFILE";
+    case ENFILE: return "ENFILE";
+    case EIO: return "EIO";
+    case EINVAL: return "EINVAL";
+    case EFAULT: return "EFAULT";
+    case ELIBBAD: return "ELIBBAD";
+    default: return "UNKNOWN";
+  }
+}
+
+/* {"t":"failed",...} with Node's message for a failed spawn ("spawn FILE CODE") or why. */
+static void send_failed(const char *id, const char *code, const char *file, const char *why) {
+  buf_str(&msg, "{\"t\":\"failed\",\"id\":");
+  buf_str(&msg, id);
+  buf_str(&msg, ",\"code\":");
+  buf_json(&msg, code);
+  buf_str(&msg, ",\"message\":");
+  if (why) {
+    buf_json(&msg, why);
+  } else {
+    struct buf text = {0};
+    buf_str(&text, "spawn ");
+    buf_str(&text, file);
+    buf_str(&text, " ");
+    buf_str(&text, code);
+    buf_add(&text, "", 1);
+    buf_json(&msg, text.p);
+    free(text.p);
+  }
+  buf_str(&msg, "}");
+  send_line(&msg, -1);
+}
+
+/* ------------------------------------------------------------------ JSON reader --------- */
+
+/*
+ * Reads just what a request needs. Strings are decoded in place (an escape never decodes
+ * longer than it is written) and NUL-terminated where their closing quote was, so the
+ * request's strings point into the line buffer without copies.
+ */
+struct reader {
+  char *p, *end;
+};
+
+static void skip_ws(struct reader *r) {
+  while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r')) r->p++;
+}
+
+static bool take(struct reader *r, char c) {
+  skip_ws(r);
+  if (r->p < r->end && *r->p == c) {
+    r->p++;
+    return true;
+  }
+  return false;
+}
+
+static int hex4(const char *p) {
+  int v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = p[i];
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= c - '0';
+    else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+    else return -1;
+  }
+  return v;
+}
+
+static char *put_utf8(char *w, uint32_t cp) {
+  if (cp < 0x80) {
+    *w++ = (char)cp;
+  } else if (cp < 0x800) {
+    *w++ = (char)(0xC0 | (cp >> 6));
+    *w++ = (char)(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *w++ = (char)(0xE0 | (cp >> 12));
+    *w++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+    *w++ = (char)(0x80 | (cp & 0x3F));
+  } else {
+    *w++ = (char)(0xF0 | (cp >> 18));
+    *w++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+    *w++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+    *w++ = (char)(0x80 | (cp & 0x3F));
+  }
+  return w;
+}
+
+/*
+ * A JSON string at r, decoded in place into *out. *has_nul is set when it contains U+0000
+ * (no C string can carry it; exec could not either). Lone surrogates become U+FFFD, as
+ * Node's own UTF-8 conversion of a spawn argument makes them.
+ */
+static bool read_string(struct reader *r, char **out, bool *has_nul) {
+  if (!take(r, '"')) return false;
+  char *w = r->p;
+  *out = w;
+  while (r->p < r->end) {
+    unsigned char c = (unsigned char)*r->p;
+    if (c == '"') {
+      *w = '\0';
+      r->p++;
+      return true;
+    }
+    if (c < 0x20) return false;
+    if (c != '\\') {
+      *w++ = *r->p++;
+      continue;
+    }
+    if (r->end - r->p < 2) return false;
+    char e = r->p[1];
+    r->p += 2;
+    switch (e) {
+      case '"': *w++ = '"'; break;
+      case '\\': *w++ = '\\'; break;
+      case '/': *w++ = '/'; break;
+      case 'b': *w++ = '\b'; break;
+      case 'f': *w++ = '\f'; break;
+      case 'n': *w++ = '\n'; break;
+      case 'r': *w++ = '\r'; break;
+      case 't': *w++ = '\t'; break;
+      case 'u': {
+        if (r->end - r->p < 4) return false;
+        int u = hex4(r->p);
+        if (u < 0) return false;
+        r->p += 4;
+        uint32_t cp = (uint32_t)u;
+        if (cp >= 0xD800 && cp <= 0xDBFF && r->end - r->p >= 6 && r->p[0] == '\\' && r->p[1] == 'u') {
+          int lo = hex4(r->p + 2);
+          if (lo >= 0xDC00 && lo <= 0xDFFF) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
+            r->p += 6;
+          }
+        }
+        if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;
+        if (cp == 0) *has_nul = true;
+        w = put_utf8(w, cp);
+        break;
+      }
+      default: return false;
+    }
+  }
+  return false;
+}
+
+/* A JSON number token at r (validated, not converted): [start, r->p). */
+static bool read_number(struct reader *r, char **start) {
+  skip_ws(r);
+  char *p = r->p;
+  *start = p;
+  if (p < r->end && *p == '-') p++;
+  if (p >= r->end || *p < '0' || *p > '9') return false;
+  if (*p == '0') p++;
+  else while (p < r->end && *p >= '0' && *p <= '9') p++;
+  if (p < r->end && *p == '.') {
+    p++;
+    if (p >= r->end || *p < '0' || *p > '9') return false;
+    while (p < r->end && *p >= '0' && *p <= '9') p++;
+  }
+  if (p < r->end && (*p == 'e' || *p == 'E')) {
+    p++;
+    if (p < r->end && (*p == '+' || *p == '-')) p++;
+    if (p >= r->end || *p < '0' || *p > '9') return false;
+    while (p < r->end && *p >= '0' && *p <= '9') p++;
+  }
+  r->p = p;
+  return true;
+}
+
+static bool skip_value(struct reader *r, int depth) {
+  if (depth > MAX_DEPTH) return false;
+  skip_ws(r);
+  if (r->p >= r->end) return false;
+  char c = *r->p;
+  if (c == '"') {
+    char *s;
+    bool nul = false;
+    return read_string(r, &s, &nul);
+  }
+  if (c == '{' || c == '[') {
+    char close = c == '{' ? '}' : ']';
+    r->p++;
+    if (take(r, close)) return true;
+    do {
+      if (c == '{') {
+        char *key;
+        bool nul = false;
+        if (!read_string(r, &key, &nul) || !take(r, ':')) return false;
+      }
+      if (!skip_value(r, depth + 1)) return false;
+    } while (take(r, ','));
+    return take(r, close);
+  }
+  static const char *const words[] = {"true", "false", "null"};
+  for (size_t i = 0; i < 3; i++) {
+    size_t n = strlen(words[i]);
+    if ((size_t)(r->end - r->p) >= n && memcmp(r->p, words[i], n) == 0) {
+      r->p += n;
+      return true;
+    }
+  }
+  char *num;
+  return read_number(r, &num);
+}
+
+/* A growable array of string pointers (into the line), NULL-terminated when used. */
+struct strv {
+  char **v;
+  size_t n, cap;
+};
+
+static bool strv_push(struct strv *s, char *p) {
+  if (s->n + 1 >= s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 16;
+    char **v = realloc(s->v, cap * sizeof *v);
+    if (!v) return false;
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = p;
+  s->v[s->n] = NULL;
+  return true;
+}
+
+/* The fields of one incoming message. */
+struct request {
+  char *t, *cmd, *file, *cwd;
+  char id[MAX_ID];
+  struct strv args; /* args.v[0] is reserved for argv[0] (the file) */
+  struct strv env;  /* key, value, key, value, ... */
+  const char *invalid; /* the first field found invalid, for the "failed" answer */
+};
+
+/* A string field: *field points at it, or stays NULL (and the field is invalid) otherwise. */
+static bool read_string_field(struct reader *r, char **field, const char *name, struct request *req) {
+  bool nul = false;
+  *field = NULL;
+  skip_ws(r);
+  if (r->p >= r->end || *r->p != '"') {
+    if (!req->invalid) req->invalid = name;
+    return skip_value(r, 1);
+  }
+  if (!read_string(r, field, &nul)) return false;
+  if (nul && !req->invalid) req->invalid = name;
+  return true;
+}
+
+/* "args": an array of strings, after the slot reserved for argv[0]. */
+static bool read_args(struct reader *r, struct request *req) {
+  req->args.n = 0;
+  if (!strv_push(&req->args, NULL)) return false;
+  skip_ws(r);
+  if (r->p >= r->end || *r->p != '[') {
+    if (!req->invalid) req->invalid = "args";
+    return skip_value(r, 1);
+  }
+  r->p++;
+  if (take(r, ']')) return true;
+  do {
+    char *s;
+    if (!read_string_field(r, &s, "args", req)) return false;
+    if (s && !strv_push(&req->args, s)) return false;
+  } while (take(r, ','));
+  return take(r, ']');
+}
+
+/* "env": an object of strings, kept as key, value, key, value, ... */
+static bool read_env(struct reader *r, struct request *req) {
+  req->env.n = 0;
+  skip_ws(r);
+  if (r->p >= r->end || *r->p != '{') {
+    if (!req->invalid) req->invalid = "env";
+    return skip_value(r, 1);
+  }
+  r->p++;
+  if (take(r, '}')) return true;
+  do {
+    char *k, *v;
+    bool nul = false;
+    if (!read_string(r, &k, &nul) || !take(r, ':')) return false;
+    if ((nul || !*k || strchr(k, '=')) && !req->invalid) req->invalid = "env";
+    if (!read_string_field(r, &v, "env", req)) return false;
+    if (v && (!strv_push(&req->env, k) || !strv_push(&req->env, v))) return false;
+  } while (take(r, ','));
+  return take(r, '}');
+}
+
+/*
+ * Parses a line (one JSON object) into req, reading the fields a message of the protocol
+ * has and skipping any other. False when the line is not a well-formed JSON object.
+ */
+static bool parse_request(char *line, size_t len, struct request *req) {
+  struct reader r = {line, line + len};
+  if (!take(&r, '{')) return false;
+  if (!take(&r, '}')) {
+    do {
+      char *key;
+      bool nul = false;
+      if (!read_string(&r, &key, &nul) || !take(&r, ':')) return false;
+      bool ok;
+      if (!strcmp(key, "t")) ok = read_string_field(&r, &req->t, "t", req);
+      else if (!strcmp(key, "cmd")) ok = read_string_field(&r, &req->cmd, "cmd", req);
+      else if (!strcmp(key, "file")) ok = read_string_field(&r, &req->file, "file", req);
+      else if (!strcmp(key, "cwd")) ok = read_string_field(&r, &req->cwd, "cwd", req);
+      else if (!strcmp(key, "args")) ok = read_args(&r, req);
+      else if (!strcmp(key, "env")) ok = read_env(&r, req);
+      else if (!strcmp(key, "id")) {
+        char *start;
+        skip_ws(&r);
+        req->id[0] = '\0';
+        if (r.p < r.end && (*r.p == '-' || (*r.p >= '0' && *r.p <= '9'))) {
+          ok = read_number(&r, &start);
+          size_t n = (size_t)(r.p - start);
+          if (ok && n < MAX_ID) {
+            memcpy(req->id, start, n);
+            req->id[n] = '\0';
+          }
+        } else {
+          ok = skip_value(&r, 1);
+        }
+      } else ok = skip_value(&r, 1);
+      if (!ok) return false;
+    } while (take(&r, ','));
+    if (!take(&r, '}')) return false;
+  }
+  skip_ws(&r);
+  return r.p == r.end;
+}
+
+/* ------------------------------------------------------------------ spawning ------------ */
+
+static posix_spawnattr_t spawn_attr;
+
+/*
+ * posix_spawn with Node's (libuv's) lookup: a file with a slash as is, else each entry of
+ * the job's own PATH in turn (ENOENT/ENOTDIR: try the next; EACCES: remember, try the
+ * next; anything else: stop). Entries are tried after the job's chdir, so relative ones
+ * are relative to its cwd, as in libuv. Absolute candidates that do not exist are skipped
+ * without a spawn.
+ */
+static int spawn_path(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions, char **argv, char **envp) {
+  if (strchr(file, '/')) return posix_spawn(pid, file, actions, &spawn_attr, argv, envp);
+  const char *path = NULL;
+  for (char **e = envp; *e; e++)
+    if (!strncmp(*e, "PATH=", 5)) path = *e + 5;
+  if (!path) path = _PATH_DEFPATH;
+  bool eacces = false;
+  char candidate[PATH_MAX];
+  for (const char *p = path;; p++) {
+    const char *colon = strchrnul(p, ':');
+    size_t dirlen = (size_t)(colon - p);
+    int n = dirlen ? snprintf(candidate, sizeof candidate, "%.*s/%s", (int)dirlen, p, file) : snprintf(candidate, sizeof candidate, "%s", file);
+    if (n > 0 && (size_t)n < sizeof candidate && !(candidate[0] == '/' && access(candidate, F_OK) != 0 && (errno == ENOENT || errno == ENOTDIR))) {
+      int err = posix_spawn(pid, candidate, actions, &spawn_attr, argv, envp);
+      if (err == 0) return 0;
+      if (err == EACCES) eacces = true;
+      else if (err != ENOENT && err != ENOTDIR) return err;
+    }
+    if (!*colon) break;
+    p = colon;
+  }
+  return eacces ? EACCES : ENOENT;
+}
+
+static void set_nonblock(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+/* Starts the job of a valid request and reports its three handles, or why it failed. */
+static void spawn_job(struct request *req) {
+  /* "K=V" strings for the job's environment, in one block. */
+  size_t size = 0;
+  for (size_t i = 0; i < req->env.n; i += 2) size += strlen(req->env.v[i]) + strlen(req->env.v[i + 1]) + 2;
+  char *block = malloc(size + 1);
+  char **envp = calloc(req->env.n / 2 + 1, sizeof *envp);
+  if (!block || !envp) {
+    free(block);
+    free(envp);
+    send_failed(req->id, "ENOMEM", req->file, NULL);
+    return;
+  }
+  char *w = block;
+  for (size_t i = 0; i < req->env.n; i += 2) {
+    envp[i / 2] = w;
+    w += sprintf(w, "%s=%s", req->env.v[i], req->env.v[i + 1]) + 1;
+  }
+  req->args.v[0] = req->file;
+
+  /* Socketpairs, as libuv makes a child's "pipe" stdio: [0] the execserver's end, [1] the job's. */
+  int pairs[3][2];
+  int made = 0, err = 0;
+  for (; made < 3; made++)
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pairs[made]) != 0) {
+      err = errno;
+      break;
+    }
+  pid_t pid = 0;
+  if (!err) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    for (int n = 0; n < 3; n++) posix_spawn_file_actions_adddup2(&actions, pairs[n][1], n);
+    posix_spawn_file_actions_addchdir_np(&actions, req->cwd);
+    err = spawn_path(&pid, req->file, &actions, req->args.v, envp);
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  free(block);
+  free(envp);
+  for (int n = 0; n < made; n++) {
+    close(pairs[n][1]);
+    if (err) close(pairs[n][0]);
+  }
+  if (err) {
+    send_failed(req->id, errno_name(err), req->file, NULL);
+    return;
+  }
+  add_job(pid, req->id);
+  for (int n = 0; n < 3; n++) {
+    set_nonblock(pairs[n][0]);
+    buf_str(&msg, "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"t\":\"fd\",\"id\":");
+    buf_str(&msg, req->id);
+    char tail[64];
+    snprintf(tail, sizeof tail, ",\"n\":%d,\"pid\":%d}}", n, (int)pid);
+    buf_str(&msg, tail);
+    send_line(&msg, pairs[n][0]);
+  }
+}
+
+/* Acts on one complete line from the channel. */
+static void handle_line(char *line, size_t len) {
+  struct request req = {0};
+  if (!parse_request(line, len, &req)) {
+    free(req.args.v);
+    free(req.env.v);
+    return; /* not a JSON object: nothing to answer to */
+  }
+  if (req.cmd && !strcmp(req.cmd, "NODE_HANDLE_ACK")) handle_answered(true);
+  else if (req.cmd && !strcmp(req.cmd, "NODE_HANDLE_NACK")) handle_answered(false);
+  else if (req.t && !strcmp(req.t, "spawn") && req.id[0]) {
+    if (!req.invalid && (!req.file || !*req.file)) req.invalid = "file";
+    if (!req.invalid && !req.cwd) req.invalid = "cwd";
+    if (!req.invalid && req.args.n == 0 && !strv_push(&req.args, NULL)) req.invalid = "args"; /* argv[0] only */
+    if (req.invalid) {
+      char why[96];
+      snprintf(why, sizeof why, "invalid spawn request: bad or missing field \"%s\"", req.invalid);
+      send_failed(req.id, "EINVAL", "", why);
+    } else {
+      spawn_job(&req);
+    }
+  }
+  free(req.args.v);
+  free(req.env.v);
+}
+
+/* ------------------------------------------------------------------ reaping ------------- */
+
+/* Node's names of the signals a process can die of (os.constants.signals on Linux). */
+static const char *signal_name(int sig, char *other, size_t size) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGCHLD: return "SIGCHLD";
+#ifdef SIGSTKFLT
+    case SIGSTKFLT: return "SIGSTKFLT";
+#endif
+    case SIGCONT: return "SIGCONT";
+    case SIGSTOP: return "SIGSTOP";
+    case SIGTSTP: return "SIGTSTP";
+    case SIGTTIN: return "SIGTTIN";
+    case SIGTTOU: return "SIGTTOU";
+    case SIGURG: return "SIGURG";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    case SIGVTALRM: return "SIGVTALRM";
+    case SIGPROF: return "SIGPROF";
+    case SIGWINCH: return "SIGWINCH";
+    case SIGIO: return "SIGIO";
+#ifdef SIGPWR
+    case SIGPWR: return "SIGPWR";
+#endif
+    case SIGSYS: return "SIGSYS";
+    default:
+      /* A real-time signal: Node has no name for it; the number still tells what happened. */
+      snprintf(other, size, "SIG%d", sig);
+      return other;
+  }
+}
+
+/* Reaps every exited job and reports it. */
+static void reap(void) {
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    size_t i = 0;
+    while (i < njobs && jobs[i].pid != pid) i++;
+    if (i == njobs) continue;
+    buf_str(&msg, "{\"t\":\"exit\",\"id\":");
+    buf_str(&msg, jobs[i].id);
+    char tail[64], other[16];
+    if (WIFSIGNALED(status)) snprintf(tail, sizeof tail, ",\"code\":null,\"signal\":\"%s\"}", signal_name(WTERMSIG(status), other, sizeof other));
+    else snprintf(tail, sizeof tail, ",\"code\":%d,\"signal\":null}", WEXITSTATUS(status));
+    buf_str(&msg, tail);
+    jobs[i] = jobs[--njobs];
+    send_line(&msg, -1);
+  }
+}
+
+/* ------------------------------------------------------------------ main loop ----------- */
+
+/* Reads what the channel has; handles each complete line. */
+static char *in;
+static size_t in_len, in_cap;
+/* Inside a line longer than MAX_LINE: drop bytes up to its end. */
+static bool skipping;
+
+/* The id of a line too long to parse, if its first bytes name one ({"t":"spawn","id":N,...}). */
+static void answer_too_long(void) {
+  const char *p = memmem(in, in_len < 256 ? in_len : 256, "\"id\":", 5);
+  if (!p) return;
+  p += 5;
+  size_t n = 0;
+  while (n < MAX_ID - 1 && p + n < in + in_len && p[n] >= '0' && p[n] <= '9') n++;
+  if (n == 0 || n == MAX_ID - 1) return;
+  char id[MAX_ID];
+  memcpy(id, p, n);
+  id[n] = '\0';
+  char why[96];
+  snprintf(why, sizeof why, "the spawn request is longer than %u bytes", MAX_LINE);
+  send_failed(id, "E2BIG", "", why);
+}
+
+static void read_channel(void) {
+  if (in_cap - in_len < 65536) {
+    size_t cap = in_cap ? in_cap * 2 : 131072;
+    char *grown = realloc(in, cap);
+    if (!grown) orphaned();
+    in = grown;
+    in_cap = cap;
+  }
+  ssize_t n = read(channel, in + in_len, in_cap - in_len);
+  if (n == 0) orphaned();
+  if (n < 0) {
+    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) return;
+    orphaned();
+  }
+  size_t scanned = in_len;
+  in_len += (size_t)n;
+  size_t start = 0;
+  for (char *nl; (nl = memchr(in + scanned, '\n', in_len - scanned)); scanned = (size_t)(nl - in) + 1) {
+    size_t end = (size_t)(nl - in);
+    if (skipping) skipping = false;
+    else handle_line(in + start, end - start);
+    start = end + 1;
+  }
+  memmove(in, in + start, in_len - start);
+  in_len -= start;
+  if (in_len > MAX_LINE) {
+    if (!skipping) answer_too_long();
+    skipping = true;
+    in_len = 0;
+  }
+  /* A buffer grown for one long line shrinks back once it is handled. */
+  if (in_len == 0 && in_cap > 1u << 20) {
+    free(in);
+    in = NULL;
+    in_cap = 0;
+  }
+}
+
+int main(int argc, char **argv) {
+  /* The execserver asks once whether this binary runs here at all (one built for another
+   * machine may not); only then does it start jobs through it. */
+  if (argc == 2 && !strcmp(argv[1], "--check")) {
+    puts(LAUNCHER_NAME " ok");
+    return 0;
+  }
+  prctl(PR_SET_NAME, LAUNCHER_NAME, 0, 0, 0); /* ps shows "slotbroker-job-" (15 chars) */
+  const char *fd_text = getenv("NODE_CHANNEL_FD");
+  char *end = NULL;
+  long fd = fd_text ? strtol(fd_text, &end, 10) : -1;
+  if (!fd_text || *end || fd < 3 || fd > INT_MAX || fcntl((int)fd, F_GETFD) < 0) {
+    fprintf(stderr, "%s: no IPC channel (NODE_CHANNEL_FD); it is started by the execserver\n", LAUNCHER_NAME);
+    return 2;
+  }
+  channel = (int)fd;
+  if (getenv("NODE_CHANNEL_SERIALIZATION_MODE") && strcmp(getenv("NODE_CHANNEL_SERIALIZATION_MODE"), "json") != 0) {
+    fprintf(stderr, "%s: the IPC channel must use JSON serialization\n", LAUNCHER_NAME);
+    return 2;
+  }
+  /* Nothing of the launcher's own leaks into a job: the channel, stdin and any descriptor
+   * inherited from further up (not marked close-on-exec there) close at exec. */
+  fcntl(0, F_SETFD, FD_CLOEXEC);
+  if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) != 0)
+    for (int f = 3; f < 1024; f++) fcntl(f, F_SETFD, FD_CLOEXEC); /* kernels before 5.11 */
+
+  /* A hang-up or Ctrl-C of the execserver's group must not kill the launcher before its
+   * jobs: it sees the execserver go (stdin EOF) and kills them. Writes to a dead channel
+   * fail with EPIPE instead of a signal. */
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, NULL);
+  int sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (sigfd < 0) {
+    perror(LAUNCHER_NAME ": signalfd");
+    return 2;
+  }
+
+  /* Every job: a session and process group of its own (Node's detached: true), no blocked
+   * signals and every signal at its default, as libuv starts a child. */
+  posix_spawnattr_init(&spawn_attr);
+  posix_spawnattr_setflags(&spawn_attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&spawn_attr, &none);
+  posix_spawnattr_setsigdefault(&spawn_attr, &all);
+
+  struct pollfd fds[3] = {
+      {.fd = 0, .events = POLLIN},
+      {.fd = channel, .events = POLLIN},
+      {.fd = sigfd, .events = POLLIN},
+  };
+  for (;;) {
+    if (poll(fds, 3, -1) < 0) {
+      if (errno == EINTR) continue;
+      orphaned();
+    }
+    if (fds[2].revents) {
+      struct signalfd_siginfo info;
+      while (read(sigfd, &info, sizeof info) == sizeof info) {
+      }
+      reap();
+    }
+    if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) read_channel();
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      char scratch[4096];
+      ssize_t n = read(0, scratch, sizeof scratch);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) orphaned();
+    }
+  }
+}

@@ -1,0 +1,176 @@
+// The native job launcher (native/job-launcher.c) spoken to on the wire: the test holds the
+// other end of its IPC channel as a plain socket, writes raw lines (malformed ones too) and
+// answers the handle messages itself, as Node's channel would.
+import { expect } from "chai";
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import type { Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { builtNativeLauncher } from "../../support/native-launcher.js";
+import { groupGone } from "../../support/process-group.js";
+import { isGone } from "../../support/process-liveness.js";
+
+interface Wire {
+  readonly child: ChildProcess;
+  readonly channel: Socket;
+  /** The next line the launcher writes, parsed. */
+  next(): Promise<Record<string, unknown>>;
+  write(text: string): void;
+  /** Resolves with the launcher's exit code once it exited. */
+  readonly exited: Promise<number | null>;
+}
+
+function startLauncher(path: string): Wire {
+  // fd 3 is a socketpair like Node's IPC channel, read here as plain bytes (a handle sent
+  // along is dropped by the kernel: this side never accepts it).
+  const child = spawn(path, [], { stdio: ["pipe", "ignore", "inherit", "pipe"], env: { NODE_CHANNEL_FD: "3", NODE_CHANNEL_SERIALIZATION_MODE: "json" } });
+  const channel = child.stdio[3] as Socket;
+  const lines: string[] = [];
+  const waiting: ((line: string) => void)[] = [];
+  let buffered = "";
+  channel.setEncoding("utf8");
+  channel.on("data", (chunk: string) => {
+    buffered += chunk;
+    for (let nl = buffered.indexOf("\n"); nl >= 0; nl = buffered.indexOf("\n")) {
+      const line = buffered.slice(0, nl);
+      buffered = buffered.slice(nl + 1);
+      const waiter = waiting.shift();
+      if (waiter) waiter(line);
+      else lines.push(line);
+    }
+  });
+  channel.on("error", () => undefined);
+  child.stdin!.on("error", () => undefined);
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  return {
+    child,
+    channel,
+    exited,
+    write: (text) => channel.write(text),
+    next: () =>
+      new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error("the launcher did not answer")), 5000);
+        const take = (line: string): void => {
+          clearTimeout(timer);
+          resolve(JSON.parse(line) as Record<string, unknown>);
+        };
+        const line = lines.shift();
+        if (line !== undefined) take(line);
+        else waiting.push(take);
+      }),
+  };
+}
+
+const spawnLine = (fields: Record<string, unknown>): string => `${JSON.stringify({ t: "spawn", args: [], cwd: "/", env: { PATH: "/usr/bin:/bin" }, ...fields })}\n`;
+
+/** Reads the three handle messages of a started job, acking each; returns its pid. */
+async function started(wire: Wire, id: number): Promise<number> {
+  let pid = 0;
+  for (let n = 0; n < 3; n++) {
+    const m = await wire.next();
+    expect(m).to.deep.include({ cmd: "NODE_HANDLE", type: "net.Socket" });
+    expect(m.msg).to.deep.include({ t: "fd", id, n });
+    pid = (m.msg as { pid: number }).pid;
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+  }
+  return pid;
+}
+
+describe("runner: the native job launcher on the wire", function () {
+  this.timeout(20_000);
+  let path: string;
+  let wire: Wire | undefined;
+  before(function () {
+    const built = builtNativeLauncher();
+    if (!built) this.skip(); // no C compiler here
+    path = built;
+  });
+  afterEach(async () => {
+    wire?.child.kill("SIGKILL");
+    if (wire) await wire.exited;
+    wire = undefined;
+  });
+
+  it("answers --check (the execserver's test whether the binary runs here), and refuses to run without an IPC channel", () => {
+    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok\n");
+    const run = spawnSync(path, [], { encoding: "utf8", env: {} });
+    expect(run.status).to.equal(2);
+    expect(run.stderr).to.contain("no IPC channel (NODE_CHANNEL_FD)");
+  });
+
+  it("survives malformed lines and answers each bad request with a precise failure", async () => {
+    wire = startLauncher(path);
+    wire.write("not json\n");
+    wire.write('{"t":"spawn","id":1,\n');
+    wire.write("[1,2,3]\n");
+    wire.write('{"t":"spawn","id":1,"file":"x\\u12"}\n');
+    wire.write(`{"x":${"[".repeat(100_000)}${"]".repeat(100_000)}}\n`);
+    wire.write('\u0000\u0001{"t":"spawn","id":1}\n');
+    wire.write('{"t":"spawn","file":"true","cwd":"/"}\n'); // no id: nothing to answer to
+    wire.write('{"t":"nonsense","id":1}\n');
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n'); // no handle in flight
+    wire.write(spawnLine({ id: 2, file: 5 }));
+    wire.write(spawnLine({ id: 3, file: "true", args: "x" }));
+    wire.write(spawnLine({ id: 4, file: "true", env: { A: 1 } }));
+    wire.write(spawnLine({ id: 5, file: "a\u0000b" }));
+    wire.write(spawnLine({ id: 6, file: "slotbroker-no-such-command" }));
+    wire.write(spawnLine({ id: 7, file: "a".repeat(9 << 20) }));
+    expect(await wire.next()).to.deep.equal({ t: "failed", id: 2, code: "EINVAL", message: 'invalid spawn request: bad or missing field "file"' });
+    expect(await wire.next()).to.deep.equal({ t: "failed", id: 3, code: "EINVAL", message: 'invalid spawn request: bad or missing field "args"' });
+    expect(await wire.next()).to.deep.equal({ t: "failed", id: 4, code: "EINVAL", message: 'invalid spawn request: bad or missing field "env"' });
+    expect(await wire.next()).to.deep.equal({ t: "failed", id: 5, code: "EINVAL", message: 'invalid spawn request: bad or missing field "file"' });
+    expect(await wire.next()).to.deep.equal({ t: "failed", id: 6, code: "ENOENT", message: "spawn slotbroker-no-such-command ENOENT" });
+    expect(await wire.next()).to.deep.equal({ t: "failed", id: 7, code: "E2BIG", message: `the spawn request is longer than ${8 << 20} bytes` });
+    wire.write(spawnLine({ id: 8, file: "true" }));
+    await started(wire, 8);
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 8, code: 0, signal: null });
+  });
+
+  it("keeps one handle in flight: the next message waits for the ack, a nack sends the handle again", async () => {
+    wire = startLauncher(path);
+    wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", "kill -TERM $$"] }));
+    const first = await wire.next();
+    expect(first.msg).to.deep.include({ t: "fd", id: 1, n: 0 });
+    wire.write('{"cmd":"NODE_HANDLE_NACK"}\n');
+    expect(await wire.next()).to.deep.equal(first);
+    // The job ends meanwhile; its exit is written only after its three handles.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+    expect((await wire.next()).msg).to.deep.include({ t: "fd", id: 1, n: 1 });
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+    expect((await wire.next()).msg).to.deep.include({ t: "fd", id: 1, n: 2 });
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: null, signal: "SIGTERM" });
+  });
+
+  it("passes args, env and cwd verbatim, \\u escapes and surrogate pairs included, and reports exit codes", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "native-launcher-"));
+    try {
+      wire = startLauncher(path);
+      const arg = 'a "quoted" \\ é 😀 \n\t end';
+      const line = spawnLine({ id: 1, file: "sh", args: ["-c", 'printf %s "$1" > arg; printf %s "$X" > env; pwd > cwd; exit 7', "sh", arg], cwd: dir, env: { PATH: "/usr/bin:/bin", X: "ü\u{1F600}" } });
+      // Every non-ASCII character as a \u escape, as another JSON writer may send it.
+      wire.write(line.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`));
+      await started(wire, 1);
+      expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 7, signal: null });
+      expect(await readFile(join(dir, "arg"), "utf8")).to.equal(arg);
+      expect(await readFile(join(dir, "env"), "utf8")).to.equal("ü\u{1F600}");
+      expect((await readFile(join(dir, "cwd"), "utf8")).trim()).to.equal(dir);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  for (const gone of ["stdin", "channel"] as const)
+    it(`kills every running job's process group and exits when its ${gone} closes (the execserver is gone)`, async () => {
+      wire = startLauncher(path);
+      wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", "sleep 30 & sleep 30"] }));
+      const pid = await started(wire, 1);
+      if (gone === "stdin") wire.child.stdin!.end();
+      else wire.channel.destroy();
+      expect(await wire.exited).to.equal(0);
+      expect(await groupGone(pid)).to.equal(true);
+      expect(await isGone(pid)).to.equal(true);
+    });
+});
