@@ -7,6 +7,7 @@ import { NodeTracerProvider, BatchSpanProcessor, ConsoleSpanExporter, SimpleSpan
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
 import { defaultResource, detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
 import type { TracingSettings } from "./sdk-config.js";
+import { SyncContextManager } from "./sync-context.js";
 
 /**
  * Registers a tracer provider exporting as `settings` say, named `serviceName` unless
@@ -22,6 +23,6 @@ export function startSdk(settings: TracingSettings, serviceName: string, attribu
     name === "otlp" ? new BatchSpanProcessor(new OTLPTraceExporter()) : new SimpleSpanProcessor(new ConsoleSpanExporter()),
   );
   const provider = new NodeTracerProvider({ resource, spanProcessors });
-  provider.register();
+  provider.register({ contextManager: new SyncContextManager() });
   return () => provider.shutdown();
 }
