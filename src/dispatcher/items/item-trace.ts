@@ -43,7 +43,7 @@ export class ItemTrace {
     return { trace_id: traceId, span_id: spanId };
   }
 
-  /** Runs the settle inside its span, then ends the claim with the outcome. */
+  /** Times the settle with its span, then ends the claim with the outcome. */
   async settle(outcome: Outcome, fn: () => Promise<void>): Promise<void> {
     const span = tracer.startSpan("slotbroker.settle", { attributes: { "slotbroker.outcome": outcome.kind } }, this.context);
     this.claim.setAttribute("slotbroker.outcome", outcome.kind);

@@ -12,8 +12,9 @@ import { SyncContextManager } from "./sync-context.js";
 /**
  * Registers a tracer provider exporting as `settings` say, named `serviceName` unless
  * OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise. Sampling, batching and the
- * OTLP endpoint, headers and timeout follow their standard variables. Returns the shutdown,
- * which exports what is still buffered.
+ * OTLP endpoint, headers and timeout follow their standard variables; the context manager
+ * is the synchronous one (./sync-context.ts). Returns the shutdown, which exports what is
+ * still buffered.
  */
 export function startSdk(settings: TracingSettings, serviceName: string, attributes: Record<string, string>): () => Promise<void> {
   const resource = defaultResource()
