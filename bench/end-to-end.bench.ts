@@ -45,6 +45,9 @@
 // them without slowing the fylrs and workers; E2E_FYLR_NODE_ARGS to the two fylrs alone. Each
 // profile is summarised with `npx tsx bench/profile-summary.ts FILE.cpuprofile`.
 //
+// E2E_SYSTEMS=slotbroker,slotbroker-traced runs only the systems named (default: all four);
+// a figure is emitted only when both of its systems ran.
+//
 // Postgres: DATABASE_URL when set, else an embedded server in a temp dir.
 import { randomBytes } from "node:crypto";
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -83,7 +86,15 @@ const epochMs = (): number => performance.timeOrigin + performance.now();
 type System = "slotbroker" | "slotbroker-traced" | "graphile-worker" | "floor";
 // floor: graphile-worker with an HTTP submit and the spawn moved into a second process (see
 // e2e-floor-app.ts): the two-process shape built from bare parts, without slotbroker.
-const systems: readonly System[] = ["slotbroker", "slotbroker-traced", "graphile-worker", "floor"];
+const allSystems: readonly System[] = ["slotbroker", "slotbroker-traced", "graphile-worker", "floor"];
+const systems = systemsFrom(process.env.E2E_SYSTEMS);
+
+function systemsFrom(value: string | undefined): readonly System[] {
+  if (!value?.trim()) return allSystems;
+  const named = value.split(",").map((s) => s.trim());
+  for (const name of named) if (!allSystems.includes(name as System)) throw new Error(`E2E_SYSTEMS: unknown system "${name}" (known: ${allSystems.join(", ")})`);
+  return allSystems.filter((s) => named.includes(s));
+}
 type Service = "true" | "sha256";
 const stdin4k = randomBytes(4096);
 
@@ -316,71 +327,82 @@ async function main(): Promise<void> {
       const what = service === "true" ? "`true`, no input" : "`sha256sum` of 4 KiB stdin";
       const rate = (s: System): number => rates[`${s}/${service}`]!.reduce((a, b) => a + b, 0) / rounds;
       const params = { service: what, slots: 2 * slots, items, latency_items: latencyItems, rounds, warmup, fylrs: 2, execservers: 2, workers: 2, runtime };
-      emit({
-        bench: "end-to-end",
-        metric: `${prefix}items_per_s`,
-        value: rate("slotbroker"),
-        baseline: "graphile-worker, task spawns the same command, same concurrency, same Postgres",
-        baseline_value: rate("graphile-worker"),
-        params: {
-          ...params,
-          better: "higher",
-          goal: "≥ 1.0",
-          cpu_ms_per_item: { slotbroker: round2(cpu[`slotbroker/${service}`]!, 1), graphile: round2(cpu[`graphile-worker/${service}`]!, 1) },
-        },
-      });
+      const ran = (a: System, b: System): boolean => systems.includes(a) && systems.includes(b);
       const sorted = (s: System): number[] => lat[`${s}/${service}`]!.map((t) => t.settled! - t.submit).sort((x, y) => x - y);
-      const stages = { slotbroker: stageMedians(lat[`slotbroker/${service}`]!), graphile: stageMedians(lat[`graphile-worker/${service}`]!) };
-      note(`${service} stage medians (ms): slotbroker ${JSON.stringify(stages.slotbroker)}`);
-      note(`${service} stage medians (ms): graphile-worker ${JSON.stringify(stages.graphile)}`);
-      for (const p of [50, 99]) {
+      if (ran("slotbroker", "graphile-worker")) {
         emit({
           bench: "end-to-end",
-          metric: `${prefix}latency_p${p}_ms`,
-          value: percentile(sorted("slotbroker"), p),
-          baseline: "graphile-worker, submit → result written",
-          baseline_value: percentile(sorted("graphile-worker"), p),
-          params: { ...params, better: "lower", goal: p === 50 ? "< 1.0" : undefined, stage_medians_ms: p === 50 ? stages : undefined },
+          metric: `${prefix}items_per_s`,
+          value: rate("slotbroker"),
+          baseline: "graphile-worker, task spawns the same command, same concurrency, same Postgres",
+          baseline_value: rate("graphile-worker"),
+          params: {
+            ...params,
+            better: "higher",
+            goal: "≥ 1.0",
+            cpu_ms_per_item: { slotbroker: round2(cpu[`slotbroker/${service}`]!, 1), graphile: round2(cpu[`graphile-worker/${service}`]!, 1) },
+          },
         });
+        const stages = { slotbroker: stageMedians(lat[`slotbroker/${service}`]!), graphile: stageMedians(lat[`graphile-worker/${service}`]!) };
+        note(`${service} stage medians (ms): slotbroker ${JSON.stringify(stages.slotbroker)}`);
+        note(`${service} stage medians (ms): graphile-worker ${JSON.stringify(stages.graphile)}`);
+        for (const p of [50, 99]) {
+          emit({
+            bench: "end-to-end",
+            metric: `${prefix}latency_p${p}_ms`,
+            value: percentile(sorted("slotbroker"), p),
+            baseline: "graphile-worker, submit → result written",
+            baseline_value: percentile(sorted("graphile-worker"), p),
+            params: { ...params, better: "lower", goal: p === 50 ? "< 1.0" : undefined, stage_medians_ms: p === 50 ? stages : undefined },
+          });
+        }
       }
       // The floor against graphile-worker (what the two-process shape costs by itself), and
       // slotbroker against the floor (what slotbroker costs on top of that shape).
-      const floorCpu = round2(cpu[`floor/${service}`]!, 1);
-      note(`${service} floor stage medians (ms): ${JSON.stringify(stageMedians(lat[`floor/${service}`]!))}`);
       const floorBaseline = "the floor: graphile-worker + HTTP submit + spawn in a second process over raw gRPC";
-      emit({
-        bench: "end-to-end",
-        metric: `${prefix}floor_items_per_s`,
-        value: rate("floor"),
-        baseline: "graphile-worker, task spawns the same command, same concurrency, same Postgres",
-        baseline_value: rate("graphile-worker"),
-        params: { ...params, better: "higher", cpu_ms_per_item: { floor: floorCpu } },
-      });
-      emit({
-        bench: "end-to-end",
-        metric: `${prefix}items_per_s_traced`,
-        value: rate("slotbroker-traced"),
-        baseline: "slotbroker with traces off, same run",
-        baseline_value: rate("slotbroker"),
-        params: {
-          ...params,
-          better: "higher",
-          goal: service === "true" ? "≥ 0.9" : undefined,
-          sampler: "parentbased_always_on (every item)",
-          exporter: "OTLP/HTTP protobuf to a local collector receiver, batches every 500 ms",
-          cpu_ms_per_item: { traced: round2(cpu[`slotbroker-traced/${service}`]!, 1), off: round2(cpu[`slotbroker/${service}`]!, 1) },
-        },
-      });
-      emit({ bench: "end-to-end", metric: `${prefix}items_per_s_vs_floor`, value: rate("slotbroker"), baseline: floorBaseline, baseline_value: rate("floor"), params: { ...params, better: "higher" } });
-      for (const p of [50, 99]) {
+      if (ran("floor", "graphile-worker")) {
+        const floorCpu = round2(cpu[`floor/${service}`]!, 1);
+        note(`${service} floor stage medians (ms): ${JSON.stringify(stageMedians(lat[`floor/${service}`]!))}`);
         emit({
           bench: "end-to-end",
-          metric: `${prefix}floor_latency_p${p}_ms`,
-          value: percentile(sorted("floor"), p),
-          baseline: "graphile-worker, submit → result written",
-          baseline_value: percentile(sorted("graphile-worker"), p),
-          params: { ...params, better: "lower" },
+          metric: `${prefix}floor_items_per_s`,
+          value: rate("floor"),
+          baseline: "graphile-worker, task spawns the same command, same concurrency, same Postgres",
+          baseline_value: rate("graphile-worker"),
+          params: { ...params, better: "higher", cpu_ms_per_item: { floor: floorCpu } },
         });
+      }
+      if (ran("slotbroker-traced", "slotbroker")) {
+        emit({
+          bench: "end-to-end",
+          metric: `${prefix}items_per_s_traced`,
+          value: rate("slotbroker-traced"),
+          baseline: "slotbroker with traces off, same run",
+          baseline_value: rate("slotbroker"),
+          params: {
+            ...params,
+            better: "higher",
+            goal: service === "true" ? "≥ 0.9" : undefined,
+            sampler: "parentbased_always_on (every item)",
+            exporter: "OTLP/HTTP protobuf to a local collector receiver, batches every 500 ms",
+            cpu_ms_per_item: { traced: round2(cpu[`slotbroker-traced/${service}`]!, 1), off: round2(cpu[`slotbroker/${service}`]!, 1) },
+          },
+        });
+      }
+      if (ran("slotbroker", "floor")) {
+        emit({ bench: "end-to-end", metric: `${prefix}items_per_s_vs_floor`, value: rate("slotbroker"), baseline: floorBaseline, baseline_value: rate("floor"), params: { ...params, better: "higher" } });
+      }
+      if (ran("floor", "graphile-worker")) {
+        for (const p of [50, 99]) {
+          emit({
+            bench: "end-to-end",
+            metric: `${prefix}floor_latency_p${p}_ms`,
+            value: percentile(sorted("floor"), p),
+            baseline: "graphile-worker, submit → result written",
+            baseline_value: percentile(sorted("graphile-worker"), p),
+            params: { ...params, better: "lower" },
+          });
+        }
       }
     }
     note(`the collector received ${collector.spans().length} spans`);

@@ -3,9 +3,8 @@
  * request carries a W3C `traceparent` header (HTTP, or gRPC metadata). Its traceparent is
  * stored with the item, so the claim continues the trace on whichever fylr.
  */
-import { context } from "@opentelemetry/api";
 import type { Dispatcher, QueueItem, SubmitInput } from "../dispatcher/index.js";
-import { SpanKind, contextFrom, endFailed, traceparentOf, tracer, withSpan } from "../shared/tracing/index.js";
+import { SpanKind, contextFrom, endFailed, traceparentOf, tracer } from "../shared/tracing/index.js";
 
 /** dispatcher.submit inside a Submit span continuing `callerTraceparent` (a malformed one starts a new trace). */
 export async function tracedSubmit(dispatcher: Dispatcher, input: SubmitInput, callerTraceparent: string | null): Promise<{ item: QueueItem; created: boolean }> {
@@ -24,7 +23,7 @@ export async function tracedSubmit(dispatcher: Dispatcher, input: SubmitInput, c
     contextFrom(callerTraceparent ?? undefined),
   );
   try {
-    const result = await context.with(withSpan(span), () => dispatcher.submit({ ...input, traceparent: traceparentOf(span) }));
+    const result = await dispatcher.submit({ ...input, traceparent: traceparentOf(span) });
     span.setAttributes({ "slotbroker.item.id": result.item.id, "slotbroker.item.created": result.created, "slotbroker.item.state": result.item.state });
     span.end();
     return result;

@@ -104,7 +104,9 @@ export class ItemTasks {
 
   private async run(item: ClaimedItem, permit: Permit | undefined): Promise<void> {
     const { queue, live, events } = this.deps;
-    const log = this.deps.log.child({ itemId: item.id, lease: item.lease, kind: item.kind });
+    const traced = startItemTrace(item);
+    const bindings = { itemId: item.id, lease: item.lease, kind: item.kind };
+    const log = this.deps.log.child(traced ? { ...bindings, ...traced.logFields() } : bindings);
     const controller = new AbortController();
     this.controllers.add(controller);
     this.byItem.set(item.id, { lease: item.lease, controller });
@@ -131,11 +133,10 @@ export class ItemTasks {
       localStarted = true;
     };
     const { backend, actions, blobs, config, counters, completer } = this.deps;
-    const traced = startItemTrace(item);
     const runner = { backend, actions, live, blobs, inlineBytes: blobs.config.inlineBytes, maxOutputBytes: config.maxOutputBytes, onStart, trace: traced };
     try {
       permit?.markUsed();
-      const outcome = traced ? await traced.run(() => runItem(item, runner, controller.signal)) : await runItem(item, runner, controller.signal);
+      const outcome = await runItem(item, runner, controller.signal);
       if (outcome.kind !== "no-slot") for (const result of outcome.results) events.emit("call:done", item, result);
       await mark.finished();
       live.setPhase(item.id, item.lease, "finishing");

@@ -5,7 +5,6 @@
  * item's stored Submit span; the call span's traceparent goes to the execserver in JOB.
  * Built only when traces are on and the item has a stored traceparent.
  */
-import { context } from "@opentelemetry/api";
 import type { Position } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { SpanKind, SpanStatusCode, contextFrom, endFailed, traceparentOf, tracer, tracing, withSpan, type Context, type Span } from "../../shared/tracing/index.js";
 import type { ExecResult } from "./exec-backend.js";
@@ -19,7 +18,7 @@ export function startItemTrace(item: ClaimedItem): ItemTrace | undefined {
 
 /** The spans of one attempt on this fylr. */
 export class ItemTrace {
-  /** The claim span's context: what runs the attempt runs inside it. */
+  /** The claim span's context: the parent of the attempt's call spans. */
   readonly context: Context;
   private readonly claim: Span;
 
@@ -38,18 +37,19 @@ export class ItemTrace {
     this.context = withSpan(this.claim, parent);
   }
 
-  /** Runs `fn` (the attempt) with the claim span active, so its log lines carry the trace. */
-  run<T>(fn: () => Promise<T>): Promise<T> {
-    return context.with(this.context, fn);
+  /** The claim span's ids, bound to the task's logger so its lines carry the trace. */
+  logFields(): { trace_id: string; span_id: string } {
+    const { traceId, spanId } = this.claim.spanContext();
+    return { trace_id: traceId, span_id: spanId };
   }
 
-  /** Runs the settle inside its span, then ends the claim with the outcome. */
+  /** Times the settle with its span, then ends the claim with the outcome. */
   async settle(outcome: Outcome, fn: () => Promise<void>): Promise<void> {
     const span = tracer.startSpan("slotbroker.settle", { attributes: { "slotbroker.outcome": outcome.kind } }, this.context);
     this.claim.setAttribute("slotbroker.outcome", outcome.kind);
     if (outcome.kind === "failed") this.claim.setStatus({ code: SpanStatusCode.ERROR, message: outcome.error });
     try {
-      await context.with(withSpan(span, this.context), fn);
+      await fn();
       span.end();
     } catch (err) {
       endFailed(span, err instanceof Error ? err.message : String(err));

@@ -7,12 +7,14 @@ import { NodeTracerProvider, BatchSpanProcessor, ConsoleSpanExporter, SimpleSpan
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
 import { defaultResource, detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
 import type { TracingSettings } from "./sdk-config.js";
+import { SyncContextManager } from "./sync-context.js";
 
 /**
  * Registers a tracer provider exporting as `settings` say, named `serviceName` unless
  * OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise. Sampling, batching and the
- * OTLP endpoint, headers and timeout follow their standard variables. Returns the shutdown,
- * which exports what is still buffered.
+ * OTLP endpoint, headers and timeout follow their standard variables; the context manager
+ * is the synchronous one (./sync-context.ts). Returns the shutdown, which exports what is
+ * still buffered.
  */
 export function startSdk(settings: TracingSettings, serviceName: string, attributes: Record<string, string>): () => Promise<void> {
   const resource = defaultResource()
@@ -22,6 +24,6 @@ export function startSdk(settings: TracingSettings, serviceName: string, attribu
     name === "otlp" ? new BatchSpanProcessor(new OTLPTraceExporter()) : new SimpleSpanProcessor(new ConsoleSpanExporter()),
   );
   const provider = new NodeTracerProvider({ resource, spanProcessors });
-  provider.register();
+  provider.register({ contextManager: new SyncContextManager() });
   return () => provider.shutdown();
 }

@@ -146,6 +146,13 @@ describe("traces against a real OpenTelemetry collector", function () {
       [submit.spanId, 2, "succeeded"],
     ]);
     expect(claims[0]!.status.code, "the failed attempt's status").to.equal(2);
+    // The task's line about the failed attempt carries the trace and that attempt's claim span.
+    const retryLines = fylrB
+      .stderr()
+      .split("\n")
+      .filter((line) => line.includes("attempt failed; will retry") && line.includes(item!.id));
+    expect(retryLines, fylrB.stderr().slice(-2000)).to.have.length(1);
+    expect(retryLines[0]).to.include(`"trace_id":"${traceId}"`).and.include(`"span_id":"${claims[0]!.spanId}"`);
     const queued = spans.filter((s) => s.name === "slotbroker.queued");
     expect(queued.map((q) => [q.parentSpanId, q.attributes["slotbroker.attempt"]]).sort()).to.deep.equal([
       [submit.spanId, 1],
