@@ -285,7 +285,7 @@ export class QueueStore {
   ): Promise<"queued" | "failed" | "cancelled" | undefined> {
     const r = await this.query<{ state: "queued" | "failed" | "cancelled" }>("fail attempt", sql.failAttempt, [
       ...fenceParams(fence),
-      storableJson(encodeResults(results)),
+      storableJsonText(encodeResults(results)),
       storableText(error),
       retryDelayMs,
       permanent,
@@ -441,7 +441,7 @@ export function statementName(text: string): string {
 /** $1–$8 of completeItem (sql.ts). */
 export function completeParams(fence: Fence, results: readonly CallResult[], output: ItemOutput | undefined): unknown[] {
   const o = outputParams(output);
-  return [...fenceParams(fence), storableJson(encodeResults(results)), o.bytes, o.blob, o.size, o.sha256];
+  return [...fenceParams(fence), storableJsonText(encodeResults(results)), o.bytes, o.blob, o.size, o.sha256];
 }
 
 /** $1–$8 of completeItems (sql.ts): one array per column. */
@@ -451,7 +451,7 @@ export function completeManyParams(entries: readonly { fence: Fence; results: re
     entries.map((e) => e.fence.id),
     entries.map((e) => e.fence.claimedBy),
     entries.map((e) => e.fence.lease),
-    entries.map((e) => JSON.stringify(storableJson(encodeResults(e.results)))),
+    entries.map((e) => storableJsonText(encodeResults(e.results))),
     outputs.map((o) => o.bytes),
     outputs.map((o) => o.blob),
     outputs.map((o) => o.size),
@@ -480,6 +480,19 @@ const unstorable = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff
 /** `s` with NUL characters and lone surrogates replaced by U+FFFD. */
 export function storableText(s: string): string {
   return s.replace(unstorable, "\ufffd");
+}
+
+// In JSON text, JSON.stringify writes a NUL and a lone surrogate as these escapes (and
+// nothing else as them but a backslash written before such letters, a harmless false alarm).
+const unstorableEscape = /\\u0000|\\ud[89a-f]/;
+
+/**
+ * The JSON text of `value` made storable: the text as it is when nothing in it needs a
+ * replacement (no walk and copy of the value, the common case), else storableJson's.
+ */
+export function storableJsonText(value: unknown): string {
+  const text = JSON.stringify(value);
+  return unstorableEscape.test(text) ? JSON.stringify(storableJson(value)) : text;
 }
 
 /** A JSON value with every string (keys included) made storable. */
