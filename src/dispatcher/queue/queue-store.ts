@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import type pg from "pg";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
-import { encodeResults, itemFromRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
+import { encodeResults, insertedItem, itemFromRow, type InsertedRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
 import { fromPgError } from "./pg-errors.js";
 import * as blobSql from "../blobs/blob-sql.js";
 import * as sql from "./sql.js";
@@ -153,8 +153,8 @@ export class QueueStore {
     // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit; the
     // follow-up SELECT runs with a fresh snapshot and therefore sees the winner's row.
     for (let tries = 0; tries < 3; tries++) {
-      const inserted = await this.query<ItemRow>("submit", sql.insertItem, params);
-      if (inserted.rows[0]) return { item: itemFromRow(inserted.rows[0]), created: true };
+      const inserted = await this.query<InsertedRow>("submit", sql.insertItem, params);
+      if (inserted.rows[0]) return { item: insertedItem(inserted.rows[0], n), created: true };
       const existing = await this.query<ItemRow>("submit", sql.selectItemByKey, [n.idempotencyKey]);
       if (existing.rows[0]) return { item: itemFromRow(existing.rows[0]), created: false };
     }
@@ -174,7 +174,7 @@ export class QueueStore {
     let healthy = false;
     try {
       await client.query("BEGIN");
-      const inserted = (await client.query<ItemRow>(sql.insertItem, params)).rows[0];
+      const inserted = (await client.query<InsertedRow>(sql.insertItem, params)).rows[0];
       if (!inserted) {
         // The idempotency key was taken: the first item stands; this upload stays unadopted and expires.
         await client.query("ROLLBACK");
@@ -195,7 +195,7 @@ export class QueueStore {
       }
       await client.query("COMMIT");
       healthy = true;
-      return { item: itemFromRow(inserted), created: true };
+      return { item: insertedItem(inserted, n), created: true };
     } catch (err) {
       throw fromPgError(err, "submit");
     } finally {
