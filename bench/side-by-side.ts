@@ -12,6 +12,8 @@
 //
 //   node --import tsx bench/side-by-side.ts A_TREE B_TREE [service: true|sha256]
 //        SBS_ROUNDS=3 SBS_ITEMS=400 SBS_LATENCY_ITEMS=200 SBS_SUBMITTERS=8 SBS_SLOTS=4
+//        SBS_FYLR_NODE_ARGS="--cpu-prof --cpu-prof-dir=DIR"   (node flags for both fylrs; the
+//        first line names each side's pid, which the profile's file name carries)
 //
 // A tree is a checkout of this repository (node_modules may be a link to this one's).
 import { randomBytes } from "node:crypto";
@@ -126,12 +128,12 @@ try {
       const db = await createDatabase(server.url, `sbs_${name!.toLowerCase()}`);
       await migrate(db.url);
       const config = { name: `sbs-${name}`, listen: "127.0.0.1:0", databaseUrl: db.url, execserver: { addresses: execs.map((e) => e.address) } };
-      const fylr = await startChild([join(tree!, "bench", "lib", "e2e-fylr.ts"), JSON.stringify(config)], /url=(\S+)/);
+      const fylr = await startChild([join(tree!, "bench", "lib", "e2e-fylr.ts"), JSON.stringify(config)], /url=(\S+)/, process.env.SBS_FYLR_NODE_ARGS);
       children.push(fylr.child);
       return follow({ name: name!, child: fylr.child, client: createQueueClient(fylr.address), db: db.name });
     }),
   );
-  process.stdout.write(`side-by-side (${service}): A = ${treeA}, B = ${treeB}\n`);
+  process.stdout.write(`side-by-side (${service}): A = ${treeA} (fylr pid ${sides[0]!.child.pid}), B = ${treeB} (fylr pid ${sides[1]!.child.pid})\n`);
   await Promise.all(sides.map((s) => latency(s))); // warm-up
   for (let r = 1; r <= rounds; r++) {
     const loaded = await Promise.all(sides.map((s) => throughput(s)));

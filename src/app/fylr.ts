@@ -160,7 +160,7 @@ export async function startFylr(config: FylrConfig, options: StartFylrOptions = 
           dispatcher,
           load,
           means,
-          offeredServices: () => offeredServices(broker),
+          offeredServices: offeredServices(broker),
           allowedEnv: (service) => allowedEnv(broker, service),
           watchPollMs: config.watchPollMs,
           shutdown: shutdown.signal,
@@ -260,8 +260,16 @@ function allowedEnv(broker: BrokerClient, service: string): ReadonlySet<string> 
   return allowed;
 }
 
-function offeredServices(broker: BrokerClient): ReadonlySet<string> | undefined {
-  const instances = broker.instances();
-  if (instances.length === 0 || instances.some((i) => i.transport === "polling")) return undefined;
-  return new Set(instances.flatMap((i) => Object.keys(i.services)));
+// Every Submit asks; the set is made again only when the broker's instance snapshot (a new
+// array whenever an instance changes) is not the one it was made from.
+function offeredServices(broker: BrokerClient): () => ReadonlySet<string> | undefined {
+  let from: readonly unknown[] | undefined;
+  let offered: ReadonlySet<string> | undefined;
+  return () => {
+    const instances = broker.instances();
+    if (instances === from) return offered;
+    from = instances;
+    offered = instances.length === 0 || instances.some((i) => i.transport === "polling") ? undefined : new Set(instances.flatMap((i) => Object.keys(i.services)));
+    return offered;
+  };
 }

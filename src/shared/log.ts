@@ -1,4 +1,4 @@
-import { pino, type Logger } from "pino";
+import { pino, type Bindings, type LevelWithSilent, type LogFn, type Logger } from "pino";
 import { activeTraceIds, tracing } from "./tracing/trace-context.js";
 
 export type { Logger };
@@ -26,6 +26,27 @@ const noFields = {};
 
 /** A logger that drops everything; the default for library use and tests. */
 export const silentLogger: Logger = pino({ level: "silent" });
+
+const lineLevels = ["fatal", "error", "warn", "info", "debug", "trace"] as const satisfies readonly LevelWithSilent[];
+
+/**
+ * `parent.child(bindings)`, made only when a line at a level `parent` lets through is
+ * logged (or a child of it is asked for). For a logger per item or per job, whose lines
+ * are rare: building a pino child costs more than the closures that stand in for it.
+ */
+export function lazyChild(parent: Logger, bindings: Bindings): Logger {
+  let child: Logger | undefined;
+  const made = (): Logger => (child ??= parent.child(bindings));
+  const lazy = Object.create(parent) as Logger;
+  for (const level of lineLevels) {
+    const line: LogFn = (...args: Parameters<LogFn>) => {
+      if (parent.isLevelEnabled(level)) made()[level](...args);
+    };
+    lazy[level] = line;
+  }
+  lazy.child = (more, options) => made().child(more, options);
+  return lazy;
+}
 
 /**
  * At most `burst` lines per `intervalMs` for one kind of event; the rest are counted, so a

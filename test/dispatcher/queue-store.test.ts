@@ -74,6 +74,36 @@ describe("queue store", () => {
     );
   });
 
+  it("answers a submit with the item exactly as the database then reads it (the insert returns only what it decides)", async () => {
+    const inputs: SubmitInput[] = [
+      exec(),
+      {
+        calls: [
+          { service: "cat", args: ["-n", "ü"], env: { LANG: "C", __proto__: "x" }, timeoutMs: 1500, stdin: { kind: "data", data: Buffer.from([0, 1, 255]) } },
+          { service: "wc", args: [], env: {}, stdin: { kind: "previous" } },
+        ],
+        priority: -3,
+        maxAttempts: 7,
+        idempotencyKey: "k-1",
+        startAfter: new Date(Date.now() + 60_000),
+        traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        fairnessKey: "tenant-a",
+        fairnessWeight: 3,
+        fairnessLimit: 2,
+      },
+      { local: { name: "checksum", params: { algorithm: "md5" }, input: Buffer.from("hi") }, priority: 2 },
+    ];
+    for (const input of inputs) {
+      const { item, created } = await submit(input);
+      expect(created).to.equal(true);
+      expect(item).to.deep.equal(await queue.get(item.id));
+    }
+    // Claimed in its insert (no queued item of its priority or higher is due).
+    const claimed = await queue.submit(normalizeSubmit(exec({ priority: 1, fairnessKey: "t" }), actions, limits), "fylr-a");
+    expect(claimed.item).to.deep.include({ state: "claimed", claimedBy: "fylr-a", lease: 1, attempts: 1 });
+    expect(claimed.item).to.deep.equal(await queue.get(claimed.item.id));
+  });
+
   it("returns the same item for a repeated idempotency key, also under concurrent submits", async () => {
     const results = await Promise.all(Array.from({ length: 12 }, () => submit(exec({ idempotencyKey: "order-42" }))));
     expect(new Set(results.map((r) => r.item.id)).size).to.equal(1);

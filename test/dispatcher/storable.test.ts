@@ -6,7 +6,7 @@ import { expect } from "chai";
 import type pg from "pg";
 import { ReceiptSchema } from "../../gen/slotbroker/v1/broker_pb.js";
 import { migrate, QueueStore } from "../../src/dispatcher/index.js";
-import { storableJson, storableText } from "../../src/dispatcher/queue/queue-store.js";
+import { storableJson, storableJsonText, storableText } from "../../src/dispatcher/queue/queue-store.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool } from "./support.js";
 
@@ -26,6 +26,15 @@ describe("outcomes with text no column can hold", () => {
     expect(storableJson({ [hostile]: [hostile, 1, null, { x: hostile }] })).to.deep.equal({
       "a\ufffdb\ufffdc\ufffdd 😀": ["a\ufffdb\ufffdc\ufffdd 😀", 1, null, { x: "a\ufffdb\ufffdc\ufffdd 😀" }],
     });
+  });
+
+  it("writes the JSON text as it is when nothing needs replacing, else storableJson's", () => {
+    const plain = { calls: [{ service: "s", receipt: { stderrLine: "ok 😀 \\u0000 as text", exitCode: 1 } }] };
+    expect(storableJsonText(plain)).to.equal(JSON.stringify(plain));
+    const bad = { [hostile]: [hostile, 1, null, { x: hostile }] };
+    expect(storableJsonText(bad)).to.equal(JSON.stringify(storableJson(bad)));
+    expect(storableJsonText(bad)).not.to.match(/\\u0000|\\ud[89a-f]/);
+    expect(JSON.parse(storableJsonText({ a: "\udfff" }))).to.deep.equal({ a: "\ufffd" });
   });
 
   it("records a failed attempt and a completion whose receipts carry such text", async () => {

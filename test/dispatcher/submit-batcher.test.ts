@@ -87,6 +87,23 @@ describe("group insert of queued submits", function () {
     expect(new Set(results.map((r) => r.item.id)).size).to.equal(7);
   });
 
+  it("answers each grouped submit with its item exactly as the database then reads it", async () => {
+    const batcher = new SubmitBatcher(queue);
+    const submits = [
+      cat("a"),
+      cat("b"),
+      cat("c", { priority: 4, idempotencyKey: "g-1", fairnessKey: "k", fairnessWeight: 2, fairnessLimit: 5 }),
+      cat("d", { maxAttempts: 9, traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", startAfter: new Date(Date.now() + 60_000) }),
+      cat("e"),
+    ];
+    const answers = await Promise.all(submits.map((n) => batcher.submit(n)));
+    expect(statements).to.deep.equal(["one", "one", "many 3"]);
+    for (const { item, created } of answers) {
+      expect(created).to.equal(true);
+      expect(item).to.deep.equal(await queue.get(item.id));
+    }
+  });
+
   it("gives an entry whose key is taken (before, or earlier in its group) the key's holder, created once", async () => {
     const batcher = new SubmitBatcher(queue);
     const held = await batcher.submit(cat("first", { idempotencyKey: "held" }));

@@ -6,6 +6,8 @@ import { IllegalTransitionError, Transitions } from "../../src/shared/lifecycle.
 import { lengthFieldSize, stringFieldSize, varintSize, writeVarint } from "../../src/shared/protobuf-wire.js";
 import { retry, retryDelayMs } from "../../src/shared/retry.js";
 import { drained } from "../../src/shared/streams.js";
+import { lazyChild } from "../../src/shared/log.js";
+import { pino } from "pino";
 
 describe("shared helpers", () => {
   describe("retry policy", () => {
@@ -142,6 +144,27 @@ describe("shared helpers", () => {
         () => expect.fail("should reject"),
         (e: unknown) => expect((e as Error).message).to.equal("boom"),
       );
+    });
+  });
+  describe("lazyChild", () => {
+    it("logs the lines a child would, with its bindings, and makes the child only for a line let through", () => {
+      const lines: Record<string, unknown>[] = [];
+      const sink = new Writable({ write: (chunk: Buffer, _e, done) => void (lines.push(JSON.parse(chunk.toString()) as Record<string, unknown>), done()) });
+      let children = 0;
+      const parent = pino({ level: "info", base: undefined, timestamp: false, onChild: () => void children++ }, sink);
+      const log = lazyChild(parent, { itemId: "i1" });
+      log.debug({ n: 1 }, "off");
+      expect(children).to.equal(0);
+      log.warn({ n: 2 }, "on");
+      log.info("again");
+      expect(children).to.equal(1);
+      log.child({ call: 0 }).error("nested");
+      expect(lines.map((l) => [l.msg, l.itemId, l.n, l.call])).to.deep.equal([
+        ["on", "i1", 2, undefined],
+        ["again", "i1", undefined, undefined],
+        ["nested", "i1", undefined, 0],
+      ]);
+      expect(log.isLevelEnabled("debug")).to.equal(false);
     });
   });
 });

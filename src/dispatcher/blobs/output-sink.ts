@@ -3,7 +3,7 @@
  * store once it passes the inline size. Either way it is counted and hashed as it streams,
  * so the item reports the size and SHA-256 of its whole output without holding it.
  */
-import { createHash } from "node:crypto";
+import { createHash, type Hash } from "node:crypto";
 import type { Readable} from "node:stream";
 import { Writable } from "node:stream";
 import { finished } from "node:stream/promises";
@@ -26,6 +26,8 @@ export function inlineOutput(bytes: Buffer): ItemOutput {
   return { bytes, size: bytes.length, sha256: createHash("sha256").update(bytes).digest("hex"), blobId: undefined };
 }
 
+const emptySha256 = createHash("sha256").digest("hex");
+
 /** Options of an OutputSink. */
 export interface OutputSinkOptions {
   readonly role: BlobRole;
@@ -36,7 +38,8 @@ export interface OutputSinkOptions {
 
 /** A Writable for one call's stdout; `output` describes it once it ended. */
 export class OutputSink extends Writable {
-  private readonly hash = createHash("sha256");
+  // Made at the first byte: most outputs are empty, and a hash costs more to build than that digest.
+  private hash: Hash | undefined;
   // Held in memory until the output passes the inline size.
   private readonly head: Buffer[] = [];
   private headBytes = 0;
@@ -68,7 +71,7 @@ export class OutputSink extends Writable {
       this.storeError ??= new StoreLimitError("store.maxItemBytes", `more than ${max} bytes, over the limit per item (store.maxItemBytes)`);
       return callback(this.storeError);
     }
-    this.hash.update(chunk);
+    (this.hash ??= createHash("sha256")).update(chunk);
     if (this.prefixBytes < this.options.inlineBytes) {
       const part = chunk.subarray(0, this.options.inlineBytes - this.prefixBytes);
       this.prefix.push(part);
@@ -108,7 +111,7 @@ export class OutputSink extends Writable {
 
   private async finish(): Promise<void> {
     const head = Buffer.concat(this.head, this.headBytes);
-    const sha256 = this.hash.digest("hex");
+    const sha256 = this.hash ? this.hash.digest("hex") : emptySha256;
     if (!this.blob) {
       this.result = { bytes: head, size: this.bytes, sha256, blobId: undefined };
       return;

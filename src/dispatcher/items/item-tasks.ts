@@ -7,7 +7,7 @@
  */
 import { AbortReason, linkedAbortController, sleep } from "../../shared/abort.js";
 import type { Events } from "../../shared/typed-events.js";
-import type { Logger } from "../../shared/log.js";
+import { lazyChild, type Logger } from "../../shared/log.js";
 import type { BlobStore } from "../blobs/blob-store.js";
 import type { CompletionBatcher, RunningBatcher } from "../queue/group-commit.js";
 import type { DispatcherConfig } from "../config.js";
@@ -106,7 +106,7 @@ export class ItemTasks {
     const { queue, live, events } = this.deps;
     const traced = startItemTrace(item);
     const bindings = { itemId: item.id, lease: item.lease, kind: item.kind };
-    const log = this.deps.log.child(traced ? { ...bindings, ...traced.logFields() } : bindings);
+    const log = lazyChild(this.deps.log, traced ? { ...bindings, ...traced.logFields() } : bindings);
     const controller = new AbortController();
     this.controllers.add(controller);
     this.byItem.set(item.id, { lease: item.lease, controller });

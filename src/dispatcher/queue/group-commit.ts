@@ -12,7 +12,7 @@ import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import type { ItemOutput } from "../blobs/output-sink.js";
 import type { CallResult, ClaimedItem, Fence, QueueItem } from "../types.js";
-import { itemFromRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
+import { insertedItem, itemFromRow, type InsertedRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
 import { fromPgError, isTransient, sqlState } from "./pg-errors.js";
 import { completeManyParams, completeParams, statementName, type QueueStore } from "./queue-store.js";
 import * as sql from "./sql.js";
@@ -301,7 +301,8 @@ export class SubmitBatcher {
       entries.map((e) => e.n.fairnessWeight ?? 1),
       entries.map((e) => e.n.fairnessLimit ?? null),
     ];
-    const { rows } = await this.queue.pool.query<ItemRow>({ name: statementName(sql.insertQueuedItems), text: sql.insertQueuedItems, values });
-    return new Map(rows.map((row) => [row.id, itemFromRow(row)]));
+    const { rows } = await this.queue.pool.query<InsertedRow>({ name: statementName(sql.insertQueuedItems), text: sql.insertQueuedItems, values });
+    const submits = new Map(entries.map((e) => [e.id, e.n]));
+    return new Map(rows.map((row) => [row.id, insertedItem(row, submits.get(row.id)!)]));
   }
 }

@@ -337,6 +337,36 @@ export interface ItemRow {
   fairness_limit?: number | null;
 }
 
+/** The columns an insert returns (sql.insertItem, sql.insertQueuedItems). */
+export type InsertedRow = Pick<ItemRow, "id" | "state" | "claimed_by" | "lease" | "start_after" | "attempts" | "created_at" | "claimed_at" | "updated_at">;
+
+/**
+ * The item a submit inserted: the columns the database decided, the rest as the insert
+ * wrote them from `n` (a fresh row has no outcome, output, error or cancel yet).
+ */
+export function insertedItem(row: InsertedRow, n: NormalizedSubmit): QueueItem {
+  return itemFromRow({
+    ...row,
+    kind: n.kind,
+    priority: n.priority,
+    payload: n.payload,
+    max_attempts: n.maxAttempts,
+    finished_at: null,
+    result: null,
+    output: null,
+    output_blob: null,
+    output_size: null,
+    output_sha256: null,
+    error: null,
+    idempotency_key: n.idempotencyKey ?? null,
+    cancel_requested_at: null,
+    traceparent: n.traceparent ?? null,
+    fairness_key: n.fairnessKey ?? "",
+    fairness_weight: n.fairnessWeight ?? 1,
+    fairness_limit: n.fairnessLimit ?? null,
+  });
+}
+
 /** Maps a row to a QueueItem. */
 export function itemFromRow(row: ItemRow): QueueItem {
   const { calls, local } = decodePayload(row.id, row.payload);

@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import type pg from "pg";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
-import { encodeResults, itemFromRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
+import { encodeResults, insertedItem, itemFromRow, type InsertedRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
 import { fromPgError } from "./pg-errors.js";
 import * as blobSql from "../blobs/blob-sql.js";
 import * as sql from "./sql.js";
@@ -153,8 +153,8 @@ export class QueueStore {
     // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to commit; the
     // follow-up SELECT runs with a fresh snapshot and therefore sees the winner's row.
     for (let tries = 0; tries < 3; tries++) {
-      const inserted = await this.query<ItemRow>("submit", sql.insertItem, params);
-      if (inserted.rows[0]) return { item: itemFromRow(inserted.rows[0]), created: true };
+      const inserted = await this.query<InsertedRow>("submit", sql.insertItem, params);
+      if (inserted.rows[0]) return { item: insertedItem(inserted.rows[0], n), created: true };
       const existing = await this.query<ItemRow>("submit", sql.selectItemByKey, [n.idempotencyKey]);
       if (existing.rows[0]) return { item: itemFromRow(existing.rows[0]), created: false };
     }
@@ -174,7 +174,7 @@ export class QueueStore {
     let healthy = false;
     try {
       await client.query("BEGIN");
-      const inserted = (await client.query<ItemRow>(sql.insertItem, params)).rows[0];
+      const inserted = (await client.query<InsertedRow>(sql.insertItem, params)).rows[0];
       if (!inserted) {
         // The idempotency key was taken: the first item stands; this upload stays unadopted and expires.
         await client.query("ROLLBACK");
@@ -195,7 +195,7 @@ export class QueueStore {
       }
       await client.query("COMMIT");
       healthy = true;
-      return { item: itemFromRow(inserted), created: true };
+      return { item: insertedItem(inserted, n), created: true };
     } catch (err) {
       throw fromPgError(err, "submit");
     } finally {
@@ -285,7 +285,7 @@ export class QueueStore {
   ): Promise<"queued" | "failed" | "cancelled" | undefined> {
     const r = await this.query<{ state: "queued" | "failed" | "cancelled" }>("fail attempt", sql.failAttempt, [
       ...fenceParams(fence),
-      storableJson(encodeResults(results)),
+      storableJsonText(encodeResults(results)),
       storableText(error),
       retryDelayMs,
       permanent,
@@ -441,7 +441,7 @@ export function statementName(text: string): string {
 /** $1–$8 of completeItem (sql.ts). */
 export function completeParams(fence: Fence, results: readonly CallResult[], output: ItemOutput | undefined): unknown[] {
   const o = outputParams(output);
-  return [...fenceParams(fence), storableJson(encodeResults(results)), o.bytes, o.blob, o.size, o.sha256];
+  return [...fenceParams(fence), storableJsonText(encodeResults(results)), o.bytes, o.blob, o.size, o.sha256];
 }
 
 /** $1–$8 of completeItems (sql.ts): one array per column. */
@@ -451,7 +451,7 @@ export function completeManyParams(entries: readonly { fence: Fence; results: re
     entries.map((e) => e.fence.id),
     entries.map((e) => e.fence.claimedBy),
     entries.map((e) => e.fence.lease),
-    entries.map((e) => JSON.stringify(storableJson(encodeResults(e.results)))),
+    entries.map((e) => storableJsonText(encodeResults(e.results))),
     outputs.map((o) => o.bytes),
     outputs.map((o) => o.blob),
     outputs.map((o) => o.size),
@@ -480,6 +480,19 @@ const unstorable = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff
 /** `s` with NUL characters and lone surrogates replaced by U+FFFD. */
 export function storableText(s: string): string {
   return s.replace(unstorable, "\ufffd");
+}
+
+// In JSON text, JSON.stringify writes a NUL and a lone surrogate as these escapes (and
+// nothing else as them but a backslash written before such letters, a harmless false alarm).
+const unstorableEscape = /\\u0000|\\ud[89a-f]/;
+
+/**
+ * The JSON text of `value` made storable: the text as it is when nothing in it needs a
+ * replacement (no walk and copy of the value, the common case), else storableJson's.
+ */
+export function storableJsonText(value: unknown): string {
+  const text = JSON.stringify(value);
+  return unstorableEscape.test(text) ? JSON.stringify(storableJson(value)) : text;
 }
 
 /** A JSON value with every string (keys included) made storable. */

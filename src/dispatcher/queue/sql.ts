@@ -11,10 +11,17 @@
 import { callEventCount, eventSelect, insertEvents, settleEventSelects } from "./event-sql.js";
 
 /**
+ * What an insert returns: the columns the database decides. The others hold what the
+ * submit gave (or nothing yet), so the row is completed from it (payload.insertedItem)
+ * instead of parsing its payload and a score of empty columns back.
+ */
+const insertedColumns = "id, state, claimed_by, lease, start_after, attempts, created_at, claimed_at, updated_at";
+
+/**
  * Submit. $1 kind, $2 priority, $3 payload, $4 start_after (null = now), $5 max_attempts,
  * $6 idempotency_key, $7 the submitting fylr when it may claim the item directly (else null),
  * $8 traceparent (null when untraced), $9 fairness_key, $10 fairness_weight, $11
- * fairness_limit (null = none). Empty result = key taken.
+ * fairness_limit (null = none). Empty result = key taken; else the inserted columns above.
  *
  * With $7 the item is inserted already claimed by that fylr (lease 1, attempts 1,
  * claimed_at: what a claim writes) when the claim's own rules hold at this statement: the
@@ -46,7 +53,7 @@ FROM (
   FROM (SELECT coalesce($4::timestamptz, now()) AS start_after) s
 ) d
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *
+RETURNING ${insertedColumns}
 ), inserted_events AS (${insertEvents(
   eventSelect({ item: "id", n: "1", kind: "'submitted'", from: "inserted" }),
   eventSelect({ item: "id", n: "2", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "inserted", where: "state = 'claimed'" }),
@@ -59,8 +66,8 @@ SELECT * FROM inserted`;
  * payloads, $5 start_after (null = now), $6 max_attempts, $7 idempotency keys, $8
  * traceparents (null = untraced), $9 fairness keys, $10 fairness weights, $11 fairness
  * limits (null = none). Inserted in
- * that order (seq follows it); an entry whose key is taken (also by an earlier entry of the
- * same batch) is not inserted and returns no row.
+ * that order (seq follows it), returning the inserted columns above; an entry whose key is
+ * taken (also by an earlier entry of the same batch) is not inserted and returns no row.
  */
 export const insertQueuedItems = `
 WITH inserted AS (
@@ -74,7 +81,7 @@ FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[
                        fairness_key, fairness_weight, fairness_limit, n)
 ORDER BY s.n
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *
+RETURNING ${insertedColumns}
 ), inserted_events AS (${insertEvents(eventSelect({ item: "id", n: "1", kind: "'submitted'", from: "inserted" }))})
 SELECT * FROM inserted`;
 

@@ -79,7 +79,7 @@ export abstract class PipeBase implements PipeHandle {
   readonly done: Promise<number>;
   readonly events = new Events<PipeEvents>();
   protected bytes = 0;
-  protected readonly logger: Logger;
+  private childLogger: Logger | undefined;
   private current: PipeState = "waiting";
   private opened = false;
   private failure: PipeError | undefined;
@@ -92,7 +92,6 @@ export abstract class PipeBase implements PipeHandle {
     private readonly context: PipeContext,
   ) {
     this.id = context.id;
-    this.logger = context.logger.child({ pipe: direction, pipeId: shortId(context.id) });
     this.done = new Promise<number>((resolve, reject) => {
       this.resolveDone = resolve;
       this.rejectDone = reject;
@@ -102,6 +101,16 @@ export abstract class PipeBase implements PipeHandle {
     this.done.catch(() => undefined);
     this.timer = setTimeout(() => this.expire(), context.ttlMs);
     this.timer.unref();
+  }
+
+  // Made at the first line logged: there is a pipe per job, and its lines are debug ones,
+  // usually off.
+  private get logger(): Logger {
+    return (this.childLogger ??= this.context.logger.child({ pipe: this.direction, pipeId: shortId(this.id) }));
+  }
+
+  private debug(fields: Record<string, unknown>, message: string): void {
+    if (this.context.logger.isLevelEnabled("debug")) this.logger.debug(fields, message);
   }
 
   /** The current lifecycle state. */
@@ -131,7 +140,7 @@ export abstract class PipeBase implements PipeHandle {
     this.setState(error.kind === "expired" ? "expired" : "aborted");
     this.release(options.quiet ? undefined : error);
     this.rejectDone(error);
-    this.logger.debug({ bytes: this.bytes, err: error.message }, "pipe failed");
+    this.debug({ bytes: this.bytes, err: error.message }, "pipe failed");
     this.settle();
   }
 
@@ -151,7 +160,7 @@ export abstract class PipeBase implements PipeHandle {
   protected markDone(): void {
     this.setState("done");
     this.resolveDone(this.bytes);
-    this.logger.debug({ bytes: this.bytes }, "pipe done");
+    this.debug({ bytes: this.bytes }, "pipe done");
     this.settle();
   }
 
