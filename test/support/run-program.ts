@@ -23,6 +23,8 @@ export async function run(file: string, args: readonly string[], options: { cwd?
       maxBuffer: 64 * 1024 * 1024,
     });
     // `input` goes to its stdin; without it stdin is closed at once (the program reads EOF).
+    // A program may exit without reading it: that EPIPE is not the test's failure.
+    pending.child.stdin?.on("error", () => undefined);
     pending.child.stdin?.end(options.input ?? "");
     const { stdout, stderr } = await pending;
     return { code: 0, stdout, stderr };
