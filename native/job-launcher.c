@@ -5,9 +5,10 @@
  * JSON serialization; it speaks the same protocol as the Node launcher script
  * (src/execserver/runner/launcher-script.ts), over Node's IPC channel:
  *
- *   in:  {"t":"spawn","id":ID,"file":F,"args":[...],"cwd":D,"env":{K:V,...}}
+ *   in:  {"t":"spawn","id":ID,"file":F,"args":[...],"cwd":D,"env":{K:V,...},"stdin":B}
  *   out: {"t":"fd","id":ID,"n":N,"pid":P}  three times (stdin n=0, stdout 1, stderr 2), each
- *        with the execserver's end of the job's socketpair attached as a handle
+ *        with the execserver's end of the job's socketpair attached as a handle; with
+ *        "stdin":false the job reads /dev/null and only n=1 and n=2 are sent
  *   out: {"t":"exit","id":ID,"code":C|null,"signal":"SIGKILL"|null}  once the job is reaped
  *   out: {"t":"failed","id":ID,"code":"ENOENT","message":"spawn F ENOENT"}  when it cannot start
  *
@@ -481,6 +482,7 @@ struct request {
   char id[MAX_ID];
   struct strv args; /* args.v[0] is reserved for argv[0] (the file) */
   struct strv env;  /* key, value, key, value, ... */
+  bool no_stdin;    /* "stdin":false: the job reads /dev/null, no stdin handle is sent */
   const char *invalid; /* the first field found invalid, for the "failed" answer */
 };
 
@@ -557,6 +559,11 @@ static bool parse_request(char *line, size_t len, struct request *req) {
       else if (!strcmp(key, "cwd")) ok = read_string_field(&r, &req->cwd, "cwd", req);
       else if (!strcmp(key, "args")) ok = read_args(&r, req);
       else if (!strcmp(key, "env")) ok = read_env(&r, req);
+      else if (!strcmp(key, "stdin")) {
+        skip_ws(&r);
+        req->no_stdin = (size_t)(r.end - r.p) >= 5 && memcmp(r.p, "false", 5) == 0;
+        ok = skip_value(&r, 1);
+      }
       else if (!strcmp(key, "id")) {
         char *start;
         skip_ws(&r);
@@ -620,7 +627,7 @@ static void set_nonblock(int fd) {
   if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
-/* Starts the job of a valid request and reports its three handles, or why it failed. */
+/* Starts the job of a valid request and reports its handles (two or three), or why it failed. */
 static void spawn_job(struct request *req) {
   /* "K=V" strings for the job's environment, in one block. */
   size_t size = 0;
@@ -640,9 +647,12 @@ static void spawn_job(struct request *req) {
   }
   req->args.v[0] = req->file;
 
-  /* Socketpairs, as libuv makes a child's "pipe" stdio: [0] the execserver's end, [1] the job's. */
+  /* Socketpairs, as libuv makes a child's "pipe" stdio: [0] the execserver's end, [1] the job's.
+   * Without stdin the job's fd 0 is /dev/null (Node's "ignore"): one socketpair and one
+   * passed handle (a message and its ack) fewer per job. */
+  int first = req->no_stdin ? 1 : 0;
   int pairs[3][2];
-  int made = 0, err = 0;
+  int made = first, err = 0;
   for (; made < 3; made++)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pairs[made]) != 0) {
       err = errno;
@@ -652,14 +662,15 @@ static void spawn_job(struct request *req) {
   if (!err) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    for (int n = 0; n < 3; n++) posix_spawn_file_actions_adddup2(&actions, pairs[n][1], n);
+    if (first) posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    for (int n = first; n < 3; n++) posix_spawn_file_actions_adddup2(&actions, pairs[n][1], n);
     posix_spawn_file_actions_addchdir_np(&actions, req->cwd);
     err = spawn_path(&pid, req->file, &actions, req->args.v, envp);
     posix_spawn_file_actions_destroy(&actions);
   }
   free(block);
   free(envp);
-  for (int n = 0; n < made; n++) {
+  for (int n = first; n < made; n++) {
     close(pairs[n][1]);
     if (err) close(pairs[n][0]);
   }
@@ -668,7 +679,7 @@ static void spawn_job(struct request *req) {
     return;
   }
   add_job(pid, req->id);
-  for (int n = 0; n < 3; n++) {
+  for (int n = first; n < 3; n++) {
     set_nonblock(pairs[n][0]);
     buf_str(&msg, "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"t\":\"fd\",\"id\":");
     buf_str(&msg, req->id);

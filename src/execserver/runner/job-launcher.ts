@@ -14,6 +14,8 @@ export interface LaunchSpec {
   readonly args: readonly string[];
   readonly cwd: string;
   readonly env: Readonly<Record<string, string>>;
+  /** False: the job reads /dev/null and no stdin handle is passed (default true). */
+  readonly stdin?: boolean;
 }
 
 /** The started job, or why it could not start (an Error with the spawn's `code`). */
@@ -41,6 +43,7 @@ interface PendingLaunch {
   readonly resolve: (outcome: LaunchOutcome) => void;
   readonly timer: NodeJS.Timeout;
   readonly handles: (Socket | undefined)[];
+  readonly stdin: boolean;
   pid: number | undefined;
 }
 
@@ -126,9 +129,10 @@ export class JobLauncher {
         this.#log.warn({ pid: child.pid }, "the job launcher did not answer; replacing it");
         child.kill("SIGKILL");
       }, this.#options.launchTimeoutMs ?? 10_000);
-      this.#pending.set(id, { resolve, timer, handles: [], pid: undefined });
+      const stdin = spec.stdin ?? true;
+      this.#pending.set(id, { resolve, timer, handles: [], stdin, pid: undefined });
       this.#refresh();
-      child.send({ t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env }, (err) => {
+      child.send({ t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env, stdin }, (err) => {
         // A failed send means the channel is closing: the disconnect fails this launch.
         if (err) this.#log.debug({ err }, "cannot send to the job launcher");
       });
@@ -197,8 +201,10 @@ export class JobLauncher {
     pending.pid = m.pid;
     pending.handles[m.n] = handle;
     const [stdin, stdout, stderr] = pending.handles;
-    if (!stdin || !stdout || !stderr) return;
-    const job = new LaunchedProcess(m.pid, stdin, stdout, stderr);
+    if (!stdout || !stderr || (pending.stdin && !stdin)) return;
+    // A launcher that passed a stdin nobody asked for: the job reads nothing from it.
+    if (!pending.stdin) stdin?.destroy();
+    const job = new LaunchedProcess(m.pid, pending.stdin ? stdin! : null, stdout, stderr);
     this.#running.set(id, job);
     this.#settle(id, { process: job });
   }

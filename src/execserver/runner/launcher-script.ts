@@ -7,10 +7,12 @@
  * the execserver's event loop keeps serving other jobs meanwhile.
  *
  * Protocol over the IPC channel (JSON):
- * - in:  {t:"spawn", id, file, args, cwd, env}
+ * - in:  {t:"spawn", id, file, args, cwd, env, stdin}
  * - out: {t:"fd", id, n, pid} with the job's stdin (n=0), stdout (1), stderr (2) as the
  *        passed handle, so the execserver reads and writes the job's pipes itself (no byte
- *        passes through this process); then {t:"exit", id, code, signal}
+ *        passes through this process); with stdin: false the job reads /dev/null and only
+ *        n=1 and n=2 come (a passed handle costs a message, its ack and a socket on either
+ *        side); then {t:"exit", id, code, signal}
  * - out: {t:"failed", id, code, message} when the job could not be started.
  * When its stdin or the channel closes (the execserver exited or died), every job not yet
  * reaped here is SIGKILLed by process group and the launcher exits.
@@ -26,7 +28,7 @@ process.on("message", (m) => {
   if (!m || m.t !== "spawn") return;
   let child;
   try {
-    child = spawn(m.file, m.args, { cwd: m.cwd, env: m.env, detached: true, stdio: "pipe" });
+    child = spawn(m.file, m.args, { cwd: m.cwd, env: m.env, detached: true, stdio: [m.stdin === false ? "ignore" : "pipe", "pipe", "pipe"] });
   } catch (err) {
     send({ t: "failed", id: m.id, code: err.code, message: err.message });
     return;
@@ -45,7 +47,7 @@ process.on("message", (m) => {
   streams[1]._handle.readStop();
   streams[2]._handle.readStop();
   running.set(m.id, child.pid);
-  streams.forEach((s, n) => send({ t: "fd", id: m.id, n, pid: child.pid }, s));
+  streams.forEach((s, n) => { if (s) send({ t: "fd", id: m.id, n, pid: child.pid }, s); });
   child.once("exit", (code, signal) => {
     running.delete(m.id);
     send({ t: "exit", id: m.id, code, signal });

@@ -65,12 +65,14 @@ async function runInTempDir(request: RunRequest, log: Logger, hostPath: string |
 
 async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: string | undefined, launcher: JobLauncher | false): Promise<Receipt> {
   const [file = "", ...fixedArgs] = request.command;
-  const spec = { file, args: [...fixedArgs, ...request.args], cwd, env: childEnv(request.env, hostPath) };
+  // A job without stdin reads /dev/null: empty either way, and one pipe and its stream fewer.
+  const stdin = request.stdin !== undefined || !!request.stdinUrl || !!request.stdinInline?.byteLength;
+  const spec = { file, args: [...fixedArgs, ...request.args], cwd, env: childEnv(request.env, hostPath), stdin };
   const forked = watchForkIn(cwd, (err) => log.warn({ err }, "cannot watch the job's process group"));
   let started: Awaited<ReturnType<typeof spawnHere>>;
   try {
     const launched = launcher && launcher.launch(spec);
-    started = launched ? await launched : await spawnHere(spec, request.stdin !== undefined || !!request.stdinUrl || !!request.stdinInline?.byteLength);
+    started = launched ? await launched : await spawnHere(spec);
   } catch (err) {
     forked();
     throw err;
@@ -92,18 +94,12 @@ async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: st
   return job.run();
 }
 
-/**
- * Spawns the job from this process: the fallback when no launcher is used. A job without
- * stdin reads /dev/null: empty either way, and one pipe and its stream fewer per job.
- */
-async function spawnHere(
-  spec: { file: string; args: string[]; cwd: string; env: Record<string, string> },
-  hasStdin: boolean,
-): Promise<{ process: JobProcess } | { error: Error }> {
+/** Spawns the job from this process: the fallback when no launcher is used. */
+async function spawnHere(spec: { file: string; args: string[]; cwd: string; env: Record<string, string>; stdin: boolean }): Promise<{ process: JobProcess } | { error: Error }> {
   let child: ChildProcess;
   try {
     // No shell, ever; detached gives the job its own process group to signal as a whole.
-    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: [hasStdin ? "pipe" : "ignore", "pipe", "pipe"] });
+    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: [spec.stdin ? "pipe" : "ignore", "pipe", "pipe"] });
   } catch (err) {
     return { error: err as Error };
   }

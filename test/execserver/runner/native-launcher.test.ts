@@ -64,10 +64,10 @@ function startLauncher(path: string): Wire {
 
 const spawnLine = (fields: Record<string, unknown>): string => `${JSON.stringify({ t: "spawn", args: [], cwd: "/", env: { PATH: "/usr/bin:/bin" }, ...fields })}\n`;
 
-/** Reads the three handle messages of a started job, acking each; returns its pid. */
-async function started(wire: Wire, id: number): Promise<number> {
+/** Reads the handle messages of a started job (from n = `first`), acking each; returns its pid. */
+async function started(wire: Wire, id: number, first = 0): Promise<number> {
   let pid = 0;
-  for (let n = 0; n < 3; n++) {
+  for (let n = first; n < 3; n++) {
     const m = await wire.next();
     expect(m).to.deep.include({ cmd: "NODE_HANDLE", type: "net.Socket" });
     expect(m.msg).to.deep.include({ t: "fd", id, n });
@@ -157,6 +157,20 @@ describe("runner: the native job launcher on the wire", function () {
       expect(await readFile(join(dir, "arg"), "utf8")).to.equal(arg);
       expect(await readFile(join(dir, "env"), "utf8")).to.equal("ü\u{1F600}");
       expect((await readFile(join(dir, "cwd"), "utf8")).trim()).to.equal(dir);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('gives a job asked for with "stdin":false /dev/null as its stdin and passes only its stdout and stderr', async () => {
+    const dir = await mkdtemp(join(tmpdir(), "native-launcher-"));
+    try {
+      wire = startLauncher(path);
+      wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", "readlink /proc/self/fd/0 > stdin; wc -c < /dev/stdin > bytes"], cwd: dir, stdin: false }));
+      await started(wire, 1, 1);
+      expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null });
+      expect((await readFile(join(dir, "stdin"), "utf8")).trim()).to.equal("/dev/null");
+      expect((await readFile(join(dir, "bytes"), "utf8")).trim()).to.equal("0");
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
