@@ -9,6 +9,10 @@
  *   out: {"t":"fd","id":ID,"n":N,"pid":P}  three times (stdin n=0, stdout 1, stderr 2), each
  *        with the execserver's end of the job's socketpair attached as a handle; with
  *        "stdin":false the job reads /dev/null and only n=1 and n=2 are sent
+ *   with "dir":true the launcher makes cwd (mkdir, mode 0700) before the job and removes it
+ *        (rmdir) once the job is reaped: the exit message then says "dirRemoved":true|false
+ *        (false: not empty, the execserver removes it); a failed mkdir is answered
+ *        {"t":"failed",...,"dir":true}, a failed spawn removes the directory again
  *   out: {"t":"exit","id":ID,"code":C|null,"signal":"SIGKILL"|null}  once the job is reaped
  *   out: {"t":"failed","id":ID,"code":"ENOENT","message":"spawn F ENOENT"}  when it cannot start
  *
@@ -45,6 +49,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,11 +72,13 @@ static int channel = -1;
 struct job {
   pid_t pid;
   char id[MAX_ID];
+  bool has_dir; /* the job's cwd was made here, to be removed once it is reaped */
+  char *dir;    /* that cwd (NULL when it could not be copied: reported as not removed) */
 };
 static struct job *jobs;
 static size_t njobs, jobs_cap;
 
-static void add_job(pid_t pid, const char *id) {
+static void add_job(pid_t pid, const char *id, const char *dir) {
   if (njobs == jobs_cap) {
     size_t cap = jobs_cap ? jobs_cap * 2 : 16;
     struct job *grown = realloc(jobs, cap * sizeof *jobs);
@@ -85,6 +92,8 @@ static void add_job(pid_t pid, const char *id) {
   }
   jobs[njobs].pid = pid;
   snprintf(jobs[njobs].id, MAX_ID, "%s", id);
+  jobs[njobs].has_dir = dir != NULL;
+  jobs[njobs].dir = dir ? strdup(dir) : NULL;
   njobs++;
 }
 
@@ -254,6 +263,9 @@ static const char *errno_name(int e) {
     case EMFILE: return "EMFILE";
     case ENFILE: return "ENFILE";
     case EIO: return "EIO";
+    case EEXIST: return "EEXIST";
+    case ENOSPC: return "ENOSPC";
+    case EROFS: return "EROFS";
     case EINVAL: return "EINVAL";
     case EFAULT: return "EFAULT";
     case ELIBBAD: return "ELIBBAD";
@@ -261,8 +273,9 @@ static const char *errno_name(int e) {
   }
 }
 
-/* {"t":"failed",...} with Node's message for a failed spawn ("spawn FILE CODE") or why. */
-static void send_failed(const char *id, const char *code, const char *file, const char *why) {
+/* {"t":"failed",...} with Node's message for a failed spawn ("spawn FILE CODE") or why;
+ * dir: it was making the job's directory that failed. */
+static void send_failed(const char *id, const char *code, const char *file, const char *why, bool dir) {
   buf_str(&msg, "{\"t\":\"failed\",\"id\":");
   buf_str(&msg, id);
   buf_str(&msg, ",\"code\":");
@@ -280,7 +293,7 @@ static void send_failed(const char *id, const char *code, const char *file, cons
     buf_json(&msg, text.p);
     free(text.p);
   }
-  buf_str(&msg, "}");
+  buf_str(&msg, dir ? ",\"dir\":true}" : "}");
   send_line(&msg, -1);
 }
 
@@ -483,6 +496,7 @@ struct request {
   struct strv args; /* args.v[0] is reserved for argv[0] (the file) */
   struct strv env;  /* key, value, key, value, ... */
   bool no_stdin;    /* "stdin":false: the job reads /dev/null, no stdin handle is sent */
+  bool make_dir;    /* "dir":true: make cwd before the job, remove it once reaped */
   const char *invalid; /* the first field found invalid, for the "failed" answer */
 };
 
@@ -563,6 +577,10 @@ static bool parse_request(char *line, size_t len, struct request *req) {
         skip_ws(&r);
         req->no_stdin = (size_t)(r.end - r.p) >= 5 && memcmp(r.p, "false", 5) == 0;
         ok = skip_value(&r, 1);
+      } else if (!strcmp(key, "dir")) {
+        skip_ws(&r);
+        req->make_dir = (size_t)(r.end - r.p) >= 4 && memcmp(r.p, "true", 4) == 0;
+        ok = skip_value(&r, 1);
       }
       else if (!strcmp(key, "id")) {
         char *start;
@@ -637,7 +655,7 @@ static void spawn_job(struct request *req) {
   if (!block || !envp) {
     free(block);
     free(envp);
-    send_failed(req->id, "ENOMEM", req->file, NULL);
+    send_failed(req->id, "ENOMEM", req->file, NULL, false);
     return;
   }
   char *w = block;
@@ -646,6 +664,20 @@ static void spawn_job(struct request *req) {
     w += sprintf(w, "%s=%s", req->env.v[i], req->env.v[i + 1]) + 1;
   }
   req->args.v[0] = req->file;
+  if (req->make_dir && mkdir(req->cwd, 0700) != 0) {
+    int e = errno;
+    free(block);
+    free(envp);
+    struct buf why = {0};
+    buf_str(&why, "cannot create the working directory ");
+    buf_str(&why, req->cwd);
+    buf_str(&why, ": ");
+    buf_str(&why, strerror(e));
+    buf_add(&why, "", 1);
+    send_failed(req->id, errno_name(e), req->file, why.p, true);
+    free(why.p);
+    return;
+  }
 
   /* Socketpairs, as libuv makes a child's "pipe" stdio: [0] the execserver's end, [1] the job's.
    * Without stdin the job's fd 0 is /dev/null (Node's "ignore"): one socketpair and one
@@ -675,10 +707,11 @@ static void spawn_job(struct request *req) {
     if (err) close(pairs[n][0]);
   }
   if (err) {
-    send_failed(req->id, errno_name(err), req->file, NULL);
+    if (req->make_dir) rmdir(req->cwd);
+    send_failed(req->id, errno_name(err), req->file, NULL, false);
     return;
   }
-  add_job(pid, req->id);
+  add_job(pid, req->id, req->make_dir ? req->cwd : NULL);
   for (int n = first; n < 3; n++) {
     set_nonblock(pairs[n][0]);
     buf_str(&msg, "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"t\":\"fd\",\"id\":");
@@ -707,7 +740,7 @@ static void handle_line(char *line, size_t len) {
     if (req.invalid) {
       char why[96];
       snprintf(why, sizeof why, "invalid spawn request: bad or missing field \"%s\"", req.invalid);
-      send_failed(req.id, "EINVAL", "", why);
+      send_failed(req.id, "EINVAL", "", why, false);
     } else {
       spawn_job(&req);
     }
@@ -775,9 +808,13 @@ static void reap(void) {
     buf_str(&msg, "{\"t\":\"exit\",\"id\":");
     buf_str(&msg, jobs[i].id);
     char tail[64], other[16];
-    if (WIFSIGNALED(status)) snprintf(tail, sizeof tail, ",\"code\":null,\"signal\":\"%s\"}", signal_name(WTERMSIG(status), other, sizeof other));
-    else snprintf(tail, sizeof tail, ",\"code\":%d,\"signal\":null}", WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) snprintf(tail, sizeof tail, ",\"code\":null,\"signal\":\"%s\"", signal_name(WTERMSIG(status), other, sizeof other));
+    else snprintf(tail, sizeof tail, ",\"code\":%d,\"signal\":null", WEXITSTATUS(status));
     buf_str(&msg, tail);
+    /* An empty directory goes now; one the job left files in is the execserver's to remove. */
+    if (jobs[i].has_dir) buf_str(&msg, jobs[i].dir && rmdir(jobs[i].dir) == 0 ? ",\"dirRemoved\":true}" : ",\"dirRemoved\":false}");
+    else buf_str(&msg, "}");
+    free(jobs[i].dir);
     jobs[i] = jobs[--njobs];
     send_line(&msg, -1);
   }
@@ -804,7 +841,7 @@ static void answer_too_long(void) {
   id[n] = '\0';
   char why[96];
   snprintf(why, sizeof why, "the spawn request is longer than %u bytes", MAX_LINE);
-  send_failed(id, "E2BIG", "", why);
+  send_failed(id, "E2BIG", "", why, false);
 }
 
 static void read_channel(void) {

@@ -16,10 +16,18 @@ export interface LaunchSpec {
   readonly env: Readonly<Record<string, string>>;
   /** False: the job reads /dev/null and no stdin handle is passed (default true). */
   readonly stdin?: boolean;
+  /**
+   * True: `cwd` does not exist yet; the launcher makes it (mode 0700) before the job and
+   * removes it once the job is reaped, if empty (see LaunchedProcess.dirRemoved).
+   */
+  readonly dir?: boolean;
 }
 
-/** The started job, or why it could not start (an Error with the spawn's `code`). */
-export type LaunchOutcome = { readonly process: LaunchedProcess } | { readonly error: Error & { code?: string } };
+/**
+ * The started job, or why it could not start (an Error with the spawn's `code`; `dir`: the
+ * launcher could not make the job's directory).
+ */
+export type LaunchOutcome = { readonly process: LaunchedProcess } | { readonly error: Error & { code?: string }; readonly dir?: boolean };
 
 /** Options of a JobLauncher (tests shorten the timings). */
 export interface JobLauncherOptions {
@@ -55,6 +63,8 @@ interface FromLauncher {
   readonly code?: unknown;
   readonly signal?: unknown;
   readonly message?: unknown;
+  readonly dir?: unknown;
+  readonly dirRemoved?: unknown;
 }
 
 const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
@@ -119,6 +129,11 @@ export class JobLauncher {
     return this.#child?.pid;
   }
 
+  /** Starts the launcher if none runs; false while none can run (launch answers undefined then). */
+  ready(): boolean {
+    return this.#ensure() !== undefined;
+  }
+
   /** Starts a job, or answers undefined while no launcher can run (spawn directly then). */
   launch(spec: LaunchSpec): Promise<LaunchOutcome> | undefined {
     const child = this.#ensure();
@@ -132,7 +147,8 @@ export class JobLauncher {
       const stdin = spec.stdin ?? true;
       this.#pending.set(id, { resolve, timer, handles: [], stdin, pid: undefined });
       this.#refresh();
-      child.send({ t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env, stdin }, (err) => {
+      const message = { t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env, stdin, ...(spec.dir ? { dir: true } : {}) };
+      child.send(message, (err) => {
         // A failed send means the channel is closing: the disconnect fails this launch.
         if (err) this.#log.debug({ err }, "cannot send to the job launcher");
       });
@@ -182,6 +198,7 @@ export class JobLauncher {
     if (m.t === "exit") {
       const job = this.#running.get(id);
       this.#running.delete(id);
+      if (job && m.dirRemoved === true) job.dirRemoved = true;
       job?.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null);
       this.#refresh();
       return;
@@ -194,7 +211,7 @@ export class JobLauncher {
     if (m.t === "failed") {
       const error: Error & { code?: string } = new Error(typeof m.message === "string" ? m.message : "spawn failed");
       if (typeof m.code === "string") error.code = m.code;
-      this.#settle(id, { error });
+      this.#settle(id, m.dir === true ? { error, dir: true } : { error });
       return;
     }
     if (m.t !== "fd" || typeof m.n !== "number" || typeof m.pid !== "number" || !handle) return;

@@ -13,6 +13,10 @@
  *        passes through this process); with stdin: false the job reads /dev/null and only
  *        n=1 and n=2 come (a passed handle costs a message, its ack and a socket on either
  *        side); then {t:"exit", id, code, signal}
+ * - with dir: true in the spawn, the launcher makes cwd (mode 0700) before the job and
+ *        removes it (rmdir) once the job is reaped; the exit then carries dirRemoved (false:
+ *        not empty, the execserver removes it). A failed mkdir is answered {t:"failed", id,
+ *        code, message, dir: true}; a failed spawn removes the directory again.
  * - out: {t:"failed", id, code, message} when the job could not be started.
  * When its stdin or the channel closes (the execserver exited or died), every job not yet
  * reaped here is SIGKILLed by process group and the launcher exits.
@@ -20,20 +24,32 @@
 export const LAUNCHER_SCRIPT = String.raw`// slotbroker job launcher
 "use strict";
 const { spawn } = require("node:child_process");
+const { mkdirSync, rmdirSync } = require("node:fs");
 process.title = "slotbroker-job-launcher";
 const running = new Map();
 const send = (message, handle) => { if (process.connected) process.send(message, handle, () => {}); };
 for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => {});
 process.on("message", (m) => {
   if (!m || m.t !== "spawn") return;
+  if (m.dir === true) {
+    try {
+      mkdirSync(m.cwd, { mode: 0o700 });
+    } catch (err) {
+      send({ t: "failed", id: m.id, code: err.code, message: "cannot create the working directory " + m.cwd + ": " + err.message, dir: true });
+      return;
+    }
+  }
+  const unmake = () => { if (m.dir !== true) return undefined; try { rmdirSync(m.cwd); return true; } catch { return false; } };
   let child;
   try {
     child = spawn(m.file, m.args, { cwd: m.cwd, env: m.env, detached: true, stdio: [m.stdin === false ? "ignore" : "pipe", "pipe", "pipe"] });
   } catch (err) {
+    unmake();
     send({ t: "failed", id: m.id, code: err.code, message: err.message });
     return;
   }
   if (child.pid === undefined) {
+    unmake();
     child.once("error", (err) => send({ t: "failed", id: m.id, code: err.code, message: err.message }));
     for (const s of child.stdio) if (s) s.destroy();
     return;
@@ -50,7 +66,7 @@ process.on("message", (m) => {
   streams.forEach((s, n) => { if (s) send({ t: "fd", id: m.id, n, pid: child.pid }, s); });
   child.once("exit", (code, signal) => {
     running.delete(m.id);
-    send({ t: "exit", id: m.id, code, signal });
+    send({ t: "exit", id: m.id, code, signal, dirRemoved: unmake() });
   });
 });
 // The execserver is gone: stdin (a pipe only it writes) reads EOF, even after its SIGKILL.

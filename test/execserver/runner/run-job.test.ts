@@ -328,6 +328,27 @@ describe(`runner: runJob, ${mode}`, () => {
       }
     });
 
+    it("gives every job a fresh, empty, private directory, also after its execserver's directory was removed meanwhile", async () => {
+      const root = await mkdtemp(join(tmpdir(), "runner-root-"));
+      try {
+        const probe = { command: ["sh", "-c", "pwd; stat -c %a .; ls -A | wc -l; touch mine"], tempRoot: root };
+        const first = Buffer.from((await run(probe)).stdoutPrefix).toString().trim().split("\n");
+        expect(first.slice(1)).to.deep.equal(["700", "0"]);
+        // A cleaner of old temp files removes the execserver's own directory between jobs.
+        await jobDirsRemoved();
+        await rm(dirname(first[0]!), { recursive: true, force: true });
+        const receipt = await run(probe);
+        expect(receipt.exitCode).to.equal(0);
+        const second = Buffer.from(receipt.stdoutPrefix).toString().trim().split("\n");
+        expect(second.slice(1)).to.deep.equal(["700", "0"]);
+        expect(dirname(second[0]!)).to.not.equal(dirname(first[0]!));
+        await jobDirsRemoved();
+        expect(jobDirsUnder(root)).to.deep.equal([]);
+      } finally {
+        await rm(root, { recursive: true, force: true });
+      }
+    });
+
     it("passes arguments verbatim, without a shell", async () => {
       const receipt = await run({ command: ["printf", "%s|"], args: ["$HOME", "a b", "*", "; rm -rf /"] });
       expect(Buffer.from(receipt.stdoutPrefix).toString()).to.equal("$HOME|a b|*|; rm -rf /|");
