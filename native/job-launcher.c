@@ -9,10 +9,9 @@
  *   out: {"t":"fd","id":ID,"n":N,"pid":P}  three times (stdin n=0, stdout 1, stderr 2), each
  *        with the execserver's end of the job's socketpair attached as a handle; with
  *        "stdin":false the job reads /dev/null and only n=1 and n=2 are sent
- *   with "dir":true the launcher makes cwd (mkdir, mode 0700) before the job and removes it
- *        (rmdir) once the job is reaped: the exit message then says "dirRemoved":true|false
- *        (false: not empty, the execserver removes it); a failed mkdir is answered
- *        {"t":"failed",...,"dir":true}, a failed spawn removes the directory again
+ *   with "dir":true the launcher makes cwd (mkdir, mode 0700) before the job (the execserver
+ *        removes it after); a failed mkdir is answered {"t":"failed",...,"dir":true}, a
+ *        failed spawn removes the directory again
  *   out: {"t":"exit","id":ID,"code":C|null,"signal":"SIGKILL"|null}  once the job is reaped
  *   out: {"t":"failed","id":ID,"code":"ENOENT","message":"spawn F ENOENT"}  when it cannot start
  *
@@ -72,13 +71,11 @@ static int channel = -1;
 struct job {
   pid_t pid;
   char id[MAX_ID];
-  bool has_dir; /* the job's cwd was made here, to be removed once it is reaped */
-  char *dir;    /* that cwd (NULL when it could not be copied: reported as not removed) */
 };
 static struct job *jobs;
 static size_t njobs, jobs_cap;
 
-static void add_job(pid_t pid, const char *id, const char *dir) {
+static void add_job(pid_t pid, const char *id) {
   if (njobs == jobs_cap) {
     size_t cap = jobs_cap ? jobs_cap * 2 : 16;
     struct job *grown = realloc(jobs, cap * sizeof *jobs);
@@ -92,8 +89,6 @@ static void add_job(pid_t pid, const char *id, const char *dir) {
   }
   jobs[njobs].pid = pid;
   snprintf(jobs[njobs].id, MAX_ID, "%s", id);
-  jobs[njobs].has_dir = dir != NULL;
-  jobs[njobs].dir = dir ? strdup(dir) : NULL;
   njobs++;
 }
 
@@ -496,7 +491,7 @@ struct request {
   struct strv args; /* args.v[0] is reserved for argv[0] (the file) */
   struct strv env;  /* key, value, key, value, ... */
   bool no_stdin;    /* "stdin":false: the job reads /dev/null, no stdin handle is sent */
-  bool make_dir;    /* "dir":true: make cwd before the job, remove it once reaped */
+  bool make_dir;    /* "dir":true: make cwd before the job */
   const char *invalid; /* the first field found invalid, for the "failed" answer */
 };
 
@@ -711,7 +706,7 @@ static void spawn_job(struct request *req) {
     send_failed(req->id, errno_name(err), req->file, NULL, false);
     return;
   }
-  add_job(pid, req->id, req->make_dir ? req->cwd : NULL);
+  add_job(pid, req->id);
   for (int n = first; n < 3; n++) {
     set_nonblock(pairs[n][0]);
     buf_str(&msg, "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"t\":\"fd\",\"id\":");
@@ -808,13 +803,9 @@ static void reap(void) {
     buf_str(&msg, "{\"t\":\"exit\",\"id\":");
     buf_str(&msg, jobs[i].id);
     char tail[64], other[16];
-    if (WIFSIGNALED(status)) snprintf(tail, sizeof tail, ",\"code\":null,\"signal\":\"%s\"", signal_name(WTERMSIG(status), other, sizeof other));
-    else snprintf(tail, sizeof tail, ",\"code\":%d,\"signal\":null", WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) snprintf(tail, sizeof tail, ",\"code\":null,\"signal\":\"%s\"}", signal_name(WTERMSIG(status), other, sizeof other));
+    else snprintf(tail, sizeof tail, ",\"code\":%d,\"signal\":null}", WEXITSTATUS(status));
     buf_str(&msg, tail);
-    /* An empty directory goes now; one the job left files in is the execserver's to remove. */
-    if (jobs[i].has_dir) buf_str(&msg, jobs[i].dir && rmdir(jobs[i].dir) == 0 ? ",\"dirRemoved\":true}" : ",\"dirRemoved\":false}");
-    else buf_str(&msg, "}");
-    free(jobs[i].dir);
     jobs[i] = jobs[--njobs];
     send_line(&msg, -1);
   }

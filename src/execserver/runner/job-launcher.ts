@@ -16,10 +16,7 @@ export interface LaunchSpec {
   readonly env: Readonly<Record<string, string>>;
   /** False: the job reads /dev/null and no stdin handle is passed (default true). */
   readonly stdin?: boolean;
-  /**
-   * True: `cwd` does not exist yet; the launcher makes it (mode 0700) before the job and
-   * removes it once the job is reaped, if empty (see LaunchedProcess.dirRemoved).
-   */
+  /** True: `cwd` does not exist yet; the launcher makes it (mode 0700) before the job. */
   readonly dir?: boolean;
 }
 
@@ -64,7 +61,6 @@ interface FromLauncher {
   readonly signal?: unknown;
   readonly message?: unknown;
   readonly dir?: unknown;
-  readonly dirRemoved?: unknown;
 }
 
 const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
@@ -198,7 +194,6 @@ export class JobLauncher {
     if (m.t === "exit") {
       const job = this.#running.get(id);
       this.#running.delete(id);
-      if (job && m.dirRemoved === true) job.dirRemoved = true;
       job?.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null);
       this.#refresh();
       return;

@@ -10,8 +10,6 @@ import { signalGroup } from "./process-group.js";
  */
 export class LaunchedProcess extends EventEmitter {
   #exit: [number | null, NodeJS.Signals | null] | undefined;
-  /** The launcher made the job's directory and removed it once the job was reaped. */
-  dirRemoved = false;
   #openStreams = 2;
 
   constructor(

@@ -13,10 +13,9 @@
  *        passes through this process); with stdin: false the job reads /dev/null and only
  *        n=1 and n=2 come (a passed handle costs a message, its ack and a socket on either
  *        side); then {t:"exit", id, code, signal}
- * - with dir: true in the spawn, the launcher makes cwd (mode 0700) before the job and
- *        removes it (rmdir) once the job is reaped; the exit then carries dirRemoved (false:
- *        not empty, the execserver removes it). A failed mkdir is answered {t:"failed", id,
- *        code, message, dir: true}; a failed spawn removes the directory again.
+ * - with dir: true in the spawn, the launcher makes cwd (mode 0700) before the job (the
+ *        execserver removes it after). A failed mkdir is answered {t:"failed", id, code,
+ *        message, dir: true}; a failed spawn removes the directory again.
  * - out: {t:"failed", id, code, message} when the job could not be started.
  * When its stdin or the channel closes (the execserver exited or died), every job not yet
  * reaped here is SIGKILLed by process group and the launcher exits.
@@ -39,7 +38,7 @@ process.on("message", (m) => {
       return;
     }
   }
-  const unmake = () => { if (m.dir !== true) return undefined; try { rmdirSync(m.cwd); return true; } catch { return false; } };
+  const unmake = () => { if (m.dir === true) try { rmdirSync(m.cwd); } catch {} };
   let child;
   try {
     child = spawn(m.file, m.args, { cwd: m.cwd, env: m.env, detached: true, stdio: [m.stdin === false ? "ignore" : "pipe", "pipe", "pipe"] });
@@ -66,7 +65,7 @@ process.on("message", (m) => {
   streams.forEach((s, n) => { if (s) send({ t: "fd", id: m.id, n, pid: child.pid }, s); });
   child.once("exit", (code, signal) => {
     running.delete(m.id);
-    send({ t: "exit", id: m.id, code, signal, dirRemoved: unmake() });
+    send({ t: "exit", id: m.id, code, signal });
   });
 });
 // The execserver is gone: stdin (a pipe only it writes) reads EOF, even after its SIGKILL.

@@ -6,7 +6,6 @@ import { childEnv } from "./child-env.js";
 import { batchReaperLines, watchForkIn } from "./group-watchdog.js";
 import { jobDirRoot, makeJobDir, nextJobDir, removeJobDirLater } from "./job-dir.js";
 import type { JobLauncher } from "./job-launcher.js";
-import { LaunchedProcess } from "./launched-process.js";
 import { receiptNotRun } from "./receipt.js";
 import { checkRequest } from "./request-check.js";
 import { RunningJob } from "./running-job.js";
@@ -66,14 +65,12 @@ class JobDirError extends Error {}
 
 /**
  * A job's working directory: made here (makeJobDir), or named here and made by the job
- * launcher, which also removes it once the job is reaped: two syscalls and a thread-pool
- * round trip fewer on this event loop per job.
+ * launcher (a mkdir fewer on this event loop per job); removed here after the job.
  */
 class JobDir {
   readonly #root: string | undefined;
   readonly #log: Logger;
   #path: string | undefined;
-  #removed = false;
 
   constructor(root: string | undefined, log: Logger) {
     this.#root = root;
@@ -86,7 +83,6 @@ class JobDir {
   make(): string {
     try {
       this.#path = makeJobDir(this.#root, this.#onReaperError);
-      this.#removed = false;
     } catch (err) {
       throw new JobDirError("cannot create a working directory", { cause: err });
     }
@@ -97,21 +93,20 @@ class JobDir {
   name(): string {
     try {
       this.#path = nextJobDir(this.#root, this.#onReaperError);
-      this.#removed = false;
     } catch (err) {
       throw new JobDirError("cannot create a working directory", { cause: err });
     }
     return this.#path;
   }
 
-  /** The launcher removed it, or never made it. */
+  /** The launcher could not make it: nothing to remove. */
   gone(): void {
-    this.#removed = true;
+    this.#path = undefined;
   }
 
-  /** Removes it after the job (in the background), unless the launcher did. */
+  /** Removes it after the job (in the background). */
   remove(): void {
-    if (this.#path !== undefined && !this.#removed) removeJobDirLater(this.#path, this.#log);
+    if (this.#path !== undefined) removeJobDirLater(this.#path, this.#log);
   }
 }
 
@@ -163,9 +158,7 @@ async function runIn(dir: JobDir, request: RunRequest, log: Logger, hostPath: st
       forked();
     }
   });
-  const receipt = await job.run();
-  if (child instanceof LaunchedProcess && child.dirRemoved) dir.gone();
-  return receipt;
+  return job.run();
 }
 
 const noop = (): void => undefined;

@@ -176,18 +176,18 @@ describe("runner: the native job launcher on the wire", function () {
     }
   });
 
-  it('makes the job\'s directory with "dir":true, removes it once the job is reaped if empty, and says so', async () => {
+  it('makes the job\'s directory with "dir":true, never an existing one, and removes it again when the spawn fails', async () => {
     const root = await mkdtemp(join(tmpdir(), "native-launcher-"));
     try {
       wire = startLauncher(path);
       const cwd = (n: number): string => join(root, `job-${n}`);
       wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", "stat -c %a . > ../mode"], cwd: cwd(1), dir: true, stdin: false }));
       await started(wire, 1, 1);
-      expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null, dirRemoved: true });
+      expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null });
       expect((await readFile(join(root, "mode"), "utf8")).trim()).to.equal("700");
       wire.write(spawnLine({ id: 2, file: "sh", args: ["-c", "touch left"], cwd: cwd(2), dir: true, stdin: false }));
       await started(wire, 2, 1);
-      expect(await wire.next()).to.deep.equal({ t: "exit", id: 2, code: 0, signal: null, dirRemoved: false });
+      expect(await wire.next()).to.deep.equal({ t: "exit", id: 2, code: 0, signal: null });
       // An existing directory is never reused; a spawn that fails removes what it made.
       wire.write(spawnLine({ id: 3, file: "true", cwd: cwd(2), dir: true }));
       expect(await wire.next()).to.deep.include({ t: "failed", id: 3, code: "EEXIST", dir: true });
@@ -195,7 +195,7 @@ describe("runner: the native job launcher on the wire", function () {
       expect(await wire.next()).to.deep.include({ t: "failed", id: 4, code: "ENOENT", dir: true });
       wire.write(spawnLine({ id: 5, file: "slotbroker-no-such-command", cwd: cwd(5), dir: true }));
       expect(await wire.next()).to.deep.equal({ t: "failed", id: 5, code: "ENOENT", message: "spawn slotbroker-no-such-command ENOENT" });
-      expect((await readdir(root)).sort()).to.deep.equal(["job-2", "mode"]);
+      expect((await readdir(root)).sort()).to.deep.equal(["job-1", "job-2", "mode"]);
     } finally {
       await rm(root, { recursive: true, force: true });
     }
