@@ -54,6 +54,8 @@
 #include <unistd.h>
 
 #define LAUNCHER_NAME "slotbroker-job-launcher"
+/* Said by --check: an execserver uses only a binary that speaks its protocol ("stdin", "dir"). */
+#define PROTOCOL "protocol 2"
 /* A request longer than this is answered E2BIG (exec itself refuses a few MB of args+env). */
 #define MAX_LINE (8u << 20)
 /* Nesting depth of JSON values skipped in a request (a spawn request nests two levels). */
@@ -877,7 +879,7 @@ int main(int argc, char **argv) {
   /* The execserver asks once whether this binary runs here at all (one built for another
    * machine may not); only then does it start jobs through it. */
   if (argc == 2 && !strcmp(argv[1], "--check")) {
-    puts(LAUNCHER_NAME " ok");
+    puts(LAUNCHER_NAME " ok " PROTOCOL);
     return 0;
   }
   prctl(PR_SET_NAME, LAUNCHER_NAME, 0, 0, 0); /* ps shows "slotbroker-job-" (15 chars) */

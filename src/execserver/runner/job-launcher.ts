@@ -68,14 +68,20 @@ const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
 /** The native launcher's file name, and the name `ps` shows for either launcher. */
 export const LAUNCHER_NAME = "slotbroker-job-launcher";
 
+/**
+ * The protocol version the native launcher must answer `--check` with: one built from an
+ * older native/job-launcher.c (a stale dist/native/) is not used, rather than failing jobs.
+ */
+const LAUNCHER_PROTOCOL = "protocol 2";
+
 let nativeFound: string | null | undefined;
 
 /**
  * The native job launcher when it was built (scripts/build-native.sh) and runs here: next
  * to the running code's src/ (dist/native/ of an installed build, .build/run-N/native/ of a
  * test run), or in dist/native/ when the execserver runs from the checkout's sources. A
- * binary that does not answer `--check` (built for another machine or C library) is not
- * used. Looked up once.
+ * binary that does not answer `--check` with LAUNCHER_PROTOCOL (built for another machine,
+ * C library or protocol) is not used. Looked up once.
  */
 export function nativeLauncherPath(): string | undefined {
   if (nativeFound === undefined) {
@@ -88,7 +94,7 @@ export function nativeLauncherPath(): string | undefined {
         continue; // not built there
       }
       try {
-        if (execFileSync(path, ["--check"], { encoding: "utf8", timeout: 5000, stdio: ["ignore", "pipe", "ignore"] }) === `${LAUNCHER_NAME} ok\n`) nativeFound = path;
+        if (execFileSync(path, ["--check"], { encoding: "utf8", timeout: 5000, stdio: ["ignore", "pipe", "ignore"] }) === `${LAUNCHER_NAME} ok ${LAUNCHER_PROTOCOL}\n`) nativeFound = path;
       } catch {
         // built, but it cannot run here
       }

@@ -93,7 +93,7 @@ describe("runner: the native job launcher on the wire", function () {
   });
 
   it("answers --check (the execserver's test whether the binary runs here), and refuses to run without an IPC channel", () => {
-    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok\n");
+    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok protocol 2\n");
     const run = spawnSync(path, [], { encoding: "utf8", env: {} });
     expect(run.status).to.equal(2);
     expect(run.stderr).to.contain("no IPC channel (NODE_CHANNEL_FD)");
