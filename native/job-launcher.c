@@ -5,9 +5,13 @@
  * JSON serialization; it speaks the same protocol as the Node launcher script
  * (src/execserver/runner/launcher-script.ts), over Node's IPC channel:
  *
- *   in:  {"t":"spawn","id":ID,"file":F,"args":[...],"cwd":D,"env":{K:V,...}}
+ *   in:  {"t":"spawn","id":ID,"file":F,"args":[...],"cwd":D,"env":{K:V,...},"stdin":B}
  *   out: {"t":"fd","id":ID,"n":N,"pid":P}  three times (stdin n=0, stdout 1, stderr 2), each
- *        with the execserver's end of the job's socketpair attached as a handle
+ *        with the execserver's end of the job's socketpair attached as a handle; with
+ *        "stdin":false the job reads /dev/null and only n=1 and n=2 are sent
+ *   with "dir":true the launcher makes cwd (mkdir, mode 0700) before the job (the execserver
+ *        removes it after); a failed mkdir is answered {"t":"failed",...,"dir":true}, a
+ *        failed spawn removes the directory again
  *   out: {"t":"exit","id":ID,"code":C|null,"signal":"SIGKILL"|null}  once the job is reaped
  *   out: {"t":"failed","id":ID,"code":"ENOENT","message":"spawn F ENOENT"}  when it cannot start
  *
@@ -44,11 +48,14 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define LAUNCHER_NAME "slotbroker-job-launcher"
+/* Said by --check: an execserver uses only a binary that speaks its protocol ("stdin", "dir"). */
+#define PROTOCOL "protocol 2"
 /* A request longer than this is answered E2BIG (exec itself refuses a few MB of args+env). */
 #define MAX_LINE (8u << 20)
 /* Nesting depth of JSON values skipped in a request (a spawn request nests two levels). */
@@ -253,6 +260,9 @@ static const char *errno_name(int e) {
     case EMFILE: return "EMFILE";
     case ENFILE: return "ENFILE";
     case EIO: return "EIO";
+    case EEXIST: return "EEXIST";
+    case ENOSPC: return "ENOSPC";
+    case EROFS: return "EROFS";
     case EINVAL: return "EINVAL";
     case EFAULT: return "EFAULT";
     case ELIBBAD: return "ELIBBAD";
@@ -260,8 +270,9 @@ static const char *errno_name(int e) {
   }
 }
 
-/* {"t":"failed",...} with Node's message for a failed spawn ("spawn FILE CODE") or why. */
-static void send_failed(const char *id, const char *code, const char *file, const char *why) {
+/* {"t":"failed",...} with Node's message for a failed spawn ("spawn FILE CODE") or why;
+ * dir: it was making the job's directory that failed. */
+static void send_failed(const char *id, const char *code, const char *file, const char *why, bool dir) {
   buf_str(&msg, "{\"t\":\"failed\",\"id\":");
   buf_str(&msg, id);
   buf_str(&msg, ",\"code\":");
@@ -279,7 +290,7 @@ static void send_failed(const char *id, const char *code, const char *file, cons
     buf_json(&msg, text.p);
     free(text.p);
   }
-  buf_str(&msg, "}");
+  buf_str(&msg, dir ? ",\"dir\":true}" : "}");
   send_line(&msg, -1);
 }
 
@@ -481,6 +492,8 @@ struct request {
   char id[MAX_ID];
   struct strv args; /* args.v[0] is reserved for argv[0] (the file) */
   struct strv env;  /* key, value, key, value, ... */
+  bool no_stdin;    /* "stdin":false: the job reads /dev/null, no stdin handle is sent */
+  bool make_dir;    /* "dir":true: make cwd before the job */
   const char *invalid; /* the first field found invalid, for the "failed" answer */
 };
 
@@ -557,6 +570,15 @@ static bool parse_request(char *line, size_t len, struct request *req) {
       else if (!strcmp(key, "cwd")) ok = read_string_field(&r, &req->cwd, "cwd", req);
       else if (!strcmp(key, "args")) ok = read_args(&r, req);
       else if (!strcmp(key, "env")) ok = read_env(&r, req);
+      else if (!strcmp(key, "stdin")) {
+        skip_ws(&r);
+        req->no_stdin = (size_t)(r.end - r.p) >= 5 && memcmp(r.p, "false", 5) == 0;
+        ok = skip_value(&r, 1);
+      } else if (!strcmp(key, "dir")) {
+        skip_ws(&r);
+        req->make_dir = (size_t)(r.end - r.p) >= 4 && memcmp(r.p, "true", 4) == 0;
+        ok = skip_value(&r, 1);
+      }
       else if (!strcmp(key, "id")) {
         char *start;
         skip_ws(&r);
@@ -620,7 +642,7 @@ static void set_nonblock(int fd) {
   if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
-/* Starts the job of a valid request and reports its three handles, or why it failed. */
+/* Starts the job of a valid request and reports its handles (two or three), or why it failed. */
 static void spawn_job(struct request *req) {
   /* "K=V" strings for the job's environment, in one block. */
   size_t size = 0;
@@ -630,7 +652,7 @@ static void spawn_job(struct request *req) {
   if (!block || !envp) {
     free(block);
     free(envp);
-    send_failed(req->id, "ENOMEM", req->file, NULL);
+    send_failed(req->id, "ENOMEM", req->file, NULL, false);
     return;
   }
   char *w = block;
@@ -639,10 +661,27 @@ static void spawn_job(struct request *req) {
     w += sprintf(w, "%s=%s", req->env.v[i], req->env.v[i + 1]) + 1;
   }
   req->args.v[0] = req->file;
+  if (req->make_dir && mkdir(req->cwd, 0700) != 0) {
+    int e = errno;
+    free(block);
+    free(envp);
+    struct buf why = {0};
+    buf_str(&why, "cannot create the working directory ");
+    buf_str(&why, req->cwd);
+    buf_str(&why, ": ");
+    buf_str(&why, strerror(e));
+    buf_add(&why, "", 1);
+    send_failed(req->id, errno_name(e), req->file, why.p, true);
+    free(why.p);
+    return;
+  }
 
-  /* Socketpairs, as libuv makes a child's "pipe" stdio: [0] the execserver's end, [1] the job's. */
+  /* Socketpairs, as libuv makes a child's "pipe" stdio: [0] the execserver's end, [1] the job's.
+   * Without stdin the job's fd 0 is /dev/null (Node's "ignore"): one socketpair and one
+   * passed handle (a message and its ack) fewer per job. */
+  int first = req->no_stdin ? 1 : 0;
   int pairs[3][2];
-  int made = 0, err = 0;
+  int made = first, err = 0;
   for (; made < 3; made++)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pairs[made]) != 0) {
       err = errno;
@@ -652,23 +691,25 @@ static void spawn_job(struct request *req) {
   if (!err) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    for (int n = 0; n < 3; n++) posix_spawn_file_actions_adddup2(&actions, pairs[n][1], n);
+    if (first) posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    for (int n = first; n < 3; n++) posix_spawn_file_actions_adddup2(&actions, pairs[n][1], n);
     posix_spawn_file_actions_addchdir_np(&actions, req->cwd);
     err = spawn_path(&pid, req->file, &actions, req->args.v, envp);
     posix_spawn_file_actions_destroy(&actions);
   }
   free(block);
   free(envp);
-  for (int n = 0; n < made; n++) {
+  for (int n = first; n < made; n++) {
     close(pairs[n][1]);
     if (err) close(pairs[n][0]);
   }
   if (err) {
-    send_failed(req->id, errno_name(err), req->file, NULL);
+    if (req->make_dir) rmdir(req->cwd);
+    send_failed(req->id, errno_name(err), req->file, NULL, false);
     return;
   }
   add_job(pid, req->id);
-  for (int n = 0; n < 3; n++) {
+  for (int n = first; n < 3; n++) {
     set_nonblock(pairs[n][0]);
     buf_str(&msg, "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"t\":\"fd\",\"id\":");
     buf_str(&msg, req->id);
@@ -696,7 +737,7 @@ static void handle_line(char *line, size_t len) {
     if (req.invalid) {
       char why[96];
       snprintf(why, sizeof why, "invalid spawn request: bad or missing field \"%s\"", req.invalid);
-      send_failed(req.id, "EINVAL", "", why);
+      send_failed(req.id, "EINVAL", "", why, false);
     } else {
       spawn_job(&req);
     }
@@ -793,7 +834,7 @@ static void answer_too_long(void) {
   id[n] = '\0';
   char why[96];
   snprintf(why, sizeof why, "the spawn request is longer than %u bytes", MAX_LINE);
-  send_failed(id, "E2BIG", "", why);
+  send_failed(id, "E2BIG", "", why, false);
 }
 
 static void read_channel(void) {
@@ -838,7 +879,7 @@ int main(int argc, char **argv) {
   /* The execserver asks once whether this binary runs here at all (one built for another
    * machine may not); only then does it start jobs through it. */
   if (argc == 2 && !strcmp(argv[1], "--check")) {
-    puts(LAUNCHER_NAME " ok");
+    puts(LAUNCHER_NAME " ok " PROTOCOL);
     return 0;
   }
   prctl(PR_SET_NAME, LAUNCHER_NAME, 0, 0, 0); /* ps shows "slotbroker-job-" (15 chars) */

@@ -57,6 +57,14 @@ exit 0`;
 
 type OnError = (err: Error) => void;
 
+/**
+ * How long a "-PGID" line may wait for the next write to the reaper. Until then the reaper
+ * would, were the execserver to die, also signal the ended job's group: harmless, the group
+ * is gone (killed at the job's end), and its id cannot be another group's yet, since the
+ * kernel reuses a pid only after it went through every other one.
+ */
+const ENDED_FLUSH_MS = 20;
+
 /** The reaper of this process, started with the first watched job and restarted if it dies. */
 class GroupReaper {
   #child: ChildProcess | undefined;
@@ -65,6 +73,10 @@ class GroupReaper {
   readonly #owned = new Set<string>();
   // Lines held while batching (see batch()); undefined otherwise.
   #held: string | undefined;
+  // "-PGID" lines not written yet (see ENDED_FLUSH_MS): one write per job instead of two
+  // while jobs follow each other.
+  #ended = "";
+  #endedTimer: NodeJS.Timeout | undefined;
 
   add(pgid: number, onError: OnError): void {
     const child = this.#ensure(onError);
@@ -99,8 +111,14 @@ class GroupReaper {
 
   remove(pgid: number): void {
     if (!this.#watched.delete(pgid) || !this.#child) return;
-    this.#write(this.#child, `-${pgid}\n`);
+    this.#ended += `-${pgid}\n`;
+    if (this.#endedTimer === undefined) this.#endedTimer = setTimeout(this.#flushEnded, ENDED_FLUSH_MS).unref();
   }
+
+  readonly #flushEnded = (): void => {
+    this.#endedTimer = undefined;
+    if (this.#ended && this.#child) this.#write(this.#child, "");
+  };
 
   /**
    * Runs `fn` (synchronous) and writes the lines it produced in one write at its end: a
@@ -120,8 +138,10 @@ class GroupReaper {
   }
 
   #write(child: ChildProcess, line: string): void {
-    if (this.#held !== undefined && child === this.#child) this.#held += line;
-    else child.stdin!.write(line);
+    const lines = this.#ended + line;
+    this.#ended = "";
+    if (this.#held !== undefined && child === this.#child) this.#held += lines;
+    else child.stdin!.write(lines);
   }
 
   #ensure(onError: OnError): ChildProcess | undefined {
@@ -150,6 +170,7 @@ class GroupReaper {
     this.#child = child;
     // Lines held for a dead reaper are dropped: the new one is told the whole state here.
     if (this.#held !== undefined) this.#held = "";
+    this.#ended = "";
     for (const pgid of this.#watched) child.stdin!.write(`+${pgid}\n`);
     for (const dir of this.#pending) child.stdin!.write(`?${dir}\n`);
     for (const dir of this.#owned) child.stdin!.write(`@${dir}\n`);

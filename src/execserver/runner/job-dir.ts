@@ -1,4 +1,4 @@
-import { mkdtempSync, rmdir, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmdir, rmSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,6 +15,9 @@ export const OWNER_FILE = "owner.json";
 let defaultRoot: string | undefined;
 // root → this process's directory of job directories there.
 const ownDirs = new Map<string, string>();
+// Job directories are numbered: the directory they go in is this process's own (made
+// fresh by mkdtemp, mode 0700), so a number is unique without a random name.
+let jobDirs = 0;
 
 /**
  * Makes a job's fresh working directory under this process's own directory in `root`
@@ -27,14 +30,38 @@ export function makeJobDir(root: string | undefined, onError: (err: Error) => vo
   const own = ownDirs.get(base);
   if (own) {
     try {
-      return mkdtempSync(join(own, JOB_DIR_PREFIX));
+      return mkdirFresh(own);
     } catch (err) {
       // Removed from under us (a cleaner of old temp files): make a new one.
       if ((err as { code?: unknown }).code !== "ENOENT") throw err;
       ownDirs.delete(base);
     }
   }
-  return mkdtempSync(join(makeOwnDir(base, onError), JOB_DIR_PREFIX));
+  return mkdirFresh(makeOwnDir(base, onError));
+}
+
+/**
+ * The path of a job's working directory not made yet, under this process's own directory
+ * in `root` (made here when missing): for the job launcher, which makes the directory
+ * before the job and removes it after (mkdir and rmdir there, not on this event loop).
+ * Should it fail (the own directory was removed meanwhile), makeJobDir recovers.
+ */
+export function nextJobDir(root: string | undefined, onError: (err: Error) => void): string {
+  const base = jobDirRoot(root);
+  return join(ownDirs.get(base) ?? makeOwnDir(base, onError), `${JOB_DIR_PREFIX}${++jobDirs}`);
+}
+
+function mkdirFresh(own: string): string {
+  for (;;) {
+    const dir = join(own, `${JOB_DIR_PREFIX}${++jobDirs}`);
+    try {
+      mkdirSync(dir, { mode: 0o700 });
+      return dir;
+    } catch (err) {
+      // Taken by another writer there (root can): the next number.
+      if ((err as { code?: unknown }).code !== "EEXIST") throw err;
+    }
+  }
 }
 
 /**

@@ -14,10 +14,17 @@ export interface LaunchSpec {
   readonly args: readonly string[];
   readonly cwd: string;
   readonly env: Readonly<Record<string, string>>;
+  /** False: the job reads /dev/null and no stdin handle is passed (default true). */
+  readonly stdin?: boolean;
+  /** True: `cwd` does not exist yet; the launcher makes it (mode 0700) before the job. */
+  readonly dir?: boolean;
 }
 
-/** The started job, or why it could not start (an Error with the spawn's `code`). */
-export type LaunchOutcome = { readonly process: LaunchedProcess } | { readonly error: Error & { code?: string } };
+/**
+ * The started job, or why it could not start (an Error with the spawn's `code`; `dir`: the
+ * launcher could not make the job's directory).
+ */
+export type LaunchOutcome = { readonly process: LaunchedProcess } | { readonly error: Error & { code?: string }; readonly dir?: boolean };
 
 /** Options of a JobLauncher (tests shorten the timings). */
 export interface JobLauncherOptions {
@@ -41,6 +48,7 @@ interface PendingLaunch {
   readonly resolve: (outcome: LaunchOutcome) => void;
   readonly timer: NodeJS.Timeout;
   readonly handles: (Socket | undefined)[];
+  readonly stdin: boolean;
   pid: number | undefined;
 }
 
@@ -52,6 +60,7 @@ interface FromLauncher {
   readonly code?: unknown;
   readonly signal?: unknown;
   readonly message?: unknown;
+  readonly dir?: unknown;
 }
 
 const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
@@ -59,14 +68,20 @@ const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
 /** The native launcher's file name, and the name `ps` shows for either launcher. */
 export const LAUNCHER_NAME = "slotbroker-job-launcher";
 
+/**
+ * The protocol version the native launcher must answer `--check` with: one built from an
+ * older native/job-launcher.c (a stale dist/native/) is not used, rather than failing jobs.
+ */
+const LAUNCHER_PROTOCOL = "protocol 2";
+
 let nativeFound: string | null | undefined;
 
 /**
  * The native job launcher when it was built (scripts/build-native.sh) and runs here: next
  * to the running code's src/ (dist/native/ of an installed build, .build/run-N/native/ of a
  * test run), or in dist/native/ when the execserver runs from the checkout's sources. A
- * binary that does not answer `--check` (built for another machine or C library) is not
- * used. Looked up once.
+ * binary that does not answer `--check` with LAUNCHER_PROTOCOL (built for another machine,
+ * C library or protocol) is not used. Looked up once.
  */
 export function nativeLauncherPath(): string | undefined {
   if (nativeFound === undefined) {
@@ -79,7 +94,7 @@ export function nativeLauncherPath(): string | undefined {
         continue; // not built there
       }
       try {
-        if (execFileSync(path, ["--check"], { encoding: "utf8", timeout: 5000, stdio: ["ignore", "pipe", "ignore"] }) === `${LAUNCHER_NAME} ok\n`) nativeFound = path;
+        if (execFileSync(path, ["--check"], { encoding: "utf8", timeout: 5000, stdio: ["ignore", "pipe", "ignore"] }) === `${LAUNCHER_NAME} ok ${LAUNCHER_PROTOCOL}\n`) nativeFound = path;
       } catch {
         // built, but it cannot run here
       }
@@ -116,6 +131,11 @@ export class JobLauncher {
     return this.#child?.pid;
   }
 
+  /** Starts the launcher if none runs; false while none can run (launch answers undefined then). */
+  ready(): boolean {
+    return this.#ensure() !== undefined;
+  }
+
   /** Starts a job, or answers undefined while no launcher can run (spawn directly then). */
   launch(spec: LaunchSpec): Promise<LaunchOutcome> | undefined {
     const child = this.#ensure();
@@ -126,9 +146,11 @@ export class JobLauncher {
         this.#log.warn({ pid: child.pid }, "the job launcher did not answer; replacing it");
         child.kill("SIGKILL");
       }, this.#options.launchTimeoutMs ?? 10_000);
-      this.#pending.set(id, { resolve, timer, handles: [], pid: undefined });
+      const stdin = spec.stdin ?? true;
+      this.#pending.set(id, { resolve, timer, handles: [], stdin, pid: undefined });
       this.#refresh();
-      child.send({ t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env }, (err) => {
+      const message = { t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env, stdin, ...(spec.dir ? { dir: true } : {}) };
+      child.send(message, (err) => {
         // A failed send means the channel is closing: the disconnect fails this launch.
         if (err) this.#log.debug({ err }, "cannot send to the job launcher");
       });
@@ -190,15 +212,17 @@ export class JobLauncher {
     if (m.t === "failed") {
       const error: Error & { code?: string } = new Error(typeof m.message === "string" ? m.message : "spawn failed");
       if (typeof m.code === "string") error.code = m.code;
-      this.#settle(id, { error });
+      this.#settle(id, m.dir === true ? { error, dir: true } : { error });
       return;
     }
     if (m.t !== "fd" || typeof m.n !== "number" || typeof m.pid !== "number" || !handle) return;
     pending.pid = m.pid;
     pending.handles[m.n] = handle;
     const [stdin, stdout, stderr] = pending.handles;
-    if (!stdin || !stdout || !stderr) return;
-    const job = new LaunchedProcess(m.pid, stdin, stdout, stderr);
+    if (!stdout || !stderr || (pending.stdin && !stdin)) return;
+    // A launcher that passed a stdin nobody asked for: the job reads nothing from it.
+    if (!pending.stdin) stdin?.destroy();
+    const job = new LaunchedProcess(m.pid, pending.stdin ? stdin! : null, stdout, stderr);
     this.#running.set(id, job);
     this.#settle(id, { process: job });
   }

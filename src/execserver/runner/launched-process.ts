@@ -14,7 +14,8 @@ export class LaunchedProcess extends EventEmitter {
 
   constructor(
     readonly pid: number,
-    readonly stdin: Socket,
+    /** null when the job reads /dev/null (spawned without stdin). */
+    readonly stdin: Socket | null,
     readonly stdout: Socket,
     readonly stderr: Socket,
   ) {

@@ -4,7 +4,7 @@ import { AbortReason } from "../../shared/abort.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { childEnv } from "./child-env.js";
 import { batchReaperLines, watchForkIn } from "./group-watchdog.js";
-import { jobDirRoot, makeJobDir, removeJobDirLater } from "./job-dir.js";
+import { jobDirRoot, makeJobDir, nextJobDir, removeJobDirLater } from "./job-dir.js";
 import type { JobLauncher } from "./job-launcher.js";
 import { receiptNotRun } from "./receipt.js";
 import { checkRequest } from "./request-check.js";
@@ -50,27 +50,96 @@ async function runInTempDir(request: RunRequest, log: Logger, hostPath: string |
     const requested = request.signal.reason instanceof AbortReason && request.signal.reason.kind === "cancel-requested";
     return receiptNotRun({ kind: requested ? ErrorKind.CANCEL_REQUESTED : ErrorKind.CANCELLED, message: "cancelled before start" });
   }
-  let cwd: string;
+  const dir = new JobDir(request.tempRoot, log);
   try {
-    cwd = makeJobDir(request.tempRoot, (err) => log.warn({ err }, "cannot start the job reaper"));
+    return await runIn(dir, request, log, hostPath, launcher);
   } catch (err) {
-    return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: `cannot create a working directory under ${jobDirRoot(request.tempRoot)}: ${String(err)}` });
-  }
-  try {
-    return await runIn(cwd, request, log, hostPath, launcher);
+    if (!(err instanceof JobDirError)) throw err;
+    return receiptNotRun({ kind: ErrorKind.SPAWN_FAILED, message: `cannot create a working directory under ${jobDirRoot(request.tempRoot)}: ${String(err.cause)}` });
   } finally {
-    removeJobDirLater(cwd, log);
+    dir.remove();
   }
 }
 
-async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: string | undefined, launcher: JobLauncher | false): Promise<Receipt> {
+class JobDirError extends Error {}
+
+/**
+ * A job's working directory: made here (makeJobDir), or named here and made by the job
+ * launcher (a mkdir fewer on this event loop per job); removed here after the job.
+ */
+class JobDir {
+  readonly #root: string | undefined;
+  readonly #log: Logger;
+  #path: string | undefined;
+
+  constructor(root: string | undefined, log: Logger) {
+    this.#root = root;
+    this.#log = log;
+  }
+
+  #onReaperError = (err: Error): void => this.#log.warn({ err }, "cannot start the job reaper");
+
+  /** Makes the directory here; throws a JobDirError when it cannot. */
+  make(): string {
+    try {
+      this.#path = makeJobDir(this.#root, this.#onReaperError);
+    } catch (err) {
+      throw new JobDirError("cannot create a working directory", { cause: err });
+    }
+    return this.#path;
+  }
+
+  /** Names a directory for the launcher to make. */
+  name(): string {
+    try {
+      this.#path = nextJobDir(this.#root, this.#onReaperError);
+    } catch (err) {
+      throw new JobDirError("cannot create a working directory", { cause: err });
+    }
+    return this.#path;
+  }
+
+  /** The launcher could not make it: nothing to remove. */
+  gone(): void {
+    this.#path = undefined;
+  }
+
+  /** Removes it after the job (in the background). */
+  remove(): void {
+    if (this.#path !== undefined) removeJobDirLater(this.#path, this.#log);
+  }
+}
+
+async function runIn(dir: JobDir, request: RunRequest, log: Logger, hostPath: string | undefined, launcher: JobLauncher | false): Promise<Receipt> {
   const [file = "", ...fixedArgs] = request.command;
-  const spec = { file, args: [...fixedArgs, ...request.args], cwd, env: childEnv(request.env, hostPath) };
-  const forked = watchForkIn(cwd, (err) => log.warn({ err }, "cannot watch the job's process group"));
-  let started: Awaited<ReturnType<typeof spawnHere>>;
+  // A job without stdin reads /dev/null: empty either way, and one pipe and its stream fewer.
+  const stdin = request.stdin !== undefined || !!request.stdinUrl || !!request.stdinInline?.byteLength;
+  const args = [...fixedArgs, ...request.args];
+  const env = childEnv(request.env, hostPath);
+  const onWatchError = (err: Error): void => log.warn({ err }, "cannot watch the job's process group");
+  let started: { process: JobProcess } | { error: Error; dir?: boolean } | undefined;
+  let forked = noop;
   try {
-    const launched = launcher && launcher.launch(spec);
-    started = launched ? await launched : await spawnHere(spec, request.stdin !== undefined || !!request.stdinUrl || !!request.stdinInline?.byteLength);
+    if (launcher && launcher.ready()) {
+      const cwd = dir.name();
+      forked = watchForkIn(cwd, onWatchError);
+      const launched = launcher.launch({ file, args, cwd, env, stdin, dir: true });
+      started = launched && (await launched);
+      // Not started there, nothing made there: the directory is made here, the job started again.
+      if (!started || ("error" in started && started.dir)) {
+        dir.gone();
+        forked();
+        forked = noop;
+        started = undefined;
+      }
+    }
+    if (!started) {
+      const cwd = dir.make();
+      forked = watchForkIn(cwd, onWatchError);
+      const spec = { file, args, cwd, env, stdin };
+      const launched = launcher && launcher.launch(spec);
+      started = launched ? await launched : await spawnHere(spec);
+    }
   } catch (err) {
     forked();
     throw err;
@@ -92,18 +161,14 @@ async function runIn(cwd: string, request: RunRequest, log: Logger, hostPath: st
   return job.run();
 }
 
-/**
- * Spawns the job from this process: the fallback when no launcher is used. A job without
- * stdin reads /dev/null: empty either way, and one pipe and its stream fewer per job.
- */
-async function spawnHere(
-  spec: { file: string; args: string[]; cwd: string; env: Record<string, string> },
-  hasStdin: boolean,
-): Promise<{ process: JobProcess } | { error: Error }> {
+const noop = (): void => undefined;
+
+/** Spawns the job from this process: the fallback when no launcher is used. */
+async function spawnHere(spec: { file: string; args: string[]; cwd: string; env: Record<string, string>; stdin: boolean }): Promise<{ process: JobProcess } | { error: Error }> {
   let child: ChildProcess;
   try {
     // No shell, ever; detached gives the job its own process group to signal as a whole.
-    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: [hasStdin ? "pipe" : "ignore", "pipe", "pipe"] });
+    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: [spec.stdin ? "pipe" : "ignore", "pipe", "pipe"] });
   } catch (err) {
     return { error: err as Error };
   }

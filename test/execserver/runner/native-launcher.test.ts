@@ -3,7 +3,7 @@
 // answers the handle messages itself, as Node's channel would.
 import { expect } from "chai";
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import type { Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -64,10 +64,10 @@ function startLauncher(path: string): Wire {
 
 const spawnLine = (fields: Record<string, unknown>): string => `${JSON.stringify({ t: "spawn", args: [], cwd: "/", env: { PATH: "/usr/bin:/bin" }, ...fields })}\n`;
 
-/** Reads the three handle messages of a started job, acking each; returns its pid. */
-async function started(wire: Wire, id: number): Promise<number> {
+/** Reads the handle messages of a started job (from n = `first`), acking each; returns its pid. */
+async function started(wire: Wire, id: number, first = 0): Promise<number> {
   let pid = 0;
-  for (let n = 0; n < 3; n++) {
+  for (let n = first; n < 3; n++) {
     const m = await wire.next();
     expect(m).to.deep.include({ cmd: "NODE_HANDLE", type: "net.Socket" });
     expect(m.msg).to.deep.include({ t: "fd", id, n });
@@ -93,7 +93,7 @@ describe("runner: the native job launcher on the wire", function () {
   });
 
   it("answers --check (the execserver's test whether the binary runs here), and refuses to run without an IPC channel", () => {
-    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok\n");
+    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok protocol 2\n");
     const run = spawnSync(path, [], { encoding: "utf8", env: {} });
     expect(run.status).to.equal(2);
     expect(run.stderr).to.contain("no IPC channel (NODE_CHANNEL_FD)");
@@ -159,6 +159,45 @@ describe("runner: the native job launcher on the wire", function () {
       expect((await readFile(join(dir, "cwd"), "utf8")).trim()).to.equal(dir);
     } finally {
       await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('gives a job asked for with "stdin":false /dev/null as its stdin and passes only its stdout and stderr', async () => {
+    const dir = await mkdtemp(join(tmpdir(), "native-launcher-"));
+    try {
+      wire = startLauncher(path);
+      wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", "readlink /proc/self/fd/0 > stdin; wc -c < /dev/stdin > bytes"], cwd: dir, stdin: false }));
+      await started(wire, 1, 1);
+      expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null });
+      expect((await readFile(join(dir, "stdin"), "utf8")).trim()).to.equal("/dev/null");
+      expect((await readFile(join(dir, "bytes"), "utf8")).trim()).to.equal("0");
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('makes the job\'s directory with "dir":true, never an existing one, and removes it again when the spawn fails', async () => {
+    const root = await mkdtemp(join(tmpdir(), "native-launcher-"));
+    try {
+      wire = startLauncher(path);
+      const cwd = (n: number): string => join(root, `job-${n}`);
+      wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", "stat -c %a . > ../mode"], cwd: cwd(1), dir: true, stdin: false }));
+      await started(wire, 1, 1);
+      expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null });
+      expect((await readFile(join(root, "mode"), "utf8")).trim()).to.equal("700");
+      wire.write(spawnLine({ id: 2, file: "sh", args: ["-c", "touch left"], cwd: cwd(2), dir: true, stdin: false }));
+      await started(wire, 2, 1);
+      expect(await wire.next()).to.deep.equal({ t: "exit", id: 2, code: 0, signal: null });
+      // An existing directory is never reused; a spawn that fails removes what it made.
+      wire.write(spawnLine({ id: 3, file: "true", cwd: cwd(2), dir: true }));
+      expect(await wire.next()).to.deep.include({ t: "failed", id: 3, code: "EEXIST", dir: true });
+      wire.write(spawnLine({ id: 4, file: "true", cwd: join(root, "gone", "job-4"), dir: true }));
+      expect(await wire.next()).to.deep.include({ t: "failed", id: 4, code: "ENOENT", dir: true });
+      wire.write(spawnLine({ id: 5, file: "slotbroker-no-such-command", cwd: cwd(5), dir: true }));
+      expect(await wire.next()).to.deep.equal({ t: "failed", id: 5, code: "ENOENT", message: "spawn slotbroker-no-such-command ENOENT" });
+      expect((await readdir(root)).sort()).to.deep.equal(["job-1", "job-2", "mode"]);
+    } finally {
+      await rm(root, { recursive: true, force: true });
     }
   });
 
