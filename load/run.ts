@@ -30,6 +30,8 @@ interface Outcome {
   readonly scenario: string;
   readonly ok: boolean;
   readonly seconds: number;
+  /** Where the seconds went: starting servers, k6, the runner's checks, stopping. */
+  readonly phases: Record<string, number>;
   readonly k6Exit: number | undefined;
   readonly failedThresholds: readonly ThresholdResult[];
   readonly checks: readonly RunnerCheck[];
@@ -80,9 +82,11 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
 
 mkdirSync(resultsDir, { recursive: true });
 process.stderr.write(`load: profile ${profile}, scenarios ${selected.map((s) => s.name).join(", ")}${serverRoot !== root ? `, servers from ${serverRoot}` : ""}\n`);
+const buildStarted = Date.now();
 const k6 = await buildK6(root);
 // The servers run from one build of the project's JavaScript (not through tsx).
 if (serverRoot === root) await buildChildren();
+process.stderr.write(`load: k6 and the servers' build ready in ${Math.round((Date.now() - buildStarted) / 1000)} s\n`);
 const outcomes: Outcome[] = [];
 for (const scenario of selected) {
   if (interrupted) break;
@@ -104,8 +108,15 @@ async function runScenario(scenario: Scenario, bin: string): Promise<Outcome> {
   let k6Exit: number | undefined;
   let checks: RunnerCheck[] = [];
   let error: string | undefined;
+  const phases: Record<string, number> = {};
+  let phaseStart = started;
+  const phase = (name: string): void => {
+    phases[name] = Math.round((Date.now() - phaseStart) / 1000);
+    phaseStart = Date.now();
+  };
   try {
     const prepared = await scenario.prepare({ sup, serverRoot }, profile);
+    phase("servers");
     process.stderr.write(`== ${scenario.name}: k6 ${scenario.script} (${JSON.stringify(prepared.env)})\n`);
     const run = startK6({
       bin,
@@ -123,11 +134,15 @@ async function runScenario(scenario: Scenario, bin: string): Promise<Outcome> {
     }, limit * 1000);
     k6Exit = await run.exited;
     clearTimeout(watchdog);
+    phase("k6");
     if (prepared.after && !interrupted) checks = await prepared.after(readSummary(summaryPath));
+    phase("checks");
   } catch (err) {
     error = (err as Error).stack ?? String(err);
   } finally {
+    phaseStart = Date.now();
     const failedStops = await sup.stopAll();
+    phase("stop");
     if (failedStops.length > 0) checks.push({ name: "everything stopped", ok: false, detail: failedStops.join("; ") });
   }
   const summary = readSummary(summaryPath);
@@ -136,14 +151,15 @@ async function runScenario(scenario: Scenario, bin: string): Promise<Outcome> {
   const figures: Record<string, number | undefined> = {};
   for (const f of scenario.figures) figures[f.label] = figure(summary, f.metric, f.stat);
   const ok = !error && k6Exit === 0 && !!summary && failedThresholds.length === 0 && checks.every((c) => c.ok);
-  const outcome: Outcome = { scenario: scenario.name, ok, seconds: Math.round((Date.now() - started) / 1000), k6Exit, failedThresholds, checks, figures, error };
+  const outcome: Outcome = { scenario: scenario.name, ok, seconds: Math.round((Date.now() - started) / 1000), phases, k6Exit, failedThresholds, checks, figures, error };
   if (summary) writeFileSync(summaryPath, `${JSON.stringify({ ...summary, runner: { profile, ...outcome, thresholds } }, null, 2)}\n`);
   report(scenario, outcome);
   return outcome;
 }
 
 function report(scenario: Scenario, o: Outcome): void {
-  const lines = [`== ${scenario.name}: ${o.ok ? "passed" : "FAILED"} in ${o.seconds} s (k6 exit ${o.k6Exit ?? "-"})`];
+  const phases = Object.entries(o.phases).map(([name, s]) => `${name} ${s} s`).join(", ");
+  const lines = [`== ${scenario.name}: ${o.ok ? "passed" : "FAILED"} in ${o.seconds} s (${phases}; k6 exit ${o.k6Exit ?? "-"})`];
   for (const t of o.failedThresholds) lines.push(`   threshold crossed: ${t.metric} ${t.expression}`);
   for (const c of o.checks) lines.push(`   ${c.ok ? "ok  " : "FAIL"} ${c.name}: ${c.detail}`);
   if (o.error) lines.push(`   error: ${o.error}`);

@@ -26,6 +26,8 @@ const EXECSERVERS = envInt('EXECSERVERS', 3);
 const WARMUP_S = envInt('WARMUP_S', 12);
 const WINDOW_S = envInt('WINDOW_S', 15);
 const CHURN_S = envInt('CHURN_S', 57);
+// The windows that fit between WARMUP_S and CHURN_S; the observer stops once the last closed.
+const WINDOWS = Math.floor((CHURN_S - WARMUP_S) / WINDOW_S);
 const DEPTH = envInt('DEPTH', 800);
 const TOPUP = envInt('TOPUP', 150);
 const CRASH_AT = envInt('CRASH_AT', 15);
@@ -74,7 +76,7 @@ export const options = {
   },
   thresholds: {
     window_max_deviation: [`max<=${MAX_DEVIATION}`],
-    windows: [`count>=${Math.floor((CHURN_S - WARMUP_S) / WINDOW_S)}`],
+    windows: [`count>=${WINDOWS}`],
     window_fylrs: [`min>=${MIN_FYLRS - LEAVE_N}`],
     window_claims_min: [`min>=${MIN_WINDOW_CLAIMS}`],
     fylrs_present: [`min>=${MIN_FYLRS}`],
@@ -169,8 +171,11 @@ export function observe(data) {
   let windowStart; // { at, fylrs: Map id → counters, exec }
   let nextWindow = WARMUP_S;
   let submittedTotal = data.submitted;
+  let closed = 0;
   execClients.forEach((c, i) => c.connect(EXEC_ADDRS[i], { plaintext: true, timeout: '20s' }));
-  while (elapsed(t0) < CHURN_S) {
+  // Until the last window has closed (a tick late under load, not a fixed margin later);
+  // the scenario's maxDuration bounds it.
+  while (closed < WINDOWS) {
     const tick = Date.now();
     // Every host answers with all its fylrs' counters taken at one instant.
     const fylrs = membership([...HOSTS, CRASH_HOST]);
@@ -187,6 +192,7 @@ export function observe(data) {
       if (windowStart) {
         checkStats(fylrs);
         claims = closeWindow(windowStart, now, fylrs, firstSeen);
+        closed++;
       }
       windowStart = { at: now, fylrs, claims: claims || claimCounts(), exec: VERBOSE ? execGrants() : undefined };
       nextWindow += WINDOW_S;
