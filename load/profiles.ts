@@ -141,7 +141,7 @@ export const profiles: Record<ProfileName, Profile> = {
       DEPTH: 700,
       WARMUP_S: 12,
       WINDOW_S: 30,
-      CHURN_S: 105,
+      CHURN_S: 72,
       CRASH_AT: 15,
       JOIN_AT: 25,
       LEAVE_AT: 50,

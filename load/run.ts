@@ -19,6 +19,7 @@ import { RUN_MARKER, Supervisor, sweepLeftovers } from "./processes.js";
 import type { ProfileName } from "./profiles.js";
 import type { RunnerCheck, Scenario } from "./scenario.js";
 import { scenarios } from "./scenarios.js";
+import { runPostgres } from "./servers.js";
 import { buildChildren, removeBuild } from "../harness/node-children.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -64,6 +65,9 @@ const serverRoot = resolve(values["server-root"] ?? root);
 const runId = randomBytes(6).toString("hex");
 process.env[RUN_MARKER] = runId;
 
+// What the scenarios share (the run's Postgres), stopped after the last scenario.
+const shared = new Supervisor();
+const postgres = runPostgres(shared);
 let current: { sup: Supervisor; k6?: K6Process } | undefined;
 let interrupted = false;
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
@@ -74,6 +78,7 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
     void (async () => {
       await current?.k6?.stop(5_000);
       await current?.sup.stopAll();
+      await shared.stopAll();
       reportLeftovers();
       process.exit(128 + constants.signals[signal]);
     })();
@@ -92,11 +97,13 @@ for (const scenario of selected) {
   if (interrupted) break;
   outcomes.push(await runScenario(scenario, k6));
 }
+const failedShared = await shared.stopAll();
+if (failedShared.length > 0) process.stderr.write(`load: failed to stop: ${failedShared.join("; ")}\n`);
 removeBuild();
 const leftovers = reportLeftovers();
 printTable(outcomes);
 writeFileSync(join(resultsDir, "latest.json"), `${JSON.stringify({ at: new Date().toISOString(), profile, outcomes }, null, 2)}\n`);
-process.exitCode = outcomes.every((o) => o.ok) && outcomes.length === selected.length && leftovers.length === 0 ? 0 : 1;
+process.exitCode = outcomes.every((o) => o.ok) && outcomes.length === selected.length && leftovers.length === 0 && failedShared.length === 0 ? 0 : 1;
 
 async function runScenario(scenario: Scenario, bin: string): Promise<Outcome> {
   const started = Date.now();
@@ -115,7 +122,7 @@ async function runScenario(scenario: Scenario, bin: string): Promise<Outcome> {
     phaseStart = Date.now();
   };
   try {
-    const prepared = await scenario.prepare({ sup, serverRoot }, profile);
+    const prepared = await scenario.prepare({ sup, serverRoot, postgres }, profile);
     phase("servers");
     process.stderr.write(`== ${scenario.name}: k6 ${scenario.script} (${JSON.stringify(prepared.env)})\n`);
     const run = startK6({

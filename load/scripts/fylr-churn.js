@@ -4,10 +4,11 @@
 // much each gets is decided by the claim share and the broker's round-robin alone.
 //
 // Scenarios:
-//   observe  one VU, a tick per second until CHURN_S: finds the running fylrs (GET /fylrs
-//            on every host), reads every fylr's Stats, tops the queue up to DEPTH items not
-//            yet finished (Submit to the anchor fylrs, which never leave) and closes a
-//            window every WINDOW_S after WARMUP_S. In each window the fylrs present at both
+//   observe  one VU, a tick per second until the last window that fits before CHURN_S
+//            has closed: finds the running fylrs (GET /fylrs on every host), reads every
+//            fylr's Stats, tops the queue up to DEPTH items not yet finished (Submit to the
+//            anchor fylrs, which never leave) and closes a window every WINDOW_S after
+//            WARMUP_S. In each window the fylrs present at both
 //            ends (and already present at its start) are compared: claims in the window
 //            against their mean (`window_max_deviation`).
 //   crash    one VU: at CRASH_AT the crash host SIGKILLs itself (its fylrs go without a
@@ -150,7 +151,8 @@ function submitItems(anchors, from, to) {
 // still counted a few clients would claim a share several times too large, and then claim
 // nothing until that surplus ran.
 export function setup() {
-  const deadline = Date.now() + 60000;
+  const t0 = Date.now();
+  const deadline = t0 + 60000;
   for (;;) {
     // (The greedy fylr of SLOTBROKER_LOAD_BREAK=greedy has an admission of its own.)
     const fylrs = [...membership([...HOSTS, CRASH_HOST]).values()].filter((f) => !(GREEDY && f.id.startsWith('host-0-0-')));
@@ -159,7 +161,9 @@ export function setup() {
     if (Date.now() > deadline) throw new Error(`setup: fylrs still differ in admission after 60 s: ${[...admissions].join(', ')}`);
     sleep(0.2);
   }
+  const settled = Date.now();
   submitItems(anchorsOf(membership(HOSTS)), 0, DEPTH);
+  console.log(`setup: shares settled after ${settled - t0} ms, ${DEPTH} items submitted in ${Date.now() - settled} ms`);
   return { submitted: DEPTH };
 }
 
