@@ -12,18 +12,11 @@
 // alternate the order of the two modes; figures are the median round.
 //
 // Postgres: DATABASE_URL when set, else an embedded server in a temp dir.
-import { randomBytes } from "node:crypto";
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import pg from "pg";
+import type pg from "pg";
 import { compileFylrConfig, startFylr, type FylrHandle } from "../src/app/index.js";
-import { migrate } from "../src/dispatcher/index.js";
-import { compileExecserverConfig } from "../src/execserver/index.js";
-import { startExecserver, type ExecserverHandle } from "../src/app/execserver.js";
-import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
+import type { ExecserverHandle } from "../src/app/execserver.js";
+import { jain, startClaimBench, until } from "./lib/claim-bench.js";
 import { emit } from "./lib/figure.js";
-import { createPgPool } from "../src/shared/postgres.js";
 
 const items = Number(process.env.CLAIM_FAIRNESS_ITEMS ?? 600);
 const job = process.env.CLAIM_FAIRNESS_JOB ?? "0.25";
@@ -32,20 +25,13 @@ const fylrCount = 5;
 const slots = 40;
 
 const note = (text: string): void => void process.stderr.write(`claim-fairness: ${text}\n`);
+const poll = { timeoutMs: 120_000, everyMs: 10 };
 
 interface Round {
   readonly claims: number[];
   /** The most exec items one fylr held at once. */
   readonly maxHeld: number;
   readonly seconds: number;
-}
-
-async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 120_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 async function round(url: string, exec: ExecserverHandle, headroom: number, pool: pg.Pool): Promise<Round> {
@@ -67,7 +53,7 @@ async function round(url: string, exec: ExecserverHandle, headroom: number, pool
       fylrs.push(await startFylr(config));
     }
     const share = Math.ceil(slots / fylrCount) + headroom;
-    await until("every fylr to see all five clients", () => fylrs.every((f) => f.dispatcher.stats().execAdmission === share));
+    await until("every fylr to see all five clients", () => fylrs.every((f) => f.dispatcher.stats().execAdmission === share), poll);
     const payload = JSON.stringify({ calls: [{ service: "sleep", args: [job], env: {} }] });
     let maxHeld = 0;
     const sampler = setInterval(() => {
@@ -76,7 +62,7 @@ async function round(url: string, exec: ExecserverHandle, headroom: number, pool
     const t0 = performance.now();
     await pool.query("INSERT INTO queue_items (kind, priority, payload) SELECT 'exec', 0, $1 FROM generate_series(1, $2)", [payload, items]);
     for (const f of fylrs) f.dispatcher.poke();
-    await until("the backlog to drain", () => fylrs.reduce((n, f) => n + f.dispatcher.stats().counters.succeeded, 0) >= items);
+    await until("the backlog to drain", () => fylrs.reduce((n, f) => n + f.dispatcher.stats().counters.succeeded, 0) >= items, poll);
     const seconds = (performance.now() - t0) / 1000;
     clearInterval(sampler);
     return { claims: fylrs.map((f) => f.dispatcher.stats().counters.claimed), maxHeld, seconds };
@@ -90,55 +76,22 @@ function maxMin(claims: readonly number[]): number {
   return Math.max(...claims) / Math.max(1, Math.min(...claims));
 }
 
-/** Jain's fairness index: 1.0 when every fylr claimed the same. */
-function jain(claims: readonly number[]): number {
-  const sum = claims.reduce((a, b) => a + b, 0);
-  const squares = claims.reduce((a, b) => a + b * b, 0);
-  return squares === 0 ? 0 : (sum * sum) / (claims.length * squares);
-}
-
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor((sorted.length - 1) / 2)]!;
 }
 
-let adminUrl = process.env.DATABASE_URL;
-let server: LocalPostgres | undefined;
-let dataRoot: string | undefined;
-if (!adminUrl) {
-  dataRoot = mkdtempSync(join(tmpdir(), "slotbroker-bench-fairness-"));
-  chmodSync(dataRoot, 0o755);
-  server = await startEmbeddedPostgres({ dataDir: join(dataRoot, "data"), persistent: false });
-  adminUrl = server.url;
-}
-const admin = new pg.Client(adminUrl);
-await admin.connect();
-const database = `bench_fair_${randomBytes(4).toString("hex")}`;
-const url = new URL(adminUrl);
-url.pathname = `/${database}`;
-let exec: ExecserverHandle | undefined;
-let pool: pg.Pool | undefined;
+const bench = await startClaimBench("fair", {
+  poolSize: 2,
+  execserver: { instanceId: "bench-40", waitgroups: { forty: { processes: slots } }, services: { sleep: { waitgroup: "forty", command: ["sleep"] } } },
+});
 try {
-  await admin.query(`CREATE DATABASE ${database}`);
-  await migrate(url.toString());
-  pool = createPgPool({ connectionString: url.toString(), max: 2 });
-  exec = await startExecserver(
-    compileExecserverConfig(
-      {
-        instanceId: "bench-40",
-        listen: "127.0.0.1:0",
-        adminListen: "127.0.0.1:0",
-        waitgroups: { forty: { processes: slots } },
-        services: { sleep: { waitgroup: "forty", command: ["sleep"] } },
-      },
-      "bench",
-    ),
-  );
+  const { url, pool, exec } = bench;
   const modes = { share: { headroom: 2, rounds: [] as Round[] }, greedy: { headroom: 1000, rounds: [] as Round[] } };
   for (let r = 0; r < rounds; r++) {
     const order = r % 2 === 0 ? (["share", "greedy"] as const) : (["greedy", "share"] as const);
     for (const mode of order) {
-      const result = await round(url.toString(), exec, modes[mode].headroom, pool);
+      const result = await round(url, exec, modes[mode].headroom, pool);
       modes[mode].rounds.push(result);
       note(`round ${r + 1} ${mode}: claims ${result.claims.join("/")}, max held ${result.maxHeld}, ${result.seconds.toFixed(1)} s`);
     }
@@ -160,10 +113,5 @@ try {
   emit({ bench: "claim-fairness", metric: "max_held_per_fylr", value: figure("share", (r) => r.maxHeld), baseline, baseline_value: figure("greedy", (r) => r.maxHeld), params: { fylrs: fylrCount, slots, items, better: "share caps it at ceil(40/5)+2 = 10" } });
   emit({ bench: "claim-fairness", metric: "drain_seconds", value: figure("share", (r) => r.seconds), baseline, baseline_value: figure("greedy", (r) => r.seconds), params: { fylrs: fylrCount, slots, items, job: `sleep ${job}`, better: "lower (the share must not cost throughput)" } });
 } finally {
-  await exec?.forceClose().catch(() => undefined);
-  await pool?.end().catch(() => undefined);
-  await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`).catch(() => undefined);
-  await admin.end();
-  await server?.stop();
-  if (dataRoot) rmSync(dataRoot, { recursive: true, force: true });
+  await bench.close();
 }

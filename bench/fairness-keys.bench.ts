@@ -21,21 +21,15 @@
 //                                    FAIRNESS_KEYS_CLAIMERS=4
 //
 // Postgres: DATABASE_URL when set, else an embedded server in a temp dir.
-import { randomBytes } from "node:crypto";
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import pg from "pg";
+import type pg from "pg";
 import { createQueueClient } from "../src/api/index.js";
 import { compileFylrConfig, startFylr, type FylrHandle } from "../src/app/index.js";
-import { migrate, QueueStore, type ClaimedItem } from "../src/dispatcher/index.js";
+import type { ExecserverHandle } from "../src/app/execserver.js";
+import { QueueStore, type ClaimedItem } from "../src/dispatcher/index.js";
 import { itemFromRow, type ItemRow } from "../src/dispatcher/queue/payload.js";
 import * as sql from "../src/dispatcher/queue/sql.js";
-import { compileExecserverConfig } from "../src/execserver/index.js";
-import { startExecserver, type ExecserverHandle } from "../src/app/execserver.js";
-import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
+import { jain, startClaimBench, until } from "./lib/claim-bench.js";
 import { emit, percentile } from "./lib/figure.js";
-import { createPgPool } from "../src/shared/postgres.js";
 
 const backlog = Number(process.env.FAIRNESS_KEYS_BACKLOG ?? 10_000);
 const minority = Number(process.env.FAIRNESS_KEYS_MINORITY ?? 20);
@@ -47,14 +41,7 @@ const slots = 2;
 
 const note = (text: string): void => void process.stderr.write(`fairness-keys: ${text}\n`);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 600_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
+const poll = { timeoutMs: 600_000, everyMs: 20 };
 
 const noop = JSON.stringify({ calls: [{ service: "noop", args: [], env: {} }] });
 
@@ -68,7 +55,7 @@ async function startOneFylr(url: string, exec: ExecserverHandle): Promise<FylrHa
     "bench",
   );
   const fylr = await startFylr(config);
-  await until("the fylr's admission", () => fylr.dispatcher.stats().execAdmission > 0);
+  await until("the fylr's admission", () => fylr.dispatcher.stats().execAdmission > 0, poll);
   return fylr;
 }
 
@@ -103,7 +90,7 @@ async function minorityRun(url: string, pool: pg.Pool, exec: ExecserverHandle, a
       ids.push(item!.id);
       await sleep(every);
     }
-    await until("B's items to finish", async () => (await startDelays(pool, ids)).length === ids.length);
+    await until("B's items to finish", async () => (await startDelays(pool, ids)).length === ids.length, poll);
     return await startDelays(pool, ids);
   } finally {
     await fylr.forceClose().catch(() => undefined);
@@ -125,19 +112,13 @@ async function shareRun(url: string, pool: pg.Pool, exec: ExecserverHandle, weig
   try {
     await pool.query("UPDATE queue_items SET start_after = now()");
     fylr.dispatcher.poke();
-    await until("the window to run", () => fylr.dispatcher.stats().counters.succeeded >= window);
+    await until("the window to run", () => fylr.dispatcher.stats().counters.succeeded >= window, poll);
     await fylr.forceClose();
     const r = await pool.query<{ fairness_key: string; n: number }>("SELECT fairness_key, count(*)::int AS n FROM queue_items WHERE state = 'succeeded' GROUP BY fairness_key");
     return Object.fromEntries(Object.keys(weights).map((k) => [k, r.rows.find((row) => row.fairness_key === k)?.n ?? 0]));
   } finally {
     await fylr.forceClose().catch(() => undefined);
   }
-}
-
-function jain(values: readonly number[]): number {
-  const sum = values.reduce((a, b) => a + b, 0);
-  const squares = values.reduce((a, b) => a + b * b, 0);
-  return squares === 0 ? 0 : (sum * sum) / (values.length * squares);
 }
 
 /** Drains `claimItems` exec items with `claimers` concurrent claimers, each claiming 8 at a time and completing each batch; items/s. */
@@ -164,43 +145,16 @@ async function claimRate(pool: pg.Pool, keyed: boolean): Promise<number> {
   return done / ((performance.now() - t0) / 1000);
 }
 
-let adminUrl = process.env.DATABASE_URL;
-let server: LocalPostgres | undefined;
-let dataRoot: string | undefined;
-if (!adminUrl) {
-  dataRoot = mkdtempSync(join(tmpdir(), "slotbroker-bench-keys-"));
-  chmodSync(dataRoot, 0o755);
-  server = await startEmbeddedPostgres({ dataDir: join(dataRoot, "data"), persistent: false });
-  adminUrl = server.url;
-}
-const admin = new pg.Client(adminUrl);
-await admin.connect();
-const database = `bench_keys_${randomBytes(4).toString("hex")}`;
-const url = new URL(adminUrl);
-url.pathname = `/${database}`;
-let exec: ExecserverHandle | undefined;
-let pool: pg.Pool | undefined;
+const bench = await startClaimBench("keys", {
+  poolSize: 2 * claimers + 2,
+  execserver: { instanceId: "bench-keys", waitgroups: { two: { processes: slots } }, services: { noop: { waitgroup: "two", builtin: "noop" } } },
+});
 try {
-  await admin.query(`CREATE DATABASE ${database}`);
-  await migrate(url.toString());
-  pool = createPgPool({ connectionString: url.toString(), max: 2 * claimers + 2 });
-  exec = await startExecserver(
-    compileExecserverConfig(
-      {
-        instanceId: "bench-keys",
-        listen: "127.0.0.1:0",
-        adminListen: "127.0.0.1:0",
-        waitgroups: { two: { processes: slots } },
-        services: { noop: { waitgroup: "two", builtin: "noop" } },
-      },
-      "bench",
-    ),
-  );
-  const u = url.toString();
+  const { url, pool, exec } = bench;
 
-  const empty = await minorityRun(u, pool, exec, 0, true);
-  const keyed = await minorityRun(u, pool, exec, backlog, true);
-  const fifo = await minorityRun(u, pool, exec, backlog, false);
+  const empty = await minorityRun(url, pool, exec, 0, true);
+  const keyed = await minorityRun(url, pool, exec, backlog, true);
+  const fifo = await minorityRun(url, pool, exec, backlog, false);
   const p99 = (s: number[]): number => percentile(s, 99);
   note(`B start p99: empty ${p99(empty).toFixed(1)} ms, keys ${p99(keyed).toFixed(1)} ms, keys off ${p99(fifo).toFixed(1)} ms`);
   const minorityParams = { backlog, minority_items: minority, every_ms: every, slots, job: "builtin noop" };
@@ -209,12 +163,12 @@ try {
 
   const ten = Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`k${i}`, 1]));
   const perKey = Math.ceil(shareItems / 10) * 2;
-  const even = await shareRun(u, pool, exec, ten, perKey, shareItems);
+  const even = await shareRun(url, pool, exec, ten, perKey, shareItems);
   note(`10 keys: ${Object.values(even).join("/")}`);
   emit({ bench: "fairness-keys", metric: "keys_jain", value: jain(Object.values(even)), baseline: "perfectly even", baseline_value: 1, params: { keys: 10, per_key: perKey, window: shareItems, counts: even, better: "higher; goal >= 0.99" } });
 
   const weights = { heavy: 3, l1: 1, l2: 1, l3: 1 };
-  const mixed = await shareRun(u, pool, exec, weights, shareItems, shareItems);
+  const mixed = await shareRun(url, pool, exec, weights, shareItems, shareItems);
   const total = Object.values(mixed).reduce((a, b) => a + b, 0);
   const share = mixed.heavy! / total;
   note(`weights 3/1/1/1: ${Object.values(mixed).join("/")}`);
@@ -235,10 +189,5 @@ try {
     params: { items: claimItems, claimers, batch: 8, rounds: 6, statistic: "median round", better: "higher; goal ratio >= 0.9" },
   });
 } finally {
-  await exec?.forceClose().catch(() => undefined);
-  await pool?.end().catch(() => undefined);
-  await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`).catch(() => undefined);
-  await admin.end();
-  await server?.stop();
-  if (dataRoot) rmSync(dataRoot, { recursive: true, force: true });
+  await bench.close();
 }

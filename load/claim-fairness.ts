@@ -6,7 +6,7 @@ import pg from "pg";
 import { figure } from "./k6.js";
 import { profiles } from "./profiles.js";
 import type { RunnerCheck, Scenario } from "./scenario.js";
-import { freshDatabase, startExecserverProcess, startFylrProcess, type FylrInfo } from "./servers.js";
+import { startQueueStack, type FylrInfo } from "./servers.js";
 
 // One row per state/attempts/lease combination, and what each fylr finished.
 const ITEM_SHAPES = `
@@ -27,28 +27,7 @@ export const claimFairness: Scenario = {
   ],
   async prepare(ctx, profile) {
     const p = profiles[profile].claimFairness;
-    const databaseUrl = await freshDatabase(ctx);
-    const execs = await Promise.all(
-      ["a", "b"].map((name) =>
-        startExecserverProcess(ctx, `exec-claims-${name}`, {
-          instanceId: `load-claims-${name}`,
-          waitgroups: { work: { processes: p.processes } },
-          services: { sleep: { waitgroup: "work", command: ["sleep"], timeout: "1m" } },
-        }),
-      ),
-    );
-    const fylrs: FylrInfo[] = [];
-    // One at a time: the first one migrates the database, the rest find it done.
-    for (let i = 0; i < p.fylrs; i++) {
-      fylrs.push(
-        await startFylrProcess(ctx, `fylr-${i}`, {
-          databaseUrl,
-          databasePoolSize: 5,
-          execserver: { addresses: execs.map((e) => e.grpc) },
-          dispatcher: { headroom: p.headroom, stopGrace: "2s" },
-        }),
-      );
-    }
+    const { databaseUrl, fylrs } = await startQueueStack(ctx, "claims", p);
     const { fylrs: _n, processes: _p, headroom: _h, ...env } = p;
     return {
       env: { ...env, FYLR_ADDRS: fylrs.map((f) => f.http).join(","), RUN_ID: randomBytes(4).toString("hex") },

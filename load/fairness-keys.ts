@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { profiles } from "./profiles.js";
 import type { RunnerCheck, Scenario } from "./scenario.js";
-import { freshDatabase, startExecserverProcess, startFylrProcess, type FylrInfo } from "./servers.js";
+import { startQueueStack } from "./servers.js";
 
 const FAILED = `SELECT count(*)::int AS n FROM queue_items WHERE state IN ('failed', 'cancelled')`;
 
@@ -23,28 +23,7 @@ export const fairnessKeys: Scenario = {
   ],
   async prepare(ctx, profile) {
     const p = profiles[profile].fairnessKeys;
-    const databaseUrl = await freshDatabase(ctx);
-    const execs = await Promise.all(
-      ["a", "b"].map((name) =>
-        startExecserverProcess(ctx, `exec-keys-${name}`, {
-          instanceId: `load-keys-${name}`,
-          waitgroups: { work: { processes: p.processes } },
-          services: { sleep: { waitgroup: "work", command: ["sleep"], timeout: "1m" } },
-        }),
-      ),
-    );
-    const fylrs: FylrInfo[] = [];
-    // One at a time: the first one migrates the database, the rest find it done.
-    for (let i = 0; i < p.fylrs; i++) {
-      fylrs.push(
-        await startFylrProcess(ctx, `fylr-${i}`, {
-          databaseUrl,
-          databasePoolSize: 5,
-          execserver: { addresses: execs.map((e) => e.grpc) },
-          dispatcher: { headroom: p.headroom, stopGrace: "2s" },
-        }),
-      );
-    }
+    const { databaseUrl, fylrs } = await startQueueStack(ctx, "keys", p);
     const { fylrs: _n, processes: _p, headroom: _h, ...env } = p;
     return {
       env: {

@@ -49,19 +49,21 @@ export const fylrChurn: Scenario = {
   ],
   async prepare(ctx, profile) {
     const p = profiles[profile].fylrChurn;
-    const databaseUrl = await freshDatabase(ctx);
-    const execs = await Promise.all(
-      ["a", "b", "c"].map((name) =>
-        startExecserverProcess(ctx, `exec-churn-${name}`, {
-          instanceId: `load-churn-${name}`,
-          // 55 fylrs in 6 processes on 2 shared cores may take seconds to answer an OFFER;
-          // the default 5 s would expire offers and measure starvation, not fairness.
-          offerTimeout: "30s",
-          waitgroups: { work: { processes: p.processes } },
-          services: { sleep: { waitgroup: "work", command: ["sleep"], timeout: "1m" } },
-        }),
+    const [databaseUrl, execs] = await Promise.all([
+      freshDatabase(ctx),
+      Promise.all(
+        ["a", "b", "c"].map((name) =>
+          startExecserverProcess(ctx, `exec-churn-${name}`, {
+            instanceId: `load-churn-${name}`,
+            // 55 fylrs in 6 processes on 2 shared cores may take seconds to answer an OFFER;
+            // the default 5 s would expire offers and measure starvation, not fairness.
+            offerTimeout: "30s",
+            waitgroups: { work: { processes: p.processes } },
+            services: { sleep: { waitgroup: "work", command: ["sleep"], timeout: "1m" } },
+          }),
+        ),
       ),
-    );
+    ]);
     const fylr: Omit<FylrConfigInput, "name" | "listen"> = {
       databaseUrl,
       // Two per fylr (the least allowed) plus its LISTEN connection: 65 fylrs stay well

@@ -123,7 +123,8 @@ export const profiles: Record<ProfileName, Profile> = {
       HEAVY_WEIGHT: 3,
       QUIET: 4,
       QUIET_TIMEOUT_S: 15,
-      DURATION_S: 30,
+      // The quiet tenants run until the share window ends.
+      DURATION_S: 25,
       WARMUP_S: 5,
       WINDOW_S: 20,
       SHARE_TOLERANCE: 0.05,
@@ -141,7 +142,7 @@ export const profiles: Record<ProfileName, Profile> = {
       DEPTH: 700,
       WARMUP_S: 12,
       WINDOW_S: 30,
-      CHURN_S: 105,
+      CHURN_S: 72,
       CRASH_AT: 15,
       JOIN_AT: 25,
       LEAVE_AT: 50,

@@ -19,6 +19,7 @@ import { RUN_MARKER, Supervisor, sweepLeftovers } from "./processes.js";
 import type { ProfileName } from "./profiles.js";
 import type { RunnerCheck, Scenario } from "./scenario.js";
 import { scenarios } from "./scenarios.js";
+import { runPostgres } from "./servers.js";
 import { buildChildren, removeBuild } from "../harness/node-children.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -30,6 +31,8 @@ interface Outcome {
   readonly scenario: string;
   readonly ok: boolean;
   readonly seconds: number;
+  /** Where the seconds went: starting servers, k6, the runner's checks, stopping. */
+  readonly phases: Record<string, number>;
   readonly k6Exit: number | undefined;
   readonly failedThresholds: readonly ThresholdResult[];
   readonly checks: readonly RunnerCheck[];
@@ -62,6 +65,9 @@ const serverRoot = resolve(values["server-root"] ?? root);
 const runId = randomBytes(6).toString("hex");
 process.env[RUN_MARKER] = runId;
 
+// What the scenarios share (the run's Postgres), stopped after the last scenario.
+const shared = new Supervisor();
+const postgres = runPostgres(shared);
 let current: { sup: Supervisor; k6?: K6Process } | undefined;
 let interrupted = false;
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
@@ -72,6 +78,7 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
     void (async () => {
       await current?.k6?.stop(5_000);
       await current?.sup.stopAll();
+      await shared.stopAll();
       reportLeftovers();
       process.exit(128 + constants.signals[signal]);
     })();
@@ -80,19 +87,23 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
 
 mkdirSync(resultsDir, { recursive: true });
 process.stderr.write(`load: profile ${profile}, scenarios ${selected.map((s) => s.name).join(", ")}${serverRoot !== root ? `, servers from ${serverRoot}` : ""}\n`);
+const buildStarted = Date.now();
 const k6 = await buildK6(root);
 // The servers run from one build of the project's JavaScript (not through tsx).
 if (serverRoot === root) await buildChildren();
+process.stderr.write(`load: k6 and the servers' build ready in ${Math.round((Date.now() - buildStarted) / 1000)} s\n`);
 const outcomes: Outcome[] = [];
 for (const scenario of selected) {
   if (interrupted) break;
   outcomes.push(await runScenario(scenario, k6));
 }
+const failedShared = await shared.stopAll();
+if (failedShared.length > 0) process.stderr.write(`load: failed to stop: ${failedShared.join("; ")}\n`);
 removeBuild();
 const leftovers = reportLeftovers();
 printTable(outcomes);
 writeFileSync(join(resultsDir, "latest.json"), `${JSON.stringify({ at: new Date().toISOString(), profile, outcomes }, null, 2)}\n`);
-process.exitCode = outcomes.every((o) => o.ok) && outcomes.length === selected.length && leftovers.length === 0 ? 0 : 1;
+process.exitCode = outcomes.every((o) => o.ok) && outcomes.length === selected.length && leftovers.length === 0 && failedShared.length === 0 ? 0 : 1;
 
 async function runScenario(scenario: Scenario, bin: string): Promise<Outcome> {
   const started = Date.now();
@@ -104,8 +115,15 @@ async function runScenario(scenario: Scenario, bin: string): Promise<Outcome> {
   let k6Exit: number | undefined;
   let checks: RunnerCheck[] = [];
   let error: string | undefined;
+  const phases: Record<string, number> = {};
+  let phaseStart = started;
+  const phase = (name: string): void => {
+    phases[name] = Math.round((Date.now() - phaseStart) / 1000);
+    phaseStart = Date.now();
+  };
   try {
-    const prepared = await scenario.prepare({ sup, serverRoot }, profile);
+    const prepared = await scenario.prepare({ sup, serverRoot, postgres }, profile);
+    phase("servers");
     process.stderr.write(`== ${scenario.name}: k6 ${scenario.script} (${JSON.stringify(prepared.env)})\n`);
     const run = startK6({
       bin,
@@ -123,11 +141,15 @@ async function runScenario(scenario: Scenario, bin: string): Promise<Outcome> {
     }, limit * 1000);
     k6Exit = await run.exited;
     clearTimeout(watchdog);
+    phase("k6");
     if (prepared.after && !interrupted) checks = await prepared.after(readSummary(summaryPath));
+    phase("checks");
   } catch (err) {
     error = (err as Error).stack ?? String(err);
   } finally {
+    phaseStart = Date.now();
     const failedStops = await sup.stopAll();
+    phase("stop");
     if (failedStops.length > 0) checks.push({ name: "everything stopped", ok: false, detail: failedStops.join("; ") });
   }
   const summary = readSummary(summaryPath);
@@ -136,14 +158,15 @@ async function runScenario(scenario: Scenario, bin: string): Promise<Outcome> {
   const figures: Record<string, number | undefined> = {};
   for (const f of scenario.figures) figures[f.label] = figure(summary, f.metric, f.stat);
   const ok = !error && k6Exit === 0 && !!summary && failedThresholds.length === 0 && checks.every((c) => c.ok);
-  const outcome: Outcome = { scenario: scenario.name, ok, seconds: Math.round((Date.now() - started) / 1000), k6Exit, failedThresholds, checks, figures, error };
+  const outcome: Outcome = { scenario: scenario.name, ok, seconds: Math.round((Date.now() - started) / 1000), phases, k6Exit, failedThresholds, checks, figures, error };
   if (summary) writeFileSync(summaryPath, `${JSON.stringify({ ...summary, runner: { profile, ...outcome, thresholds } }, null, 2)}\n`);
   report(scenario, outcome);
   return outcome;
 }
 
 function report(scenario: Scenario, o: Outcome): void {
-  const lines = [`== ${scenario.name}: ${o.ok ? "passed" : "FAILED"} in ${o.seconds} s (k6 exit ${o.k6Exit ?? "-"})`];
+  const phases = Object.entries(o.phases).map(([name, s]) => `${name} ${s} s`).join(", ");
+  const lines = [`== ${scenario.name}: ${o.ok ? "passed" : "FAILED"} in ${o.seconds} s (${phases}; k6 exit ${o.k6Exit ?? "-"})`];
   for (const t of o.failedThresholds) lines.push(`   threshold crossed: ${t.metric} ${t.expression}`);
   for (const c of o.checks) lines.push(`   ${c.ok ? "ok  " : "FAIL"} ${c.name}: ${c.detail}`);
   if (o.error) lines.push(`   error: ${o.error}`);

@@ -15,6 +15,8 @@ export interface ServerContext {
   readonly sup: Supervisor;
   /** The checkout whose src/cli.ts is started (normally this one). */
   readonly serverRoot: string;
+  /** The admin URL of the run's PostgreSQL server (see runPostgres). */
+  readonly postgres: () => Promise<string>;
 }
 
 /** A started execserver. */
@@ -69,22 +71,67 @@ export async function startFylrProcess(ctx: ServerContext, name: string, config:
 }
 
 /**
- * A fresh, empty database: on DATABASE_URL's server when set, otherwise on an embedded
- * PostgreSQL started for this scenario (stopped and deleted by the supervisor).
+ * The PostgreSQL server of a whole run, started on first use and shared by its scenarios
+ * (each gets a database of its own): DATABASE_URL's server when set, otherwise an embedded
+ * one that `sup` (the run's supervisor, not a scenario's) stops and deletes.
  */
+export function runPostgres(sup: Supervisor): () => Promise<string> {
+  let admin: Promise<string> | undefined;
+  return () =>
+    (admin ??= (async () => {
+      if (process.env.DATABASE_URL) return process.env.DATABASE_URL;
+      const dir = sup.tempDir("pg");
+      chmodSync(dir, 0o755); // as root the server runs as the "postgres" user
+      const { startEmbeddedPostgres } = await import("../src/shared/embedded-postgres.js");
+      const server = await startEmbeddedPostgres({ dataDir: join(dir, "data"), persistent: false });
+      sup.onStop("postgres", () => server.stop());
+      return server.url;
+    })());
+}
+
+/** A fresh, empty database on the run's server, dropped when the scenario stops. */
 export async function freshDatabase(ctx: ServerContext): Promise<string> {
-  let admin = process.env.DATABASE_URL;
-  if (!admin) {
-    const dir = ctx.sup.tempDir("pg");
-    chmodSync(dir, 0o755); // as root the server runs as the "postgres" user
-    const { startEmbeddedPostgres } = await import("../src/shared/embedded-postgres.js");
-    const server = await startEmbeddedPostgres({ dataDir: join(dir, "data"), persistent: false });
-    ctx.sup.onStop("postgres", () => server.stop());
-    admin = server.url;
-  }
+  const admin = await ctx.postgres();
   const { name, url } = await createDatabase(admin, "load");
-  if (process.env.DATABASE_URL) ctx.sup.onStop(`database ${name}`, () => dropDatabase(admin, name));
+  ctx.sup.onStop(`database ${name}`, () => dropDatabase(admin, name));
   return url;
+}
+
+/** Postgres, two execservers (service `sleep`) and fylrs using both, for the queue scenarios. */
+export interface QueueStack {
+  readonly databaseUrl: string;
+  readonly fylrs: readonly FylrInfo[];
+}
+
+/**
+ * Starts a QueueStack: two execservers `exec-NAME-a`/`-b` with `processes` slots each and
+ * `fylrs` fylr processes `fylr-0`… (headroom `headroom`, stopGrace 2 s) on a fresh database.
+ */
+export async function startQueueStack(ctx: ServerContext, name: string, size: { fylrs: number; processes: number; headroom: number }): Promise<QueueStack> {
+  const [databaseUrl, execs] = await Promise.all([
+    freshDatabase(ctx),
+    Promise.all(
+      ["a", "b"].map((suffix) =>
+        startExecserverProcess(ctx, `exec-${name}-${suffix}`, {
+          instanceId: `load-${name}-${suffix}`,
+          waitgroups: { work: { processes: size.processes } },
+          services: { sleep: { waitgroup: "work", command: ["sleep"], timeout: "1m" } },
+        }),
+      ),
+    ),
+  ]);
+  // All at once: the migrations' advisory lock lets one fylr migrate while the rest wait.
+  const fylrs = await Promise.all(
+    Array.from({ length: size.fylrs }, (_, i) =>
+      startFylrProcess(ctx, `fylr-${i}`, {
+        databaseUrl,
+        databasePoolSize: 5,
+        execserver: { addresses: execs.map((e) => e.grpc) },
+        dispatcher: { headroom: size.headroom, stopGrace: "2s" },
+      }),
+    ),
+  );
+  return { databaseUrl, fylrs };
 }
 
 async function dropDatabase(admin: string, name: string): Promise<void> {

@@ -4,10 +4,11 @@
 // much each gets is decided by the claim share and the broker's round-robin alone.
 //
 // Scenarios:
-//   observe  one VU, a tick per second until CHURN_S: finds the running fylrs (GET /fylrs
-//            on every host), reads every fylr's Stats, tops the queue up to DEPTH items not
-//            yet finished (Submit to the anchor fylrs, which never leave) and closes a
-//            window every WINDOW_S after WARMUP_S. In each window the fylrs present at both
+//   observe  one VU, a tick per second until the last window that fits before CHURN_S
+//            has closed: finds the running fylrs (GET /fylrs on every host), reads every
+//            fylr's Stats, tops the queue up to DEPTH items not yet finished (Submit to the
+//            anchor fylrs, which never leave) and closes a window every WINDOW_S after
+//            WARMUP_S. In each window the fylrs present at both
 //            ends (and already present at its start) are compared: claims in the window
 //            against their mean (`window_max_deviation`).
 //   crash    one VU: at CRASH_AT the crash host SIGKILLs itself (its fylrs go without a
@@ -26,6 +27,8 @@ const EXECSERVERS = envInt('EXECSERVERS', 3);
 const WARMUP_S = envInt('WARMUP_S', 12);
 const WINDOW_S = envInt('WINDOW_S', 15);
 const CHURN_S = envInt('CHURN_S', 57);
+// The windows that fit between WARMUP_S and CHURN_S; the observer stops once the last closed.
+const WINDOWS = Math.floor((CHURN_S - WARMUP_S) / WINDOW_S);
 const DEPTH = envInt('DEPTH', 800);
 const TOPUP = envInt('TOPUP', 150);
 const CRASH_AT = envInt('CRASH_AT', 15);
@@ -74,7 +77,7 @@ export const options = {
   },
   thresholds: {
     window_max_deviation: [`max<=${MAX_DEVIATION}`],
-    windows: [`count>=${Math.floor((CHURN_S - WARMUP_S) / WINDOW_S)}`],
+    windows: [`count>=${WINDOWS}`],
     window_fylrs: [`min>=${MIN_FYLRS - LEAVE_N}`],
     window_claims_min: [`min>=${MIN_WINDOW_CLAIMS}`],
     fylrs_present: [`min>=${MIN_FYLRS}`],
@@ -148,7 +151,8 @@ function submitItems(anchors, from, to) {
 // still counted a few clients would claim a share several times too large, and then claim
 // nothing until that surplus ran.
 export function setup() {
-  const deadline = Date.now() + 60000;
+  const t0 = Date.now();
+  const deadline = t0 + 60000;
   for (;;) {
     // (The greedy fylr of SLOTBROKER_LOAD_BREAK=greedy has an admission of its own.)
     const fylrs = [...membership([...HOSTS, CRASH_HOST]).values()].filter((f) => !(GREEDY && f.id.startsWith('host-0-0-')));
@@ -157,7 +161,9 @@ export function setup() {
     if (Date.now() > deadline) throw new Error(`setup: fylrs still differ in admission after 60 s: ${[...admissions].join(', ')}`);
     sleep(0.2);
   }
+  const settled = Date.now();
   submitItems(anchorsOf(membership(HOSTS)), 0, DEPTH);
+  console.log(`setup: shares settled after ${settled - t0} ms, ${DEPTH} items submitted in ${Date.now() - settled} ms`);
   return { submitted: DEPTH };
 }
 
@@ -169,8 +175,11 @@ export function observe(data) {
   let windowStart; // { at, fylrs: Map id → counters, exec }
   let nextWindow = WARMUP_S;
   let submittedTotal = data.submitted;
+  let closed = 0;
   execClients.forEach((c, i) => c.connect(EXEC_ADDRS[i], { plaintext: true, timeout: '20s' }));
-  while (elapsed(t0) < CHURN_S) {
+  // Until the last window has closed (a tick late under load, not a fixed margin later);
+  // the scenario's maxDuration bounds it.
+  while (closed < WINDOWS) {
     const tick = Date.now();
     // Every host answers with all its fylrs' counters taken at one instant.
     const fylrs = membership([...HOSTS, CRASH_HOST]);
@@ -187,6 +196,7 @@ export function observe(data) {
       if (windowStart) {
         checkStats(fylrs);
         claims = closeWindow(windowStart, now, fylrs, firstSeen);
+        closed++;
       }
       windowStart = { at: now, fylrs, claims: claims || claimCounts(), exec: VERBOSE ? execGrants() : undefined };
       nextWindow += WINDOW_S;

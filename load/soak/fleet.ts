@@ -127,11 +127,16 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const pgDir = join(o.dir, "pg");
   mkdirSync(pgDir, { recursive: true });
   chmodSync(pgDir, 0o755); // as root the server runs as the "postgres" user
-  if (!adminUrl) {
-    pg = await startEmbeddedPostgres({ dataDir: join(pgDir, "data"), persistent: true });
-    adminUrl = pg.url;
-  }
-  const { url: databaseUrl } = await createDatabase(adminUrl, "soak");
+  // Postgres starts while the execservers, HAProxy and the proxies do: only fylrs need it.
+  const database = (async () => {
+    if (!adminUrl) {
+      pg = await startEmbeddedPostgres({ dataDir: join(pgDir, "data"), persistent: true });
+      adminUrl = pg.url;
+    }
+    return (await createDatabase(adminUrl, "soak")).url;
+  })();
+  // Not awaited until the fylrs start; a failure then still fails the start.
+  database.catch(() => undefined);
 
   const execservers: ServerProcess[] = [];
   const execLogs: string[] = [];
@@ -167,6 +172,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const proxies = await Promise.all([haproxy.address, ...direct].map((a) => ChaosProxy.start(a)));
   const execProxies = execAddresses.map((_, i) => `proxy-${Math.max(0, i - balanced.length + 1)}`);
 
+  const databaseUrl = await database;
   const fylrs: ServerProcess[] = [];
   const writeFylrConfig = (i: number, listen: string): void =>
     writeFileSync(
@@ -201,10 +207,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     const path = join(o.dir, `fylr-${i}.yaml`);
     fylrs.push(new ServerProcess(`fylr-${i}`, [...nodeScript(cli), "fylr", "--config", path], /^fylr (\S+) listening http=(\S+)$/m, { cwd: o.root, env, logFile: join(o.dir, `fylr-${i}.log`) }));
   }
-  // The first migrates the database; the others find it done.
-  const firstFylr = await firstStart(fylrs[0]!, (listen) => writeFylrConfig(0, listen));
-  const otherFylrs = await Promise.all(fylrs.slice(1).map((f, i) => firstStart(f, (listen) => writeFylrConfig(i + 1, listen))));
-  const fylrUrls = [firstFylr, ...otherFylrs].map((listen) => `http://${listen}`);
+  // All at once: the migrations' advisory lock lets one fylr migrate while the rest wait.
+  const fylrUrls = (await Promise.all(fylrs.map((f, i) => firstStart(f, (listen) => writeFylrConfig(i, listen))))).map((listen) => `http://${listen}`);
 
   return {
     databaseUrl,
