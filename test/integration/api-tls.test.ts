@@ -16,7 +16,7 @@ import { ItemState, QueueService, StatsRequestSchema, SubmitRequestSchema, type 
 import { createQueueClient, downloadOutput, followItem, type ApiCredentials } from "../../src/api/index.js";
 import { grpcClientConstructor } from "../../src/shared/grpc.js";
 import { makeCa, type CertFiles, type TestCa } from "../support/certificates.js";
-import { spawnExecserver, type ExecserverProcess } from "../../harness/execserver-process.js";
+import { spawnExecserver, waitFor, type ExecserverProcess } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { requireTool } from "../../harness/system-tools.js";
 import { run } from "../support/run-program.js";
@@ -67,6 +67,8 @@ describe("the fylr over TLS with client certificates", function () {
     });
     fylr = await spawnFylr(config, "tls", { credentials: creds(ops) });
     address = fylr.url.replace(/^https:\/\//, "");
+    // The fylr listens before its streams are up; a Submit for `cat` needs the trusting one.
+    for (const exec of [trusting, untrusting]) await waitFor("the fylr connected", async () => (await exec.status()).connections.length >= 1);
   });
 
   after(async () => {
