@@ -128,7 +128,9 @@ describe("fylr exec client against an execserver process", function () {
     expect(result.receipt.exitCode).to.equal(3);
     expect(result.receipt.stderrLine).to.equal("boom");
     expect(result.stdoutError).to.be.instanceOf(Error);
-    expect((await errored).message).to.match(/abort/i);
+    // The execserver aborts the upload when the job fails: the fylr sees the PUT aborted, or,
+    // when the abort came before the PUT had reached it, no PUT at all behind a streamed receipt.
+    expect((await errored).message).to.match(/abort|the out-pipe was never opened/i);
     expect(sink.destroyed).to.equal(true);
   });
 
