@@ -23,16 +23,21 @@ export interface SoakItem {
 /** Modes whose every attempt fails by design (each attempt is an expected execution). */
 export const failingModes: ReadonlySet<JobMode> = new Set(["fail", "largefail", "timeout"]);
 
-// $1 ledger, $2 tag, $3 mode, $4 param. "start"/"end" lines carry the shell's pid and its
-// parent's (the execserver that spawned it), so the checker can tell a job that outlived
-// its execserver. A job stopped by SIGTERM (timeout, cancel) ends with code 143; one
+// $1 ledger, $2 tag, $3 mode, $4 param. "start"/"end" lines carry the shell's pid and the
+// execserver's that started it (its parent, or the job launcher's parent when the launcher
+// forked it), so the checker can tell a job that outlived its execserver. A job stopped by SIGTERM (timeout, cancel) ends with code 143; one
 // killed by SIGKILL writes no end line (the soak's exit watcher and the execserver's log
 // tell when and how it ended).
 const script = `#!/bin/sh
 ledger=$1; tag=$2; mode=$3; param=$4
 now() { date +%s%3N; }
-trap 'echo "end $tag $$ $PPID $(now) 143" >> "$ledger"; exit 143' TERM
-echo "start $tag $$ $PPID $(now)" >> "$ledger"
+exec_pid=$PPID
+comm=; read -r comm < /proc/$PPID/comm 2>/dev/null
+case "$comm" in slotbroker-job*)
+  while read -r key value; do [ "$key" = PPid: ] && exec_pid=$value && break; done < /proc/$PPID/status ;;
+esac
+trap 'echo "end $tag $$ $exec_pid $(now) 143" >> "$ledger"; exit 143' TERM
+echo "start $tag $$ $exec_pid $(now)" >> "$ledger"
 code=0
 case "$mode" in
   short|long|timeout) sleep "$param" ;;
@@ -40,7 +45,7 @@ case "$mode" in
   fail) echo "failing on purpose" >&2; code=3 ;;
   largefail) head -c "$param" /dev/zero; sleep 1; code=3 ;;
 esac
-echo "end $tag $$ $PPID $(now) $code" >> "$ledger"
+echo "end $tag $$ $exec_pid $(now) $code" >> "$ledger"
 exit $code
 `;
 
