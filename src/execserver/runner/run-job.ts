@@ -81,18 +81,17 @@ class JobDir {
 
   /** Makes the directory here; throws a JobDirError when it cannot. */
   make(): string {
-    try {
-      this.#path = makeJobDir(this.#root, this.#onReaperError);
-    } catch (err) {
-      throw new JobDirError("cannot create a working directory", { cause: err });
-    }
-    return this.#path;
+    return this.#take(makeJobDir);
   }
 
-  /** Names a directory for the launcher to make. */
+  /** Names a directory for the launcher to make; throws a JobDirError when it cannot. */
   name(): string {
+    return this.#take(nextJobDir);
+  }
+
+  #take(pick: (root: string | undefined, onReaperError: (err: Error) => void) => string): string {
     try {
-      this.#path = nextJobDir(this.#root, this.#onReaperError);
+      this.#path = pick(this.#root, this.#onReaperError);
     } catch (err) {
       throw new JobDirError("cannot create a working directory", { cause: err });
     }
