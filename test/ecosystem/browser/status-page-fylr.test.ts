@@ -216,8 +216,9 @@ describe("fylr status page (headless Chromium, real Postgres and execserver)", f
     await page.locator(button(running)).click();
     await eventually(async () => expect(ItemState[(await client.get({ id: running })).item!.state]).to.equal("CANCELLED"), 10_000);
     expect(ItemState[(await client.get({ id: queued })).item!.state]).to.equal("CANCELLED");
-    // The rows follow, and finished rows have no button.
-    await until(page, `document.querySelector('tr[data-item="${running}"]')?.dataset.state === "cancelled"`);
+    // The rows follow, and finished rows have no button. A poll a second; the wait is long
+    // because on a loaded CI machine the redraw once took longer than 8 s.
+    await until(page, `document.querySelector('tr[data-item="${running}"]')?.dataset.state === "cancelled"`, 20_000);
     expect(await page.locator(button(running)).count()).to.equal(0);
     expect(exec.server.broker.running).to.equal(0);
     await screenshot(page, "fylr-cancelled");
