@@ -7,6 +7,7 @@ import { silentLogger, type Logger } from "../../shared/log.js";
 import { LaunchedProcess } from "./launched-process.js";
 import { LAUNCHER_SCRIPT } from "./launcher-script.js";
 import { signalGroup } from "./process-group.js";
+import { STDERR_LINE_LIMIT } from "./stderr-line.js";
 
 /** What a job needs to start; the same fields as the runner's own spawn. */
 export interface LaunchSpec {
@@ -47,7 +48,7 @@ export interface JobLauncherOptions {
 interface PendingLaunch {
   readonly resolve: (outcome: LaunchOutcome) => void;
   readonly timer: NodeJS.Timeout;
-  readonly handles: (Socket | undefined)[];
+  readonly handles: (Socket | undefined)[]; // stdin, stdout
   readonly stdin: boolean;
   pid: number | undefined;
 }
@@ -61,6 +62,10 @@ interface FromLauncher {
   readonly signal?: unknown;
   readonly message?: unknown;
   readonly dir?: unknown;
+  readonly err?: unknown;
+  readonly open?: unknown;
+  readonly rmn?: unknown;
+  readonly left?: unknown;
 }
 
 const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
@@ -72,7 +77,21 @@ export const LAUNCHER_NAME = "slotbroker-job-launcher";
  * The protocol version the native launcher must answer `--check` with: one built from an
  * older native/job-launcher.c (a stale dist/native/) is not used, rather than failing jobs.
  */
-const LAUNCHER_PROTOCOL = "protocol 2";
+const LAUNCHER_PROTOCOL = "protocol 3";
+
+/**
+ * A finished job's directory waits this long for a spawn message to ride along with (the
+ * launcher removes it after starting that job), else goes in a message of its own.
+ */
+const REMOVE_DELAY_MS = 20;
+
+const NO_BYTES = Buffer.alloc(0);
+
+/** The bytes of a stderr line as the launcher sends them (hex); untrusted, so checked. */
+function stderrBytes(hex: unknown): Buffer {
+  if (typeof hex !== "string" || hex.length > 2 * STDERR_LINE_LIMIT || !/^(?:[0-9a-f]{2})*$/.test(hex)) return NO_BYTES;
+  return Buffer.from(hex, "hex");
+}
 
 let nativeFound: string | null | undefined;
 
@@ -120,6 +139,16 @@ export class JobLauncher {
   #nextId = 1;
   readonly #pending = new Map<number, PendingLaunch>();
   readonly #running = new Map<number, LaunchedProcess>();
+  // Jobs reaped while another process held their stderr open: its end follows.
+  readonly #stderrOpen = new Map<number, LaunchedProcess>();
+  // Job directories for the launcher to remove: not sent yet, and sent (by batch number)
+  // until a message from the launcher says that batch was done. Each resolves true once
+  // removed there, false when it is left to the caller (not empty, or the launcher died).
+  #rmQueue: string[] = [];
+  #rmTimer: NodeJS.Timeout | undefined;
+  #rmBatch = 0;
+  readonly #rmSent = new Map<number, readonly string[]>();
+  readonly #rmWaiting = new Map<string, (removed: boolean) => void>();
 
   constructor(options: JobLauncherOptions = {}) {
     this.#options = options;
@@ -149,12 +178,66 @@ export class JobLauncher {
       const stdin = spec.stdin ?? true;
       this.#pending.set(id, { resolve, timer, handles: [], stdin, pid: undefined });
       this.#refresh();
-      const message = { t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env, stdin, ...(spec.dir ? { dir: true } : {}) };
+      const message = { t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env, stdin, ...(spec.dir ? { dir: true } : {}), ...this.#takeRemovals() };
       child.send(message, (err) => {
         // A failed send means the channel is closing: the disconnect fails this launch.
         if (err) this.#log.debug({ err }, "cannot send to the job launcher");
       });
     });
+  }
+
+  /**
+   * Has the launcher remove a finished job's (empty) directory, after the next job it
+   * starts or within REMOVE_DELAY_MS. Resolves true once it is gone, false when the caller
+   * must remove it (it is not empty, or no launcher runs or it died meanwhile).
+   */
+  removeDir(path: string): Promise<boolean> {
+    if (!this.#child || this.#rmWaiting.has(path)) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      this.#rmWaiting.set(path, resolve);
+      this.#rmQueue.push(path);
+      this.#rmTimer ??= setTimeout(this.#sendRemovals, REMOVE_DELAY_MS);
+      this.#refresh();
+    });
+  }
+
+  /** The queued removals as the fields of a message to the launcher (none: {}). */
+  #takeRemovals(): { rm?: string[]; rmn?: number } {
+    clearTimeout(this.#rmTimer);
+    this.#rmTimer = undefined;
+    if (this.#rmQueue.length === 0) return {};
+    const rm = this.#rmQueue;
+    const rmn = ++this.#rmBatch;
+    this.#rmQueue = [];
+    this.#rmSent.set(rmn, rm);
+    return { rm, rmn };
+  }
+
+  readonly #sendRemovals = (): void => {
+    const removals = this.#takeRemovals();
+    if (removals.rm && this.#child) this.#child.send({ t: "rm", ...removals }, () => undefined);
+  };
+
+  /** The launcher's account of removals: `left` were not removed, batches up to `rmn` are done. */
+  #removed(m: FromLauncher): void {
+    if (Array.isArray(m.left))
+      for (const path of m.left as unknown[]) {
+        const resolve = typeof path === "string" ? this.#rmWaiting.get(path) : undefined;
+        if (!resolve) continue;
+        this.#rmWaiting.delete(path as string);
+        resolve(false);
+      }
+    if (typeof m.rmn !== "number") return;
+    for (const [batch, paths] of this.#rmSent) {
+      if (batch > m.rmn) break;
+      this.#rmSent.delete(batch);
+      for (const path of paths) {
+        const resolve = this.#rmWaiting.get(path);
+        this.#rmWaiting.delete(path);
+        resolve?.(true);
+      }
+    }
+    this.#refresh();
   }
 
   #ensure(): ChildProcess | undefined {
@@ -196,11 +279,29 @@ export class JobLauncher {
 
   #receive(m: FromLauncher, handle: Socket | undefined): void {
     this.#answered = true;
+    if (typeof m !== "object" || m === null) return;
+    if (m.rmn !== undefined || m.left !== undefined) this.#removed(m);
     const id = typeof m.id === "number" ? m.id : -1;
     if (m.t === "exit") {
       const job = this.#running.get(id);
+      if (!job) return;
       this.#running.delete(id);
-      job?.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null);
+      const open = m.open === true;
+      if (open) this.#stderrOpen.set(id, job);
+      const child = this.#child;
+      const drop = (): void => {
+        if (!this.#stderrOpen.delete(id)) return;
+        if (child?.connected) child.send({ t: "drop", id }, () => undefined);
+        this.#refresh();
+      };
+      job.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null, open ? undefined : stderrBytes(m.err), drop);
+      this.#refresh();
+      return;
+    }
+    if (m.t === "stderr") {
+      const job = this.#stderrOpen.get(id);
+      this.#stderrOpen.delete(id);
+      job?.stderrEnded(stderrBytes(m.err));
       this.#refresh();
       return;
     }
@@ -215,14 +316,18 @@ export class JobLauncher {
       this.#settle(id, m.dir === true ? { error, dir: true } : { error });
       return;
     }
-    if (m.t !== "fd" || typeof m.n !== "number" || typeof m.pid !== "number" || !handle) return;
+    if (m.t !== "fd" || (m.n !== 0 && m.n !== 1) || typeof m.pid !== "number" || !handle) {
+      handle?.destroy();
+      return;
+    }
+    pending.handles[m.n]?.destroy();
     pending.pid = m.pid;
     pending.handles[m.n] = handle;
-    const [stdin, stdout, stderr] = pending.handles;
-    if (!stdout || !stderr || (pending.stdin && !stdin)) return;
+    const [stdin, stdout] = pending.handles;
+    if (!stdout || (pending.stdin && !stdin)) return;
     // A launcher that passed a stdin nobody asked for: the job reads nothing from it.
     if (!pending.stdin) stdin?.destroy();
-    const job = new LaunchedProcess(m.pid, pending.stdin ? stdin! : null, stdout, stderr);
+    const job = new LaunchedProcess(m.pid, pending.stdin ? stdin! : null, stdout);
     this.#running.set(id, job);
     this.#settle(id, { process: job });
   }
@@ -250,6 +355,16 @@ export class JobLauncher {
     }
     for (const job of this.#running.values()) job.lost(`${why}; the job's process group was killed`);
     this.#running.clear();
+    for (const job of this.#stderrOpen.values()) job.lost(why);
+    this.#stderrOpen.clear();
+    // Whatever it had not removed yet is removed by the execserver.
+    clearTimeout(this.#rmTimer);
+    this.#rmTimer = undefined;
+    this.#rmQueue = [];
+    this.#rmSent.clear();
+    const waiting = [...this.#rmWaiting.values()];
+    this.#rmWaiting.clear();
+    for (const resolve of waiting) resolve(false);
     this.#refresh();
   }
 
@@ -259,10 +374,10 @@ export class JobLauncher {
     this.#log.warn({ err, retryAfterMs }, "cannot use the job launcher; jobs are spawned directly for now");
   }
 
-  /** The channel keeps the process alive only while jobs wait for it. */
+  /** The channel keeps the process alive only while jobs or removals wait for it. */
   #refresh(): void {
     const channel = this.#child?.channel as { ref?: () => void; unref?: () => void } | undefined;
-    if (this.#pending.size + this.#running.size > 0) channel?.ref?.();
+    if (this.#pending.size + this.#running.size + this.#stderrOpen.size + this.#rmWaiting.size > 0) channel?.ref?.();
     else channel?.unref?.();
   }
 }
