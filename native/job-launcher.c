@@ -17,7 +17,7 @@
  *        directory again
  *   out: {"t":"exit","id":ID,"code":C|null,"signal":"SIGKILL"|null,"err":HEX,"rmn":N}
  *        once the job is reaped and its stderr read to its end; when another process still
- *        holds stderr open at the reap: {...,"open":true} without "err" at once, then
+ *        holds stderr open at the reap: {...,"open":true} at once ("err": the line so far), then
  *        {"t":"stderr","id":ID,"err":HEX} when it closes, unless {"t":"drop","id":ID} came
  *        in first (the execserver gave up on the job's pipes: stderr is closed here)
  *   "rm":[paths],"rmn":N in a spawn (done after it) or alone as {"t":"rm","rm":[...],"rmn":N}:
@@ -967,8 +967,8 @@ static void report(size_t i, int status) {
     if (WIFSIGNALED(status)) snprintf(tail, sizeof tail, ",\"code\":null,\"signal\":\"%s\"", signal_name(WTERMSIG(status), other, sizeof other));
     else snprintf(tail, sizeof tail, ",\"code\":%d,\"signal\":null", WEXITSTATUS(status));
     buf_str(&msg, tail);
+    buf_err(&msg, j);
     if (j->err_fd >= 0) buf_str(&msg, ",\"open\":true");
-    else buf_err(&msg, j);
     if (rm_done[0]) {
       buf_str(&msg, ",\"rmn\":");
       buf_str(&msg, rm_done);

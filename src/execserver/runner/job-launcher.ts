@@ -294,7 +294,7 @@ export class JobLauncher {
         if (child?.connected) child.send({ t: "drop", id }, () => undefined);
         this.#refresh();
       };
-      job.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null, open ? undefined : stderrBytes(m.err), drop);
+      job.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null, stderrBytes(m.err), open, drop);
       this.#refresh();
       return;
     }

@@ -3,6 +3,8 @@ import type { Socket } from "node:net";
 import { signalGroup } from "./process-group.js";
 import { lineFromBytes } from "./stderr-line.js";
 
+const NO_BYTES = Buffer.alloc(0);
+
 /**
  * A job started by the job launcher, seen like a ChildProcess by the runner: the execserver
  * holds the job's stdin and stdout itself (passed over the launcher's IPC channel); the
@@ -17,6 +19,8 @@ export class LaunchedProcess extends EventEmitter {
   #stdoutOpen = true;
   // undefined until the launcher sent stderr's end (or the runner stopped waiting for it).
   #stderrLine: string | undefined;
+  // The line as of the exit, while stderr is still open elsewhere.
+  #stderrSoFar: Buffer = NO_BYTES;
   #abandoned = false;
   // Set when the exit came without stderr's end: asks the launcher to stop reading it.
   #drop: (() => void) | undefined;
@@ -46,15 +50,19 @@ export class LaunchedProcess extends EventEmitter {
 
   /**
    * The launcher reaped the job. `stderr`: the raw bytes of stderr's last non-empty line
-   * (empty: none), or undefined while another process holds stderr open; then `stderrEnded`
-   * follows, and `drop` tells the launcher to stop reading should the runner give up.
+   * (empty: none); `open`: another process still holds stderr open, so that line is only
+   * the one so far: `stderrEnded` follows, and `drop` tells the launcher to stop reading
+   * should the runner give up on the pipes.
    */
-  exited(code: number | null, signal: NodeJS.Signals | null, stderr: Buffer | undefined, drop: () => void): void {
+  exited(code: number | null, signal: NodeJS.Signals | null, stderr: Buffer, open: boolean, drop: () => void): void {
     if (this.#exit) return;
     this.#exit = [code, signal];
-    if (stderr) this.stderrEnded(stderr);
+    if (!open) this.stderrEnded(stderr);
     else if (this.#abandoned) drop();
-    else this.#drop = drop;
+    else {
+      this.#stderrSoFar = stderr;
+      this.#drop = drop;
+    }
     this.emit("exit", code, signal);
     this.#maybeClose();
   }
@@ -75,18 +83,18 @@ export class LaunchedProcess extends EventEmitter {
     if (this.#abandoned) return;
     this.#abandoned = true;
     this.#drop?.();
-    this.stderrEnded(Buffer.alloc(0));
+    this.stderrEnded(this.#stderrSoFar);
   }
 
   /** The launcher died: nobody can reap the job or tell its status, so its group is killed. */
   lost(message: string): void {
     if (this.#exit) {
-      this.stderrEnded(Buffer.alloc(0));
+      this.stderrEnded(this.#stderrSoFar);
       return;
     }
     signalGroup(this.pid, "SIGKILL");
     this.emit("lost", message);
-    this.exited(null, "SIGKILL", Buffer.alloc(0), () => undefined);
+    this.exited(null, "SIGKILL", NO_BYTES, false, () => undefined);
   }
 
   #maybeClose(): void {

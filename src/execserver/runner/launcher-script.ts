@@ -18,9 +18,10 @@
  *        the execserver trims it and cuts a partial character
  * - out: {t:"exit", id, code, signal, err?, rmn?} once the job is reaped and its stderr
  *        read to its end; when another process (a background child) still holds stderr
- *        open at the reap: {t:"exit", id, code, signal, open: true, rmn?} at once, then
- *        {t:"stderr", id, err?} when it closes; in: {t:"drop", id} stops reading it (the
- *        execserver gave up on the job's pipes), and no {t:"stderr"} comes
+ *        open at the reap: {t:"exit", id, code, signal, err?, open: true, rmn?} at once
+ *        (err: the line so far), then {t:"stderr", id, err?} when it closes; in:
+ *        {t:"drop", id} stops reading it (the execserver gave up on the job's pipes), and
+ *        no {t:"stderr"} comes
  * - with dir: true in the spawn, the launcher makes cwd (mode 0700) before the job. A
  *        failed mkdir is answered {t:"failed", id, code, message, dir: true}; a failed spawn
  *        removes the directory again.
@@ -142,7 +143,7 @@ function spawnJob(m) {
       exitSent = true;
       if (stderrClosed) return send({ t: "exit", id: m.id, code, signal, err: line.hex(), rmn: rmDone });
       stderrs.set(m.id, stderr);
-      send({ t: "exit", id: m.id, code, signal, open: true, rmn: rmDone });
+      send({ t: "exit", id: m.id, code, signal, err: line.hex(), open: true, rmn: rmDone });
     });
   });
 }

@@ -223,11 +223,11 @@ describe("runner: the native job launcher on the wire", function () {
     wire = startLauncher(path);
     wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", "echo early >&2; (sleep 0.3; echo late >&2) &"], stdin: false }));
     await started(wire, 1, 1);
-    expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null, open: true });
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null, err: hex("early"), open: true });
     expect(await wire.next()).to.deep.equal({ t: "stderr", id: 1, err: hex("late") });
     wire.write(spawnLine({ id: 2, file: "sh", args: ["-c", "echo early >&2; sleep 0.5 >&2 &"], stdin: false }));
     await started(wire, 2, 1);
-    expect(await wire.next()).to.deep.equal({ t: "exit", id: 2, code: 0, signal: null, open: true });
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 2, code: 0, signal: null, err: hex("early"), open: true });
     wire.write('{"t":"drop","id":2}\n');
     wire.write(spawnLine({ id: 3, file: "true", stdin: false }));
     await started(wire, 3, 1);
