@@ -2,6 +2,7 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import type { Socket } from "node:net";
 import { join } from "node:path";
+import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { LaunchedProcess } from "./launched-process.js";
@@ -84,6 +85,11 @@ const LAUNCHER_PROTOCOL = "protocol 3";
  * launcher removes it after starting that job), else goes in a message of its own.
  */
 const REMOVE_DELAY_MS = 20;
+/**
+ * A batch that went with a spawn is confirmed by the next exit; when none came within
+ * this long (a long job, then none), an empty batch of its own asks for the confirmation.
+ */
+const CONFIRM_DELAY_MS = 1000;
 
 const NO_BYTES = Buffer.alloc(0);
 
@@ -147,6 +153,9 @@ export class JobLauncher {
   #rmQueue: string[] = [];
   #rmTimer: NodeJS.Timeout | undefined;
   #rmBatch = 0;
+  // The batch last sent alone, and when: a launcher that does not answer it within the
+  // launch timeout is replaced.
+  #rmAsked: { readonly batch: number; readonly at: number } | undefined;
   readonly #rmSent = new Map<number, readonly string[]>();
   readonly #rmWaiting = new Map<string, (removed: boolean) => void>();
 
@@ -196,26 +205,48 @@ export class JobLauncher {
     return new Promise((resolve) => {
       this.#rmWaiting.set(path, resolve);
       this.#rmQueue.push(path);
-      this.#rmTimer ??= setTimeout(this.#sendRemovals, REMOVE_DELAY_MS);
+      if (this.#rmQueue.length === 1) this.#rmLater(REMOVE_DELAY_MS);
       this.#refresh();
     });
   }
 
-  /** The queued removals as the fields of a message to the launcher (none: {}). */
-  #takeRemovals(): { rm?: string[]; rmn?: number } {
+  #rmLater(delayMs: number): void {
     clearTimeout(this.#rmTimer);
-    this.#rmTimer = undefined;
+    this.#rmTimer = setTimeout(this.#sendRemovals, delayMs).unref();
+  }
+
+  /** The queued removals as the fields of a spawn message (none: {}). */
+  #takeRemovals(): { rm?: string[]; rmn?: number } {
     if (this.#rmQueue.length === 0) return {};
     const rm = this.#rmQueue;
     const rmn = ++this.#rmBatch;
     this.#rmQueue = [];
     this.#rmSent.set(rmn, rm);
+    this.#rmLater(CONFIRM_DELAY_MS);
     return { rm, rmn };
   }
 
+  /** Sends the queued removals alone (or none, to have earlier batches confirmed). */
   readonly #sendRemovals = (): void => {
-    const removals = this.#takeRemovals();
-    if (removals.rm && this.#child) this.#child.send({ t: "rm", ...removals }, () => undefined);
+    this.#rmTimer = undefined;
+    const child = this.#child;
+    if (!child) return;
+    const timeoutMs = this.#options.launchTimeoutMs ?? 10_000;
+    let asked = this.#rmAsked !== undefined && this.#rmSent.has(this.#rmAsked.batch) ? this.#rmAsked : undefined;
+    if (asked && performance.now() - asked.at >= timeoutMs) {
+      this.#log.warn({ pid: child.pid }, "the job launcher did not answer a removal; replacing it");
+      child.kill("SIGKILL");
+      return;
+    }
+    if (this.#rmQueue.length > 0 || (!asked && this.#rmSent.size > 0)) {
+      const rm = this.#rmQueue;
+      const rmn = ++this.#rmBatch;
+      this.#rmQueue = [];
+      this.#rmSent.set(rmn, rm);
+      asked ??= this.#rmAsked = { batch: rmn, at: performance.now() };
+      child.send({ t: "rm", rm, rmn }, () => undefined);
+    }
+    if (asked) this.#rmLater(Math.max(1, asked.at + timeoutMs - performance.now()));
   };
 
   /** The launcher's account of removals: `left` were not removed, batches up to `rmn` are done. */
@@ -236,6 +267,11 @@ export class JobLauncher {
         this.#rmWaiting.delete(path);
         resolve?.(true);
       }
+    }
+    if (this.#rmSent.size + this.#rmQueue.length === 0) {
+      clearTimeout(this.#rmTimer);
+      this.#rmTimer = undefined;
+      this.#rmAsked = undefined;
     }
     this.#refresh();
   }
@@ -360,6 +396,7 @@ export class JobLauncher {
     // Whatever it had not removed yet is removed by the execserver.
     clearTimeout(this.#rmTimer);
     this.#rmTimer = undefined;
+    this.#rmAsked = undefined;
     this.#rmQueue = [];
     this.#rmSent.clear();
     const waiting = [...this.#rmWaiting.values()];

@@ -123,6 +123,20 @@ describe(`runner: the job launcher (${kind})`, function () {
       expect(jobDirsUnder(root)).to.deep.equal([]);
     });
 
+    it("has a removal that went with a long job's spawn confirmed without waiting for that job", async () => {
+      const launcher = new JobLauncher(options());
+      const answers = recordRemovals(launcher);
+      const runJob = createRunJob({ launcher });
+      expect((await runWith(runJob, { command: ["true"], tempRoot: root })).exitCode).to.equal(0);
+      const long = runWith(runJob, { command: ["sleep", "5"], tempRoot: root });
+      const started = performance.now();
+      await jobDirsRemoved();
+      expect(performance.now() - started).to.be.below(3000);
+      expect(answers).to.deep.equal([true]);
+      process.kill(launcher.pid!, "SIGKILL");
+      await long;
+    });
+
     it("removes the directories itself that a launcher killed meanwhile had not removed", async () => {
       const launcher = new JobLauncher(options());
       const answers = recordRemovals(launcher);
