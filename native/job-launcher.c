@@ -22,7 +22,8 @@
  *        in first (the execserver gave up on the job's pipes: stderr is closed here)
  *   "rm":[paths],"rmn":N in a spawn (done after it) or alone as {"t":"rm","rm":[...],"rmn":N}:
  *        finished jobs' directories, removed with rmdir (one already gone counts as
- *        removed); later exits carry "rmn", the last batch done; {"t":"rm","rmn":N,
+ *        removed) by a thread, batch after batch; exits carry "rmn", the last batch done
+ *        by then; {"t":"rm","rmn":N,
  *        "left":[paths]} answers a batch that left some (the execserver removes them),
  *        and every {"t":"rm"} batch
  *   out: {"t":"failed","id":ID,"code":"ENOENT","message":"spawn F ENOENT"}  when it cannot start
@@ -49,6 +50,7 @@
 #include <limits.h>
 #include <paths.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -58,6 +60,7 @@
 #include <string.h>
 #include <linux/close_range.h>
 #include <sys/prctl.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -849,25 +852,141 @@ static void spawn_job(struct request *req) {
   }
 }
 
-/* Removes a batch of job directories; reports those left (always, when `answer`). */
-static void remove_dirs(struct request *req, bool answer) {
-  if (!req->rmn[0]) return; /* not numbered: nothing could confirm it */
-  struct buf left = {0};
-  for (size_t i = 0; i < req->rm.n; i++) {
-    if (rmdir(req->rm.v[i]) == 0 || errno == ENOENT) continue;
-    buf_str(&left, left.len ? "," : "");
-    buf_json(&left, req->rm.v[i]);
+/*
+ * Removing job directories. rmdir(2) can block for a long time (half a millisecond on a
+ * filesystem mounted with discard), so a thread of its own does it, batch after batch in
+ * order, while the main loop goes on starting and reaping jobs; the main loop reports a
+ * batch once it is done (rm_done, and the paths left).
+ */
+struct rm_batch {
+  struct rm_batch *next;
+  char rmn[MAX_ID];
+  bool answer; /* report it even when nothing was left */
+  size_t n;
+  char **paths;
+  bool *left;
+};
+static pthread_mutex_t rm_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rm_wake = PTHREAD_COND_INITIALIZER;
+static struct rm_batch *rm_todo, *rm_todo_tail, *rm_finished, *rm_finished_tail;
+/* Counts finished batches for the main loop's poll; -1: no thread, removals inline. */
+static int rm_event = -1;
+
+static void rm_batch_do(struct rm_batch *b) {
+  for (size_t i = 0; i < b->n; i++) b->left[i] = rmdir(b->paths[i]) != 0 && errno != ENOENT;
+}
+
+static void append(struct rm_batch **head, struct rm_batch **tail, struct rm_batch *b) {
+  b->next = NULL;
+  if (*tail) (*tail)->next = b;
+  else *head = b;
+  *tail = b;
+}
+
+static void *remover(void *unused) {
+  (void)unused;
+  for (;;) {
+    pthread_mutex_lock(&rm_lock);
+    while (!rm_todo) pthread_cond_wait(&rm_wake, &rm_lock);
+    struct rm_batch *b = rm_todo;
+    rm_todo = b->next;
+    if (!rm_todo) rm_todo_tail = NULL;
+    pthread_mutex_unlock(&rm_lock);
+    rm_batch_do(b);
+    pthread_mutex_lock(&rm_lock);
+    append(&rm_finished, &rm_finished_tail, b);
+    pthread_mutex_unlock(&rm_lock);
+    uint64_t one = 1;
+    while (write(rm_event, &one, sizeof one) < 0 && errno == EINTR) {
+    }
   }
-  snprintf(rm_done, MAX_ID, "%s", req->rmn);
-  if (left.len || answer) {
+  return NULL;
+}
+
+/* Reports a finished batch: its number is done; those left go back. */
+static void rm_batch_report(struct rm_batch *b) {
+  snprintf(rm_done, MAX_ID, "%s", b->rmn);
+  bool any = false;
+  for (size_t i = 0; i < b->n; i++) any = any || b->left[i];
+  if (any || b->answer) {
     buf_str(&msg, "{\"t\":\"rm\",\"rmn\":");
     buf_str(&msg, rm_done);
     buf_str(&msg, ",\"left\":[");
-    if (left.len) buf_add(&msg, left.p, left.len);
+    bool first = true;
+    for (size_t i = 0; i < b->n; i++) {
+      if (!b->left[i]) continue;
+      if (!first) buf_str(&msg, ",");
+      first = false;
+      buf_json(&msg, b->paths[i]);
+    }
     buf_str(&msg, "]}");
     send_line(&msg, -1);
   }
-  free(left.p);
+  free(b);
+}
+
+/* The main loop's part: reports every batch the thread finished. */
+static void rm_collect(void) {
+  uint64_t count;
+  while (read(rm_event, &count, sizeof count) < 0 && errno == EINTR) {
+  }
+  pthread_mutex_lock(&rm_lock);
+  struct rm_batch *b = rm_finished;
+  rm_finished = rm_finished_tail = NULL;
+  pthread_mutex_unlock(&rm_lock);
+  while (b) {
+    struct rm_batch *next = b->next;
+    rm_batch_report(b);
+    b = next;
+  }
+}
+
+/* Hands a batch of job directories to the thread (copied: the request's strings live in
+ * the line buffer); reports those left (always, when `answer`) once it is done. */
+static void remove_dirs(struct request *req, bool answer) {
+  if (!req->rmn[0]) return; /* not numbered: nothing could confirm it */
+  size_t n = req->rm.n, text = 0;
+  for (size_t i = 0; i < n; i++) text += strlen(req->rm.v[i]) + 1;
+  struct rm_batch *b = malloc(sizeof *b + n * (sizeof(char *) + sizeof(bool)) + text);
+  if (!b) orphaned();
+  b->paths = (char **)(b + 1);
+  b->left = (bool *)(b->paths + n);
+  char *w = (char *)(b->left + n);
+  for (size_t i = 0; i < n; i++) {
+    size_t len = strlen(req->rm.v[i]) + 1;
+    memcpy(w, req->rm.v[i], len);
+    b->paths[i] = w;
+    w += len;
+  }
+  b->n = n;
+  b->answer = answer;
+  snprintf(b->rmn, MAX_ID, "%s", req->rmn);
+  if (rm_event < 0) {
+    rm_batch_do(b);
+    rm_batch_report(b);
+    return;
+  }
+  pthread_mutex_lock(&rm_lock);
+  append(&rm_todo, &rm_todo_tail, b);
+  pthread_cond_signal(&rm_wake);
+  pthread_mutex_unlock(&rm_lock);
+}
+
+/* Starts the removal thread; without one (it cannot start), removals are done inline. */
+static void start_remover(void) {
+  int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) return;
+  rm_event = fd;
+  pthread_attr_t attr;
+  pthread_t thread;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&thread, &attr, remover, NULL) != 0) {
+    close(fd);
+    rm_event = -1;
+  }
+  pthread_attr_destroy(&attr);
 }
 
 /* Acts on one complete line from the channel. */
@@ -1114,27 +1233,30 @@ int main(int argc, char **argv) {
   sigfillset(&all);
   posix_spawnattr_setsigmask(&spawn_attr, &none);
   posix_spawnattr_setsigdefault(&spawn_attr, &all);
+  /* After SIGCHLD was blocked: the thread inherits the mask, so signalfd sees every one. */
+  start_remover();
 
   struct pollfd *fds = NULL;
   size_t fds_cap = 0;
   for (;;) {
-    /* stdin, the channel, SIGCHLD, then each job's stderr still open here. */
-    if (fds_cap < 3 + njobs) {
-      fds_cap = 3 + jobs_cap;
+    /* stdin, the channel, SIGCHLD, finished removals, then each job's stderr still open here. */
+    if (fds_cap < 4 + njobs) {
+      fds_cap = 4 + jobs_cap;
       fds = realloc(fds, fds_cap * sizeof *fds);
       if (!fds) orphaned();
     }
     fds[0] = (struct pollfd){.fd = 0, .events = POLLIN};
     fds[1] = (struct pollfd){.fd = channel, .events = POLLIN};
     fds[2] = (struct pollfd){.fd = sigfd, .events = POLLIN};
-    nfds_t nfds = 3;
+    fds[3] = (struct pollfd){.fd = rm_event, .events = POLLIN}; /* -1: ignored by poll */
+    nfds_t nfds = 4;
     for (size_t i = 0; i < njobs; i++)
       if (jobs[i].err_fd >= 0) fds[nfds++] = (struct pollfd){.fd = jobs[i].err_fd, .events = POLLIN};
     if (poll(fds, nfds, -1) < 0) {
       if (errno == EINTR) continue;
       orphaned();
     }
-    for (nfds_t k = 3; k < nfds; k++) {
+    for (nfds_t k = 4; k < nfds; k++) {
       if (!fds[k].revents) continue;
       for (size_t i = 0; i < njobs; i++)
         if (jobs[i].err_fd == fds[k].fd) {
@@ -1149,6 +1271,7 @@ int main(int argc, char **argv) {
       }
       reap();
     }
+    if (fds[3].revents) rm_collect();
     if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) read_channel();
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       char scratch[4096];

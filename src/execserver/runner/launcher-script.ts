@@ -27,8 +27,8 @@
  *        removes the directory again.
  * - rm: [paths] with rmn: N (the batch's number, increasing), in a spawn (removed after
  *        that spawn is handled) or alone as {t:"rm", rm, rmn}: finished jobs' directories,
- *        each removed here by rmdir (one already gone counts as removed). Every later exit
- *        says rmn: the last batch done. out: {t:"rm", rmn, left: [paths]} after a batch
+ *        each removed here by rmdir (one already gone counts as removed), off the main
+ *        loop, batch after batch. Every exit says rmn: the last batch done by then. out: {t:"rm", rmn, left: [paths]} after a batch
  *        that left directories (not empty, or any other error: the execserver removes
  *        them), and after every {t:"rm"} batch, left or not.
  * - out: {t:"failed", id, code, message} when the job could not be started.
@@ -38,7 +38,7 @@
 export const LAUNCHER_SCRIPT = String.raw`// slotbroker job launcher
 "use strict";
 const { spawn } = require("node:child_process");
-const { mkdirSync, rmdirSync } = require("node:fs");
+const { mkdirSync, rmdir, rmdirSync } = require("node:fs");
 process.title = "slotbroker-job-launcher";
 const running = new Map();
 const send = (message, handle) => { if (process.connected) process.send(message, handle, () => {}); };
@@ -70,16 +70,17 @@ function tracker() {
   };
 }
 const stderrs = new Map();
+// Batches of removals run one after the other on libuv's threads (rmdir can block for long).
 let rmDone;
+let removing = Promise.resolve();
+const rmdirLeft = (p) => new Promise((resolve) => rmdir(p, (err) => resolve(err && err.code !== "ENOENT" ? p : undefined)));
 function removeDirs(paths, rmn, always) {
   if (!Array.isArray(paths) || typeof rmn !== "number") return;
-  const left = [];
-  for (const p of paths) {
-    if (typeof p !== "string") continue;
-    try { rmdirSync(p); } catch (err) { if (err.code !== "ENOENT") left.push(p); }
-  }
-  rmDone = rmn;
-  if (left.length > 0 || always) send({ t: "rm", rmn, left });
+  removing = removing.then(async () => {
+    const left = (await Promise.all(paths.filter((p) => typeof p === "string").map(rmdirLeft))).filter((p) => p !== undefined);
+    rmDone = rmn;
+    if (left.length > 0 || always) send({ t: "rm", rmn, left });
+  });
 }
 process.on("message", (m) => {
   if (!m) return;

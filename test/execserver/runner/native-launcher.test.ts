@@ -209,7 +209,7 @@ describe("runner: the native job launcher on the wire", function () {
       ["head -c 3000 /dev/zero | tr '\\0' x >&2; echo >&2", "x".repeat(1000)],
       ["printf 'é%.0s' $(seq 600) >&2", "é".repeat(500)],
       ["i=0; while [ $i -lt 5000 ]; do echo \"noise line $i\" >&2; i=$((i+1)); done; echo 'the end' >&2", "the end"],
-      ["echo out", undefined],
+      ["true", undefined],
     ];
     for (const [i, [script, line]] of cases.entries()) {
       wire.write(spawnLine({ id: i + 1, file: "sh", args: ["-c", script], stdin: false }));
@@ -245,10 +245,11 @@ describe("runner: the native job launcher on the wire", function () {
       await mkdir(dir("b"));
       await mkdir(join(dir("full"), "x"), { recursive: true });
       wire.write(spawnLine({ id: 1, file: "true", stdin: false, rm: [dir("a"), dir("full"), dir("gone"), 5], rmn: 1 }));
-      // The job's handle first: the removals come after the spawn.
+      // The job's handle first: the removals come after the spawn, in a thread of their own.
       await started(wire, 1, 1);
-      expect(await wire.next()).to.deep.equal({ t: "rm", rmn: 1, left: [dir("full")] });
-      expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null, rmn: 1 });
+      const answers = [await wire.next(), await wire.next()].sort((x, y) => String(x.t).localeCompare(String(y.t)));
+      expect(answers[0]).to.deep.include({ t: "exit", id: 1, code: 0, signal: null });
+      expect(answers[1]).to.deep.equal({ t: "rm", rmn: 1, left: [dir("full")] });
       wire.write(`${JSON.stringify({ t: "rm", rm: [dir("b")], rmn: 2 })}\n`);
       expect(await wire.next()).to.deep.equal({ t: "rm", rmn: 2, left: [] });
       expect(await readdir(root)).to.deep.equal(["full"]);
