@@ -315,9 +315,14 @@ export class JobLauncher {
 
   #receive(m: FromLauncher, handle: Socket | undefined): void {
     this.#answered = true;
-    if (typeof m !== "object" || m === null) return;
+    if (typeof m !== "object" || m === null) {
+      handle?.destroy();
+      return;
+    }
     if (m.rmn !== undefined || m.left !== undefined) this.#removed(m);
     const id = typeof m.id === "number" ? m.id : -1;
+    // Only an "fd" message carries a handle.
+    if (handle && m.t !== "fd") handle.destroy();
     if (m.t === "exit") {
       const job = this.#running.get(id);
       if (!job) return;

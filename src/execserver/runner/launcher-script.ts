@@ -28,9 +28,10 @@
  * - rm: [paths] with rmn: N (the batch's number, increasing), in a spawn (removed after
  *        that spawn is handled) or alone as {t:"rm", rm, rmn}: finished jobs' directories,
  *        each removed here by rmdir (one already gone counts as removed), off the main
- *        loop, batch after batch. Every exit says rmn: the last batch done by then. out: {t:"rm", rmn, left: [paths]} after a batch
- *        that left directories (not empty, or any other error: the execserver removes
- *        them), and after every {t:"rm"} batch, left or not.
+ *        loop, batch after batch. Once a batch is done, every exit carries rmn: the last
+ *        batch done by then. out: {t:"rm", rmn, left: [paths]} after a batch that left
+ *        directories (not empty, or any other error: the execserver removes them), and
+ *        after every batch sent alone, left or not.
  * - out: {t:"failed", id, code, message} when the job could not be started.
  * When its stdin or the channel closes (the execserver exited or died), every job not yet
  * reaped here is SIGKILLed by process group and the launcher exits.
