@@ -94,13 +94,14 @@ describe(`runner: the job launcher (${kind})`, function () {
     beforeEach(async () => (root = await mkdtemp(join(tmpdir(), "job-launcher-"))));
     afterEach(() => rm(root, { recursive: true, force: true }));
 
-    /** The launcher's removeDir, recording what each call answered. */
-    function recordRemovals(launcher: JobLauncher): boolean[] {
-      const answers: boolean[] = [];
+    /** The launcher's removeDir, recording what each call answered, in the order of the calls. */
+    function recordRemovals(launcher: JobLauncher): (boolean | undefined)[] {
+      const answers: (boolean | undefined)[] = [];
       const removeDir = launcher.removeDir.bind(launcher);
       launcher.removeDir = async (path) => {
+        const call = answers.push(undefined) - 1;
         const removed = await removeDir(path);
-        answers.push(removed);
+        answers[call] = removed;
         return removed;
       };
       return answers;
