@@ -17,15 +17,15 @@
  *        directory again
  *   out: {"t":"exit","id":ID,"code":C|null,"signal":"SIGKILL"|null,"err":HEX,"rmn":N}
  *        once the job is reaped and its stderr read to its end; when another process still
- *        holds stderr open at the reap: {...,"open":true} at once ("err": the line so far), then
- *        {"t":"stderr","id":ID,"err":HEX} when it closes, unless {"t":"drop","id":ID} came
- *        in first (the execserver gave up on the job's pipes: stderr is closed here)
+ *        holds stderr open at the reap: {...,"open":true} at once ("err": the line so
+ *        far), then {"t":"stderr","id":ID,"err":HEX} when it closes, unless
+ *        {"t":"drop","id":ID} came in first (the execserver gave up on the job's pipes:
+ *        stderr is closed here)
  *   "rm":[paths],"rmn":N in a spawn (done after it) or alone as {"t":"rm","rm":[...],"rmn":N}:
  *        finished jobs' directories, removed with rmdir (one already gone counts as
- *        removed) by a thread, batch after batch; exits carry "rmn", the last batch done
- *        by then; {"t":"rm","rmn":N,
- *        "left":[paths]} answers a batch that left some (the execserver removes them),
- *        and every {"t":"rm"} batch
+ *        removed) by a thread, batch after batch; once one is done, exits carry "rmn",
+ *        the last batch done by then; {"t":"rm","rmn":N,"left":[paths]} answers a batch
+ *        that left some (the execserver removes them), and every batch sent alone
  *   out: {"t":"failed","id":ID,"code":"ENOENT","message":"spawn F ENOENT"}  when it cannot start
  *
  * Why native: Node's spawn() forks, and fork copies the forking process's page tables
