@@ -6,13 +6,26 @@
  * (src/execserver/runner/launcher-script.ts), over Node's IPC channel:
  *
  *   in:  {"t":"spawn","id":ID,"file":F,"args":[...],"cwd":D,"env":{K:V,...},"stdin":B}
- *   out: {"t":"fd","id":ID,"n":N,"pid":P}  three times (stdin n=0, stdout 1, stderr 2), each
- *        with the execserver's end of the job's socketpair attached as a handle; with
- *        "stdin":false the job reads /dev/null and only n=1 and n=2 are sent
- *   with "dir":true the launcher makes cwd (mkdir, mode 0700) before the job (the execserver
- *        removes it after); a failed mkdir is answered {"t":"failed",...,"dir":true}, a
- *        failed spawn removes the directory again
- *   out: {"t":"exit","id":ID,"code":C|null,"signal":"SIGKILL"|null}  once the job is reaped
+ *   out: {"t":"fd","id":ID,"n":N,"pid":P}  twice (stdin n=0, stdout 1), each with the
+ *        execserver's end of the job's socketpair attached as a handle; with "stdin":false
+ *        the job reads /dev/null and only n=1 is sent
+ *   stderr stays here: its last non-empty line is kept as the execserver's LastLineTracker
+ *        keeps it (at most LINE_LIMIT bytes, the first ones of a longer line) and sent as
+ *        "err", the line's raw bytes in hex (absent: none)
+ *   with "dir":true the launcher makes cwd (mkdir, mode 0700) before the job; a failed
+ *        mkdir is answered {"t":"failed",...,"dir":true}, a failed spawn removes the
+ *        directory again
+ *   out: {"t":"exit","id":ID,"code":C|null,"signal":"SIGKILL"|null,"err":HEX,"rmn":N}
+ *        once the job is reaped and its stderr read to its end; when another process still
+ *        holds stderr open at the reap: {...,"open":true} at once ("err": the line so
+ *        far), then {"t":"stderr","id":ID,"err":HEX} when it closes, unless
+ *        {"t":"drop","id":ID} came in first (the execserver gave up on the job's pipes:
+ *        stderr is closed here)
+ *   "rm":[paths],"rmn":N in a spawn (done after it) or alone as {"t":"rm","rm":[...],"rmn":N}:
+ *        finished jobs' directories, removed with rmdir (one already gone counts as
+ *        removed) by a thread, batch after batch; once one is done, exits carry "rmn",
+ *        the last batch done by then; {"t":"rm","rmn":N,"left":[paths]} answers a batch
+ *        that left some (the execserver removes them), and every batch sent alone
  *   out: {"t":"failed","id":ID,"code":"ENOENT","message":"spawn F ENOENT"}  when it cannot start
  *
  * Why native: Node's spawn() forks, and fork copies the forking process's page tables
@@ -37,6 +50,7 @@
 #include <limits.h>
 #include <paths.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -46,6 +60,7 @@
 #include <string.h>
 #include <linux/close_range.h>
 #include <sys/prctl.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -54,8 +69,9 @@
 #include <unistd.h>
 
 #define LAUNCHER_NAME "slotbroker-job-launcher"
-/* Said by --check: an execserver uses only a binary that speaks its protocol ("stdin", "dir"). */
-#define PROTOCOL "protocol 2"
+/* Said by --check: an execserver uses only a binary that speaks its protocol ("stdin", "dir",
+ * stderr read here, "rm"). */
+#define PROTOCOL "protocol 3"
 /* A request longer than this is answered E2BIG (exec itself refuses a few MB of args+env). */
 #define MAX_LINE (8u << 20)
 /* Nesting depth of JSON values skipped in a request (a spawn request nests two levels). */
@@ -64,41 +80,107 @@
 #define MAX_RETRANSMISSIONS 3
 /* The longest id echoed back (a JSON number token; the execserver counts from 1). */
 #define MAX_ID 32
+/* A job's stderr line is kept to this many bytes (stderr-line.ts's STDERR_LINE_LIMIT). */
+#define LINE_LIMIT 1000
 
 static int channel = -1;
 
 /* ------------------------------------------------------------------ jobs ---------------- */
 
-/* A started job until it is reaped. Few at a time (one per slot): a linear table suffices. */
+/* A started job until it is reaped and its stderr closed. Few at a time (one per slot): a
+ * linear table suffices. The stderr line: two buffers, the line being read (line[cur]) and
+ * the last non-empty one, swapped rather than copied. */
 struct job {
   pid_t pid;
+  bool reaped;
+  int err_fd; /* -1 once stderr is closed here */
   char id[MAX_ID];
+  int cur;
+  size_t len[2];
+  char line[2][LINE_LIMIT];
 };
 static struct job *jobs;
 static size_t njobs, jobs_cap;
 
-static void add_job(pid_t pid, const char *id) {
+static bool add_job(pid_t pid, const char *id, int err_fd) {
   if (njobs == jobs_cap) {
     size_t cap = jobs_cap ? jobs_cap * 2 : 16;
     struct job *grown = realloc(jobs, cap * sizeof *jobs);
     if (!grown) {
       /* Without a table entry the job could never be reported or killed: kill it now. */
       kill(-pid, SIGKILL);
-      return;
+      return false;
     }
     jobs = grown;
     jobs_cap = cap;
   }
-  jobs[njobs].pid = pid;
-  snprintf(jobs[njobs].id, MAX_ID, "%s", id);
-  njobs++;
+  struct job *j = &jobs[njobs++];
+  j->pid = pid;
+  j->reaped = false;
+  j->err_fd = err_fd;
+  snprintf(j->id, MAX_ID, "%s", id);
+  j->cur = 0;
+  j->len[0] = j->len[1] = 0;
+  return true;
+}
+
+static void remove_job(size_t i) {
+  if (jobs[i].err_fd >= 0) close(jobs[i].err_fd);
+  if (i != njobs - 1) memcpy(&jobs[i], &jobs[njobs - 1], sizeof *jobs);
+  njobs--;
 }
 
 /* The execserver is gone: nobody could read the jobs' output or reap them. */
 static void orphaned(void) __attribute__((noreturn));
 static void orphaned(void) {
-  for (size_t i = 0; i < njobs; i++) kill(-jobs[i].pid, SIGKILL);
+  for (size_t i = 0; i < njobs; i++)
+    if (!jobs[i].reaped) kill(-jobs[i].pid, SIGKILL);
   _exit(0);
+}
+
+/* ------------------------------------------------------------------ stderr -------------- */
+
+static bool blank(const char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)p[i];
+    if (c != ' ' && (c < '\t' || c > '\r')) return false;
+  }
+  return true;
+}
+
+/* Feeds stderr bytes to the job's line tracker. */
+static void track(struct job *j, const char *p, size_t n) {
+  size_t start = 0;
+  for (;;) {
+    const char *nl = memchr(p + start, '\n', n - start);
+    size_t end = nl ? (size_t)(nl - p) : n;
+    size_t *len = &j->len[j->cur];
+    if (*len < LINE_LIMIT && end > start) {
+      size_t take = end - start < LINE_LIMIT - *len ? end - start : LINE_LIMIT - *len;
+      memcpy(j->line[j->cur] + *len, p + start, take);
+      *len += take;
+    }
+    if (!nl) return;
+    if (!blank(j->line[j->cur], *len)) j->cur ^= 1;
+    j->len[j->cur] = 0;
+    start = end + 1;
+  }
+}
+
+/* Reads what the job's stderr has (non-blocking); at its end the fd is closed. */
+static void read_stderr(struct job *j) {
+  static char chunk[65536];
+  while (j->err_fd >= 0) {
+    ssize_t n = read(j->err_fd, chunk, sizeof chunk);
+    if (n > 0) {
+      track(j, chunk, (size_t)n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    close(j->err_fd); /* EOF, or an error: its end either way */
+    j->err_fd = -1;
+  }
 }
 
 /* ------------------------------------------------------------------ output -------------- */
@@ -241,6 +323,25 @@ static void handle_answered(bool ack) {
 }
 
 static struct buf msg;
+
+/* ,"err":"HEX" with the job's stderr line as LastLineTracker picks it (none: nothing). */
+static void buf_err(struct buf *b, const struct job *j) {
+  int which = blank(j->line[j->cur], j->len[j->cur]) ? j->cur ^ 1 : j->cur;
+  size_t n = j->len[which];
+  if (n == 0) return;
+  static const char digits[] = "0123456789abcdef";
+  buf_str(b, ",\"err\":\"");
+  buf_need(b, 2 * n);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)j->line[which][i];
+    b->p[b->len++] = digits[c >> 4];
+    b->p[b->len++] = digits[c & 15];
+  }
+  buf_str(b, "\"");
+}
+
+/* The number of the last batch of removals done ("": none yet). */
+static char rm_done[MAX_ID];
 
 /* Node's error code names for the errors a spawn can meet. */
 static const char *errno_name(int e) {
@@ -494,6 +595,8 @@ struct request {
   struct strv env;  /* key, value, key, value, ... */
   bool no_stdin;    /* "stdin":false: the job reads /dev/null, no stdin handle is sent */
   bool make_dir;    /* "dir":true: make cwd before the job */
+  struct strv rm;   /* "rm": directories to remove (one holding U+0000 is left out) */
+  char rmn[MAX_ID]; /* "rmn": the number of that batch ("": none) */
   const char *invalid; /* the first field found invalid, for the "failed" answer */
 };
 
@@ -551,6 +654,44 @@ static bool read_env(struct reader *r, struct request *req) {
   return take(r, '}');
 }
 
+/* "rm": an array of paths; anything else in it is skipped. */
+static bool read_rm(struct reader *r, struct request *req) {
+  req->rm.n = 0;
+  skip_ws(r);
+  if (r->p >= r->end || *r->p != '[') return skip_value(r, 1);
+  r->p++;
+  if (take(r, ']')) return true;
+  do {
+    skip_ws(r);
+    if (r->p < r->end && *r->p == '"') {
+      char *s;
+      bool nul = false;
+      if (!read_string(r, &s, &nul)) return false;
+      if (!nul && *s && !strv_push(&req->rm, s)) return false;
+    } else if (!skip_value(r, 2)) {
+      return false;
+    }
+  } while (take(r, ','));
+  return take(r, ']');
+}
+
+/* A number token (an id) into out (MAX_ID bytes), else "" and the value skipped. */
+static bool read_id(struct reader *r, char *out) {
+  char *start;
+  skip_ws(r);
+  out[0] = '\0';
+  if (r->p < r->end && (*r->p == '-' || (*r->p >= '0' && *r->p <= '9'))) {
+    bool ok = read_number(r, &start);
+    size_t n = (size_t)(r->p - start);
+    if (ok && n < MAX_ID) {
+      memcpy(out, start, n);
+      out[n] = '\0';
+    }
+    return ok;
+  }
+  return skip_value(r, 1);
+}
+
 /*
  * Parses a line (one JSON object) into req, reading the fields a message of the protocol
  * has and skipping any other. False when the line is not a well-formed JSON object.
@@ -579,21 +720,10 @@ static bool parse_request(char *line, size_t len, struct request *req) {
         req->make_dir = (size_t)(r.end - r.p) >= 4 && memcmp(r.p, "true", 4) == 0;
         ok = skip_value(&r, 1);
       }
-      else if (!strcmp(key, "id")) {
-        char *start;
-        skip_ws(&r);
-        req->id[0] = '\0';
-        if (r.p < r.end && (*r.p == '-' || (*r.p >= '0' && *r.p <= '9'))) {
-          ok = read_number(&r, &start);
-          size_t n = (size_t)(r.p - start);
-          if (ok && n < MAX_ID) {
-            memcpy(req->id, start, n);
-            req->id[n] = '\0';
-          }
-        } else {
-          ok = skip_value(&r, 1);
-        }
-      } else ok = skip_value(&r, 1);
+      else if (!strcmp(key, "id")) ok = read_id(&r, req->id);
+      else if (!strcmp(key, "rmn")) ok = read_id(&r, req->rmn);
+      else if (!strcmp(key, "rm")) ok = read_rm(&r, req);
+      else ok = skip_value(&r, 1);
       if (!ok) return false;
     } while (take(&r, ','));
     if (!take(&r, '}')) return false;
@@ -642,7 +772,7 @@ static void set_nonblock(int fd) {
   if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
-/* Starts the job of a valid request and reports its handles (two or three), or why it failed. */
+/* Starts the job of a valid request and reports its handles (one or two), or why it failed. */
 static void spawn_job(struct request *req) {
   /* "K=V" strings for the job's environment, in one block. */
   size_t size = 0;
@@ -708,8 +838,10 @@ static void spawn_job(struct request *req) {
     send_failed(req->id, errno_name(err), req->file, NULL, false);
     return;
   }
-  add_job(pid, req->id);
-  for (int n = first; n < 3; n++) {
+  /* stderr is read here: the job's line goes with its exit. */
+  set_nonblock(pairs[2][0]);
+  if (!add_job(pid, req->id, pairs[2][0])) close(pairs[2][0]);
+  for (int n = first; n < 2; n++) {
     set_nonblock(pairs[n][0]);
     buf_str(&msg, "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"t\":\"fd\",\"id\":");
     buf_str(&msg, req->id);
@@ -720,12 +852,150 @@ static void spawn_job(struct request *req) {
   }
 }
 
+/*
+ * Removing job directories. rmdir(2) can block for a long time (half a millisecond on a
+ * filesystem mounted with discard), so a thread of its own does it, batch after batch in
+ * order, while the main loop goes on starting and reaping jobs; the main loop reports a
+ * batch once it is done (rm_done, and the paths left).
+ */
+struct rm_batch {
+  struct rm_batch *next;
+  char rmn[MAX_ID];
+  bool answer; /* report it even when nothing was left */
+  size_t n;
+  char **paths;
+  bool *left;
+};
+static pthread_mutex_t rm_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rm_wake = PTHREAD_COND_INITIALIZER;
+static struct rm_batch *rm_todo, *rm_todo_tail, *rm_finished, *rm_finished_tail;
+/* Counts finished batches for the main loop's poll; -1: no thread, removals inline. */
+static int rm_event = -1;
+
+static void rm_batch_do(struct rm_batch *b) {
+  for (size_t i = 0; i < b->n; i++) b->left[i] = rmdir(b->paths[i]) != 0 && errno != ENOENT;
+}
+
+static void append(struct rm_batch **head, struct rm_batch **tail, struct rm_batch *b) {
+  b->next = NULL;
+  if (*tail) (*tail)->next = b;
+  else *head = b;
+  *tail = b;
+}
+
+static void *remover(void *unused) {
+  (void)unused;
+  for (;;) {
+    pthread_mutex_lock(&rm_lock);
+    while (!rm_todo) pthread_cond_wait(&rm_wake, &rm_lock);
+    struct rm_batch *b = rm_todo;
+    rm_todo = b->next;
+    if (!rm_todo) rm_todo_tail = NULL;
+    pthread_mutex_unlock(&rm_lock);
+    rm_batch_do(b);
+    pthread_mutex_lock(&rm_lock);
+    append(&rm_finished, &rm_finished_tail, b);
+    pthread_mutex_unlock(&rm_lock);
+    uint64_t one = 1;
+    while (write(rm_event, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+  }
+  return NULL;
+}
+
+/* Reports a finished batch: its number is done; those left go back. */
+static void rm_batch_report(struct rm_batch *b) {
+  snprintf(rm_done, MAX_ID, "%s", b->rmn);
+  bool any = false;
+  for (size_t i = 0; i < b->n; i++) any = any || b->left[i];
+  if (any || b->answer) {
+    buf_str(&msg, "{\"t\":\"rm\",\"rmn\":");
+    buf_str(&msg, rm_done);
+    buf_str(&msg, ",\"left\":[");
+    bool first = true;
+    for (size_t i = 0; i < b->n; i++) {
+      if (!b->left[i]) continue;
+      if (!first) buf_str(&msg, ",");
+      first = false;
+      buf_json(&msg, b->paths[i]);
+    }
+    buf_str(&msg, "]}");
+    send_line(&msg, -1);
+  }
+  free(b);
+}
+
+/* The main loop's part: reports every batch the thread finished. */
+static void rm_collect(void) {
+  uint64_t count;
+  while (read(rm_event, &count, sizeof count) < 0 && errno == EINTR) {
+  }
+  pthread_mutex_lock(&rm_lock);
+  struct rm_batch *b = rm_finished;
+  rm_finished = rm_finished_tail = NULL;
+  pthread_mutex_unlock(&rm_lock);
+  while (b) {
+    struct rm_batch *next = b->next;
+    rm_batch_report(b);
+    b = next;
+  }
+}
+
+/* Hands a batch of job directories to the thread (copied: the request's strings live in
+ * the line buffer); reports those left (always, when `answer`) once it is done. */
+static void remove_dirs(struct request *req, bool answer) {
+  if (!req->rmn[0]) return; /* not numbered: nothing could confirm it */
+  size_t n = req->rm.n, text = 0;
+  for (size_t i = 0; i < n; i++) text += strlen(req->rm.v[i]) + 1;
+  struct rm_batch *b = malloc(sizeof *b + n * (sizeof(char *) + sizeof(bool)) + text);
+  if (!b) orphaned();
+  b->paths = (char **)(b + 1);
+  b->left = (bool *)(b->paths + n);
+  char *w = (char *)(b->left + n);
+  for (size_t i = 0; i < n; i++) {
+    size_t len = strlen(req->rm.v[i]) + 1;
+    memcpy(w, req->rm.v[i], len);
+    b->paths[i] = w;
+    w += len;
+  }
+  b->n = n;
+  b->answer = answer;
+  snprintf(b->rmn, MAX_ID, "%s", req->rmn);
+  if (rm_event < 0) {
+    rm_batch_do(b);
+    rm_batch_report(b);
+    return;
+  }
+  pthread_mutex_lock(&rm_lock);
+  append(&rm_todo, &rm_todo_tail, b);
+  pthread_cond_signal(&rm_wake);
+  pthread_mutex_unlock(&rm_lock);
+}
+
+/* Starts the removal thread; without one (it cannot start), removals are done inline. */
+static void start_remover(void) {
+  int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) return;
+  rm_event = fd;
+  pthread_attr_t attr;
+  pthread_t thread;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&thread, &attr, remover, NULL) != 0) {
+    close(fd);
+    rm_event = -1;
+  }
+  pthread_attr_destroy(&attr);
+}
+
 /* Acts on one complete line from the channel. */
 static void handle_line(char *line, size_t len) {
   struct request req = {0};
   if (!parse_request(line, len, &req)) {
     free(req.args.v);
     free(req.env.v);
+    free(req.rm.v);
     return; /* not a JSON object: nothing to answer to */
   }
   if (req.cmd && !strcmp(req.cmd, "NODE_HANDLE_ACK")) handle_answered(true);
@@ -741,9 +1011,19 @@ static void handle_line(char *line, size_t len) {
     } else {
       spawn_job(&req);
     }
+    remove_dirs(&req, false); /* after the job started: removals never delay it */
+  } else if (req.t && !strcmp(req.t, "rm")) {
+    remove_dirs(&req, true);
+  } else if (req.t && !strcmp(req.t, "drop") && req.id[0]) {
+    for (size_t i = 0; i < njobs; i++)
+      if (jobs[i].reaped && !strcmp(jobs[i].id, req.id)) {
+        remove_job(i);
+        break;
+      }
   }
   free(req.args.v);
   free(req.env.v);
+  free(req.rm.v);
 }
 
 /* ------------------------------------------------------------------ reaping ------------- */
@@ -793,23 +1073,49 @@ static const char *signal_name(int sig, char *other, size_t size) {
   }
 }
 
+/* Reports the job reaped (with its stderr line, or "open" while stderr is held open
+ * elsewhere), or its stderr's end after such an exit; forgets a job that is done. */
+static void report(size_t i, int status) {
+  struct job *j = &jobs[i];
+  if (!j->reaped) {
+    j->reaped = true;
+    read_stderr(j);
+    buf_str(&msg, "{\"t\":\"exit\",\"id\":");
+    buf_str(&msg, j->id);
+    char tail[64], other[16];
+    if (WIFSIGNALED(status)) snprintf(tail, sizeof tail, ",\"code\":null,\"signal\":\"%s\"", signal_name(WTERMSIG(status), other, sizeof other));
+    else snprintf(tail, sizeof tail, ",\"code\":%d,\"signal\":null", WEXITSTATUS(status));
+    buf_str(&msg, tail);
+    buf_err(&msg, j);
+    if (j->err_fd >= 0) buf_str(&msg, ",\"open\":true");
+    if (rm_done[0]) {
+      buf_str(&msg, ",\"rmn\":");
+      buf_str(&msg, rm_done);
+    }
+    buf_str(&msg, "}");
+    send_line(&msg, -1);
+    if (j->err_fd < 0) remove_job(i);
+  } else if (j->err_fd < 0) {
+    buf_str(&msg, "{\"t\":\"stderr\",\"id\":");
+    buf_str(&msg, j->id);
+    buf_err(&msg, j);
+    buf_str(&msg, "}");
+    send_line(&msg, -1);
+    remove_job(i);
+  }
+}
+
 /* Reaps every exited job and reports it. */
 static void reap(void) {
   for (;;) {
     int status;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
-    size_t i = 0;
-    while (i < njobs && jobs[i].pid != pid) i++;
-    if (i == njobs) continue;
-    buf_str(&msg, "{\"t\":\"exit\",\"id\":");
-    buf_str(&msg, jobs[i].id);
-    char tail[64], other[16];
-    if (WIFSIGNALED(status)) snprintf(tail, sizeof tail, ",\"code\":null,\"signal\":\"%s\"}", signal_name(WTERMSIG(status), other, sizeof other));
-    else snprintf(tail, sizeof tail, ",\"code\":%d,\"signal\":null}", WEXITSTATUS(status));
-    buf_str(&msg, tail);
-    jobs[i] = jobs[--njobs];
-    send_line(&msg, -1);
+    for (size_t i = 0; i < njobs; i++)
+      if (!jobs[i].reaped && jobs[i].pid == pid) {
+        report(i, status);
+        break;
+      }
   }
 }
 
@@ -927,16 +1233,37 @@ int main(int argc, char **argv) {
   sigfillset(&all);
   posix_spawnattr_setsigmask(&spawn_attr, &none);
   posix_spawnattr_setsigdefault(&spawn_attr, &all);
+  /* After SIGCHLD was blocked: the thread inherits the mask, so signalfd sees every one. */
+  start_remover();
 
-  struct pollfd fds[3] = {
-      {.fd = 0, .events = POLLIN},
-      {.fd = channel, .events = POLLIN},
-      {.fd = sigfd, .events = POLLIN},
-  };
+  struct pollfd *fds = NULL;
+  size_t fds_cap = 0;
   for (;;) {
-    if (poll(fds, 3, -1) < 0) {
+    /* stdin, the channel, SIGCHLD, finished removals, then each job's stderr still open here. */
+    if (fds_cap < 4 + njobs) {
+      fds_cap = 4 + jobs_cap;
+      fds = realloc(fds, fds_cap * sizeof *fds);
+      if (!fds) orphaned();
+    }
+    fds[0] = (struct pollfd){.fd = 0, .events = POLLIN};
+    fds[1] = (struct pollfd){.fd = channel, .events = POLLIN};
+    fds[2] = (struct pollfd){.fd = sigfd, .events = POLLIN};
+    fds[3] = (struct pollfd){.fd = rm_event, .events = POLLIN}; /* -1: ignored by poll */
+    nfds_t nfds = 4;
+    for (size_t i = 0; i < njobs; i++)
+      if (jobs[i].err_fd >= 0) fds[nfds++] = (struct pollfd){.fd = jobs[i].err_fd, .events = POLLIN};
+    if (poll(fds, nfds, -1) < 0) {
       if (errno == EINTR) continue;
       orphaned();
+    }
+    for (nfds_t k = 4; k < nfds; k++) {
+      if (!fds[k].revents) continue;
+      for (size_t i = 0; i < njobs; i++)
+        if (jobs[i].err_fd == fds[k].fd) {
+          read_stderr(&jobs[i]);
+          if (jobs[i].reaped && jobs[i].err_fd < 0) report(i, 0);
+          break;
+        }
     }
     if (fds[2].revents) {
       struct signalfd_siginfo info;
@@ -944,6 +1271,7 @@ int main(int argc, char **argv) {
       }
       reap();
     }
+    if (fds[3].revents) rm_collect();
     if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) read_channel();
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       char scratch[4096];

@@ -16,7 +16,9 @@
 // - on Linux the fork happens in the job launcher (job-launcher.ts), a small node process:
 //   forking copies the forking process's page tables and blocks it until the child has
 //   exec'd, which from the execserver cost milliseconds per job. The launcher passes the
-//   job's pipes back over its IPC channel, so the runner streams them itself as before.
+//   job's stdin and stdout back over its IPC channel, so the runner streams them itself
+//   as before; it reads stderr itself and sends the last line with the exit status, and
+//   removes finished jobs' directories.
 export { createRunJob, runJob, type RunnerOptions } from "./run-job.js";
 export { readPipeCa } from "./http-client.js";
 export { jobDirRoot, jobDirsRemoved } from "./job-dir.js";

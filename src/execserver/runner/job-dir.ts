@@ -93,18 +93,21 @@ const removals = new Set<Promise<void>>();
  * Removes a finished job's directory in the background, off the event loop: the receipt
  * (the DONE) does not wait for it. rmdir(2) can block for milliseconds (a filesystem that
  * discards freed blocks synchronously, a busy disk), and done synchronously it held up
- * every other job's frames too. One rmdir when the job left the directory empty, else a
- * recursive rm, which reports what is wrong.
+ * every other job's frames too. `by` (the job launcher's removeDir) removes it when it
+ * can; else, or when it was left (not empty), one rmdir when the job left the directory
+ * empty, else a recursive rm, which reports what is wrong.
  */
-export function removeJobDirLater(cwd: string, log: Logger): void {
-  const removal = new Promise<void>((resolve) => {
-    rmdir(cwd, (err) => {
-      if (!err) return resolve();
-      rm(cwd, { recursive: true, force: true, maxRetries: 2 })
-        .catch((e: unknown) => log.warn({ err: e, cwd }, "cannot remove job directory"))
-        .finally(resolve);
+export function removeJobDirLater(cwd: string, log: Logger, by?: (cwd: string) => Promise<boolean>): void {
+  const here = (): Promise<void> =>
+    new Promise<void>((resolve) => {
+      rmdir(cwd, (err) => {
+        if (!err) return resolve();
+        rm(cwd, { recursive: true, force: true, maxRetries: 2 })
+          .catch((e: unknown) => log.warn({ err: e, cwd }, "cannot remove job directory"))
+          .finally(resolve);
+      });
     });
-  });
+  const removal = by ? by(cwd).then((removed) => (removed ? undefined : here())) : here();
   removals.add(removal);
   void removal.then(() => removals.delete(removal));
 }

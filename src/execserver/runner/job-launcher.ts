@@ -2,11 +2,13 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import type { Socket } from "node:net";
 import { join } from "node:path";
+import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { LaunchedProcess } from "./launched-process.js";
 import { LAUNCHER_SCRIPT } from "./launcher-script.js";
 import { signalGroup } from "./process-group.js";
+import { STDERR_LINE_LIMIT } from "./stderr-line.js";
 
 /** What a job needs to start; the same fields as the runner's own spawn. */
 export interface LaunchSpec {
@@ -47,7 +49,7 @@ export interface JobLauncherOptions {
 interface PendingLaunch {
   readonly resolve: (outcome: LaunchOutcome) => void;
   readonly timer: NodeJS.Timeout;
-  readonly handles: (Socket | undefined)[];
+  readonly handles: (Socket | undefined)[]; // stdin, stdout
   readonly stdin: boolean;
   pid: number | undefined;
 }
@@ -61,6 +63,10 @@ interface FromLauncher {
   readonly signal?: unknown;
   readonly message?: unknown;
   readonly dir?: unknown;
+  readonly err?: unknown;
+  readonly open?: unknown;
+  readonly rmn?: unknown;
+  readonly left?: unknown;
 }
 
 const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
@@ -72,7 +78,26 @@ export const LAUNCHER_NAME = "slotbroker-job-launcher";
  * The protocol version the native launcher must answer `--check` with: one built from an
  * older native/job-launcher.c (a stale dist/native/) is not used, rather than failing jobs.
  */
-const LAUNCHER_PROTOCOL = "protocol 2";
+const LAUNCHER_PROTOCOL = "protocol 3";
+
+/**
+ * A finished job's directory waits this long for a spawn message to ride along with (the
+ * launcher removes it after starting that job), else goes in a message of its own.
+ */
+const REMOVE_DELAY_MS = 20;
+/**
+ * A batch that went with a spawn is confirmed by the next exit; when none came within
+ * this long (a long job, then none), an empty batch of its own asks for the confirmation.
+ */
+const CONFIRM_DELAY_MS = 1000;
+
+const NO_BYTES = Buffer.alloc(0);
+
+/** The bytes of a stderr line as the launcher sends them (hex); untrusted, so checked. */
+function stderrBytes(hex: unknown): Buffer {
+  if (typeof hex !== "string" || hex.length > 2 * STDERR_LINE_LIMIT || !/^(?:[0-9a-f]{2})*$/.test(hex)) return NO_BYTES;
+  return Buffer.from(hex, "hex");
+}
 
 let nativeFound: string | null | undefined;
 
@@ -120,6 +145,19 @@ export class JobLauncher {
   #nextId = 1;
   readonly #pending = new Map<number, PendingLaunch>();
   readonly #running = new Map<number, LaunchedProcess>();
+  // Jobs reaped while another process held their stderr open: its end follows.
+  readonly #stderrOpen = new Map<number, LaunchedProcess>();
+  // Job directories for the launcher to remove: not sent yet, and sent (by batch number)
+  // until a message from the launcher says that batch was done. Each resolves true once
+  // removed there, false when it is left to the caller (not empty, or the launcher died).
+  #rmQueue: string[] = [];
+  #rmTimer: NodeJS.Timeout | undefined;
+  #rmBatch = 0;
+  // The batch last sent alone, and when: a launcher that does not answer it within the
+  // launch timeout is replaced.
+  #rmAsked: { readonly batch: number; readonly at: number } | undefined;
+  readonly #rmSent = new Map<number, readonly string[]>();
+  readonly #rmWaiting = new Map<string, (removed: boolean) => void>();
 
   constructor(options: JobLauncherOptions = {}) {
     this.#options = options;
@@ -149,12 +187,93 @@ export class JobLauncher {
       const stdin = spec.stdin ?? true;
       this.#pending.set(id, { resolve, timer, handles: [], stdin, pid: undefined });
       this.#refresh();
-      const message = { t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env, stdin, ...(spec.dir ? { dir: true } : {}) };
+      const message = { t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env, stdin, ...(spec.dir ? { dir: true } : {}), ...this.#takeRemovals() };
       child.send(message, (err) => {
         // A failed send means the channel is closing: the disconnect fails this launch.
         if (err) this.#log.debug({ err }, "cannot send to the job launcher");
       });
     });
+  }
+
+  /**
+   * Has the launcher remove a finished job's (empty) directory, after the next job it
+   * starts or within REMOVE_DELAY_MS. Resolves true once it is gone, false when the caller
+   * must remove it (it is not empty, or no launcher runs or it died meanwhile).
+   */
+  removeDir(path: string): Promise<boolean> {
+    if (!this.#child || this.#rmWaiting.has(path)) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      this.#rmWaiting.set(path, resolve);
+      this.#rmQueue.push(path);
+      if (this.#rmQueue.length === 1) this.#rmLater(REMOVE_DELAY_MS);
+      this.#refresh();
+    });
+  }
+
+  #rmLater(delayMs: number): void {
+    clearTimeout(this.#rmTimer);
+    this.#rmTimer = setTimeout(this.#sendRemovals, delayMs).unref();
+  }
+
+  /** The queued removals as the fields of a spawn message (none: {}). */
+  #takeRemovals(): { rm?: string[]; rmn?: number } {
+    if (this.#rmQueue.length === 0) return {};
+    const rm = this.#rmQueue;
+    const rmn = ++this.#rmBatch;
+    this.#rmQueue = [];
+    this.#rmSent.set(rmn, rm);
+    this.#rmLater(CONFIRM_DELAY_MS);
+    return { rm, rmn };
+  }
+
+  /** Sends the queued removals alone (or none, to have earlier batches confirmed). */
+  readonly #sendRemovals = (): void => {
+    this.#rmTimer = undefined;
+    const child = this.#child;
+    if (!child) return;
+    const timeoutMs = this.#options.launchTimeoutMs ?? 10_000;
+    let asked = this.#rmAsked !== undefined && this.#rmSent.has(this.#rmAsked.batch) ? this.#rmAsked : undefined;
+    if (asked && performance.now() - asked.at >= timeoutMs) {
+      this.#log.warn({ pid: child.pid }, "the job launcher did not answer a removal; replacing it");
+      child.kill("SIGKILL");
+      return;
+    }
+    if (this.#rmQueue.length > 0 || (!asked && this.#rmSent.size > 0)) {
+      const rm = this.#rmQueue;
+      const rmn = ++this.#rmBatch;
+      this.#rmQueue = [];
+      this.#rmSent.set(rmn, rm);
+      asked ??= this.#rmAsked = { batch: rmn, at: performance.now() };
+      child.send({ t: "rm", rm, rmn }, () => undefined);
+    }
+    if (asked) this.#rmLater(Math.max(1, asked.at + timeoutMs - performance.now()));
+  };
+
+  /** The launcher's account of removals: `left` were not removed, batches up to `rmn` are done. */
+  #removed(m: FromLauncher): void {
+    if (Array.isArray(m.left))
+      for (const path of m.left as unknown[]) {
+        const resolve = typeof path === "string" ? this.#rmWaiting.get(path) : undefined;
+        if (!resolve) continue;
+        this.#rmWaiting.delete(path as string);
+        resolve(false);
+      }
+    if (typeof m.rmn !== "number") return;
+    for (const [batch, paths] of this.#rmSent) {
+      if (batch > m.rmn) break;
+      this.#rmSent.delete(batch);
+      for (const path of paths) {
+        const resolve = this.#rmWaiting.get(path);
+        this.#rmWaiting.delete(path);
+        resolve?.(true);
+      }
+    }
+    if (this.#rmSent.size + this.#rmQueue.length === 0) {
+      clearTimeout(this.#rmTimer);
+      this.#rmTimer = undefined;
+      this.#rmAsked = undefined;
+    }
+    this.#refresh();
   }
 
   #ensure(): ChildProcess | undefined {
@@ -196,11 +315,34 @@ export class JobLauncher {
 
   #receive(m: FromLauncher, handle: Socket | undefined): void {
     this.#answered = true;
+    if (typeof m !== "object" || m === null) {
+      handle?.destroy();
+      return;
+    }
+    if (m.rmn !== undefined || m.left !== undefined) this.#removed(m);
     const id = typeof m.id === "number" ? m.id : -1;
+    // Only an "fd" message carries a handle.
+    if (handle && m.t !== "fd") handle.destroy();
     if (m.t === "exit") {
       const job = this.#running.get(id);
+      if (!job) return;
       this.#running.delete(id);
-      job?.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null);
+      const open = m.open === true;
+      if (open) this.#stderrOpen.set(id, job);
+      const child = this.#child;
+      const drop = (): void => {
+        if (!this.#stderrOpen.delete(id)) return;
+        if (child?.connected) child.send({ t: "drop", id }, () => undefined);
+        this.#refresh();
+      };
+      job.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null, stderrBytes(m.err), open, drop);
+      this.#refresh();
+      return;
+    }
+    if (m.t === "stderr") {
+      const job = this.#stderrOpen.get(id);
+      this.#stderrOpen.delete(id);
+      job?.stderrEnded(stderrBytes(m.err));
       this.#refresh();
       return;
     }
@@ -215,14 +357,18 @@ export class JobLauncher {
       this.#settle(id, m.dir === true ? { error, dir: true } : { error });
       return;
     }
-    if (m.t !== "fd" || typeof m.n !== "number" || typeof m.pid !== "number" || !handle) return;
+    if (m.t !== "fd" || (m.n !== 0 && m.n !== 1) || typeof m.pid !== "number" || !handle) {
+      handle?.destroy();
+      return;
+    }
+    pending.handles[m.n]?.destroy();
     pending.pid = m.pid;
     pending.handles[m.n] = handle;
-    const [stdin, stdout, stderr] = pending.handles;
-    if (!stdout || !stderr || (pending.stdin && !stdin)) return;
+    const [stdin, stdout] = pending.handles;
+    if (!stdout || (pending.stdin && !stdin)) return;
     // A launcher that passed a stdin nobody asked for: the job reads nothing from it.
     if (!pending.stdin) stdin?.destroy();
-    const job = new LaunchedProcess(m.pid, pending.stdin ? stdin! : null, stdout, stderr);
+    const job = new LaunchedProcess(m.pid, pending.stdin ? stdin! : null, stdout);
     this.#running.set(id, job);
     this.#settle(id, { process: job });
   }
@@ -250,6 +396,17 @@ export class JobLauncher {
     }
     for (const job of this.#running.values()) job.lost(`${why}; the job's process group was killed`);
     this.#running.clear();
+    for (const job of this.#stderrOpen.values()) job.lost(why);
+    this.#stderrOpen.clear();
+    // Whatever it had not removed yet is removed by the execserver.
+    clearTimeout(this.#rmTimer);
+    this.#rmTimer = undefined;
+    this.#rmAsked = undefined;
+    this.#rmQueue = [];
+    this.#rmSent.clear();
+    const waiting = [...this.#rmWaiting.values()];
+    this.#rmWaiting.clear();
+    for (const resolve of waiting) resolve(false);
     this.#refresh();
   }
 
@@ -259,10 +416,10 @@ export class JobLauncher {
     this.#log.warn({ err, retryAfterMs }, "cannot use the job launcher; jobs are spawned directly for now");
   }
 
-  /** The channel keeps the process alive only while jobs wait for it. */
+  /** The channel keeps the process alive only while jobs or removals wait for it. */
   #refresh(): void {
     const channel = this.#child?.channel as { ref?: () => void; unref?: () => void } | undefined;
-    if (this.#pending.size + this.#running.size > 0) channel?.ref?.();
+    if (this.#pending.size + this.#running.size + this.#stderrOpen.size + this.#rmWaiting.size > 0) channel?.ref?.();
     else channel?.unref?.();
   }
 }

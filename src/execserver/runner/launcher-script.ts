@@ -7,15 +7,31 @@
  * the execserver's event loop keeps serving other jobs meanwhile.
  *
  * Protocol over the IPC channel (JSON):
- * - in:  {t:"spawn", id, file, args, cwd, env, stdin}
- * - out: {t:"fd", id, n, pid} with the job's stdin (n=0), stdout (1), stderr (2) as the
- *        passed handle, so the execserver reads and writes the job's pipes itself (no byte
- *        passes through this process); with stdin: false the job reads /dev/null and only
- *        n=1 and n=2 come (a passed handle costs a message, its ack and a socket on either
- *        side); then {t:"exit", id, code, signal}
- * - with dir: true in the spawn, the launcher makes cwd (mode 0700) before the job (the
- *        execserver removes it after). A failed mkdir is answered {t:"failed", id, code,
- *        message, dir: true}; a failed spawn removes the directory again.
+ * - in:  {t:"spawn", id, file, args, cwd, env, stdin, dir?, rm?, rmn?}
+ * - out: {t:"fd", id, n, pid} with the job's stdin (n=0) and stdout (n=1) as the passed
+ *        handle, so the execserver reads and writes those pipes itself; with stdin: false
+ *        the job reads /dev/null and only n=1 comes (a passed handle costs a message, its
+ *        ack and a socket on either side)
+ * - stderr stays here: the launcher reads it and keeps its last non-empty line as
+ *        LastLineTracker does (stderr-line.ts; at most STDERR_LINE_LIMIT bytes, the first
+ *        ones of a longer line), sent as "err", the line's raw bytes in hex (absent: none);
+ *        the execserver trims it and cuts a partial character
+ * - out: {t:"exit", id, code, signal, err?, rmn?} once the job is reaped and its stderr
+ *        read to its end; when another process (a background child) still holds stderr
+ *        open at the reap: {t:"exit", id, code, signal, err?, open: true, rmn?} at once
+ *        (err: the line so far), then {t:"stderr", id, err?} when it closes; in:
+ *        {t:"drop", id} stops reading it (the execserver gave up on the job's pipes), and
+ *        no {t:"stderr"} comes
+ * - with dir: true in the spawn, the launcher makes cwd (mode 0700) before the job. A
+ *        failed mkdir is answered {t:"failed", id, code, message, dir: true}; a failed spawn
+ *        removes the directory again.
+ * - rm: [paths] with rmn: N (the batch's number, increasing), in a spawn (removed after
+ *        that spawn is handled) or alone as {t:"rm", rm, rmn}: finished jobs' directories,
+ *        each removed here by rmdir (one already gone counts as removed), off the main
+ *        loop, batch after batch. Once a batch is done, every exit carries rmn: the last
+ *        batch done by then. out: {t:"rm", rmn, left: [paths]} after a batch that left
+ *        directories (not empty, or any other error: the execserver removes them), and
+ *        after every batch sent alone, left or not.
  * - out: {t:"failed", id, code, message} when the job could not be started.
  * When its stdin or the channel closes (the execserver exited or died), every job not yet
  * reaped here is SIGKILLed by process group and the launcher exits.
@@ -23,13 +39,63 @@
 export const LAUNCHER_SCRIPT = String.raw`// slotbroker job launcher
 "use strict";
 const { spawn } = require("node:child_process");
-const { mkdirSync, rmdirSync } = require("node:fs");
+const { mkdirSync, rmdir, rmdirSync } = require("node:fs");
 process.title = "slotbroker-job-launcher";
 const running = new Map();
 const send = (message, handle) => { if (process.connected) process.send(message, handle, () => {}); };
 for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => {});
+const LIMIT = 1000; // STDERR_LINE_LIMIT
+// stderr's last non-empty line, as LastLineTracker keeps it: the raw bytes, hex.
+function tracker() {
+  let cur = null, curLen = 0, last = null, lastLen = 0;
+  const blank = (b, n) => { for (let i = 0; i < n; i++) { const c = b[i]; if (c !== 0x20 && (c < 0x09 || c > 0x0d)) return false; } return true; };
+  return {
+    push(chunk) {
+      if (!cur) { cur = Buffer.alloc(LIMIT); last = Buffer.alloc(LIMIT); }
+      let start = 0;
+      for (;;) {
+        const nl = chunk.indexOf(0x0a, start);
+        const end = nl === -1 ? chunk.length : nl;
+        if (curLen < LIMIT && end > start) curLen += chunk.copy(cur, curLen, start, Math.min(end, start + LIMIT - curLen));
+        if (nl === -1) return;
+        if (!blank(cur, curLen)) { [last, cur] = [cur, last]; lastLen = curLen; }
+        curLen = 0;
+        start = nl + 1;
+      }
+    },
+    hex() {
+      if (!cur) return undefined;
+      const [b, n] = blank(cur, curLen) ? [last, lastLen] : [cur, curLen];
+      return n > 0 ? b.toString("hex", 0, n) : undefined;
+    },
+  };
+}
+const stderrs = new Map();
+// Batches of removals run one after the other on libuv's threads (rmdir can block for long).
+let rmDone;
+let removing = Promise.resolve();
+const rmdirLeft = (p) => new Promise((resolve) => rmdir(p, (err) => resolve(err && err.code !== "ENOENT" ? p : undefined)));
+function removeDirs(paths, rmn, always) {
+  if (!Array.isArray(paths) || typeof rmn !== "number") return;
+  removing = removing.then(async () => {
+    const left = (await Promise.all(paths.filter((p) => typeof p === "string").map(rmdirLeft))).filter((p) => p !== undefined);
+    rmDone = rmn;
+    if (left.length > 0 || always) send({ t: "rm", rmn, left });
+  });
+}
 process.on("message", (m) => {
-  if (!m || m.t !== "spawn") return;
+  if (!m) return;
+  if (m.t === "rm") return removeDirs(m.rm, m.rmn, true);
+  if (m.t === "drop") {
+    const s = stderrs.get(m.id);
+    if (s) { stderrs.delete(m.id); s.destroy(); }
+    return;
+  }
+  if (m.t !== "spawn") return;
+  spawnJob(m);
+  if (m.rm !== undefined) removeDirs(m.rm, m.rmn, false);
+});
+function spawnJob(m) {
   if (m.dir === true) {
     try {
       mkdirSync(m.cwd, { mode: 0o700 });
@@ -54,20 +120,35 @@ process.on("message", (m) => {
     return;
   }
   child.on("error", () => {});
-  // The pipes now belong to the execserver: take them from the ChildProcess (which would
-  // close stdin at exit) and never read them here.
-  const streams = [child.stdin, child.stdout, child.stderr];
-  child.stdin = child.stdout = child.stderr = null;
-  child.stdio.fill(null);
+  // stdin and stdout now belong to the execserver: take them from the ChildProcess (which
+  // would close stdin at exit) and never read them here. stderr is read here.
+  const streams = [child.stdin, child.stdout];
+  const stderr = child.stderr;
+  child.stdin = child.stdout = null;
+  child.stdio[0] = child.stdio[1] = null;
   streams[1]._handle.readStop();
-  streams[2]._handle.readStop();
+  const line = tracker();
+  let stderrClosed = false;
+  let exitSent = false;
+  stderr.on("data", (chunk) => line.push(chunk));
+  stderr.on("error", () => {});
+  stderr.once("close", () => {
+    stderrClosed = true;
+    if (exitSent && stderrs.delete(m.id)) send({ t: "stderr", id: m.id, err: line.hex() });
+  });
   running.set(m.id, child.pid);
   streams.forEach((s, n) => { if (s) send({ t: "fd", id: m.id, n, pid: child.pid }, s); });
   child.once("exit", (code, signal) => {
     running.delete(m.id);
-    send({ t: "exit", id: m.id, code, signal });
+    // What the job wrote before it exited is read within this turn of the loop or the next.
+    setImmediate(() => {
+      exitSent = true;
+      if (stderrClosed) return send({ t: "exit", id: m.id, code, signal, err: line.hex(), rmn: rmDone });
+      stderrs.set(m.id, stderr);
+      send({ t: "exit", id: m.id, code, signal, err: line.hex(), open: true, rmn: rmDone });
+    });
   });
-});
+}
 // The execserver is gone: stdin (a pipe only it writes) reads EOF, even after its SIGKILL.
 // The IPC channel's "disconnect" is not enough: it waits for handles still being passed.
 function orphaned() {

@@ -50,7 +50,7 @@ async function runInTempDir(request: RunRequest, log: Logger, hostPath: string |
     const requested = request.signal.reason instanceof AbortReason && request.signal.reason.kind === "cancel-requested";
     return receiptNotRun({ kind: requested ? ErrorKind.CANCEL_REQUESTED : ErrorKind.CANCELLED, message: "cancelled before start" });
   }
-  const dir = new JobDir(request.tempRoot, log);
+  const dir = new JobDir(request.tempRoot, log, launcher);
   try {
     return await runIn(dir, request, log, hostPath, launcher);
   } catch (err) {
@@ -65,16 +65,19 @@ class JobDirError extends Error {}
 
 /**
  * A job's working directory: made here (makeJobDir), or named here and made by the job
- * launcher (a mkdir fewer on this event loop per job); removed here after the job.
+ * launcher (a mkdir fewer on this event loop per job); removed after the job by the
+ * launcher, when there is one, else here.
  */
 class JobDir {
   readonly #root: string | undefined;
   readonly #log: Logger;
+  readonly #removeBy: ((path: string) => Promise<boolean>) | undefined;
   #path: string | undefined;
 
-  constructor(root: string | undefined, log: Logger) {
+  constructor(root: string | undefined, log: Logger, launcher: JobLauncher | false) {
     this.#root = root;
     this.#log = log;
+    this.#removeBy = launcher ? (path) => launcher.removeDir(path) : undefined;
   }
 
   #onReaperError = (err: Error): void => this.#log.warn({ err }, "cannot start the job reaper");
@@ -105,7 +108,7 @@ class JobDir {
 
   /** Removes it after the job (in the background). */
   remove(): void {
-    if (this.#path !== undefined) removeJobDirLater(this.#path, this.#log);
+    if (this.#path !== undefined) removeJobDirLater(this.#path, this.#log, this.#removeBy);
   }
 }
 

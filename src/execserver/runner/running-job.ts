@@ -79,7 +79,7 @@ export class RunningJob {
     signal.addEventListener("abort", onAbort, { once: true });
     try {
       const closed = this.#closed();
-      this.#child.stderr.on("data", (chunk: Buffer) => this.#stderr.push(chunk));
+      this.#child.stderr?.on("data", (chunk: Buffer) => this.#stderr.push(chunk));
       this.#startStdin();
       if (signal.aborted) onAbort();
       const [[exitCode, exitSignal]] = await Promise.all([closed, this.#drainStdout()]);
@@ -94,7 +94,7 @@ export class RunningJob {
         signal: exitSignal,
         durationMs: (exitedAt ?? performance.now()) - startedAt,
         ...(this.#failure ? { failure: this.#failure } : {}),
-        stderrLine: this.#stderr.line(),
+        stderrLine: this.#child.stderr ? this.#stderr.line() : (this.#child.stderrLine?.() ?? ""),
         stdoutPrefix: this.#stdout.prefix(),
         stdoutBytes: this.#stdout.total,
         stdoutStreamed: this.#upload?.started ?? false,
@@ -197,7 +197,8 @@ export class RunningJob {
   #abandonPipes(): void {
     this.#child.stdin?.destroy();
     this.#child.stdout.destroy();
-    this.#child.stderr.destroy();
+    this.#child.stderr?.destroy();
+    this.#child.abandonStderr?.();
   }
 }
 

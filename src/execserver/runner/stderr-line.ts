@@ -44,8 +44,7 @@ export class LastLineTracker {
   /** The last non-empty line so far (an unterminated last line counts), trimmed; "" if none. */
   line(): string {
     const current = this.#current.subarray(0, this.#currentLength);
-    const bytes = isBlank(current) ? this.#last.subarray(0, this.#lastLength) : current;
-    return capUtf8(withoutPartialTail(bytes).toString("utf8").trim(), this.#limit);
+    return lineFromBytes(isBlank(current) ? this.#last.subarray(0, this.#lastLength) : current, this.#limit);
   }
 
   #endLine(): void {
@@ -55,6 +54,15 @@ export class LastLineTracker {
     }
     this.#currentLength = 0;
   }
+}
+
+/**
+ * The receipt's line from the raw bytes of the chosen line (what `line()` picks, or what the
+ * job launcher, which tracks a job's stderr itself, sends): at most `limit` bytes of them,
+ * no partial character at the end, trimmed.
+ */
+export function lineFromBytes(bytes: Buffer, limit: number = STDERR_LINE_LIMIT): string {
+  return capUtf8(withoutPartialTail(bytes.subarray(0, limit)).toString("utf8").trim(), limit);
 }
 
 /** Cuts `text` to at most `maxBytes` of UTF-8 without splitting a character. */

@@ -69,5 +69,10 @@ export interface JobProcess extends EventEmitter {
   /** null when the job has no stdin at all: it reads /dev/null (spawned here without a source). */
   readonly stdin: Writable | null;
   readonly stdout: Readable;
-  readonly stderr: Readable;
+  /** null when the job launcher reads stderr itself and tells its last line (stderrLine). */
+  readonly stderr: Readable | null;
+  /** The stderr line of a job whose `stderr` is null, once "close" was emitted. */
+  stderrLine?(): string;
+  /** Stops waiting for a stderr the runner does not hold (see `stderr`); idempotent. */
+  abandonStderr?(): void;
 }

@@ -1,7 +1,12 @@
 import { expect } from "chai";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { ErrorKind, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { JobLauncher, type JobLauncherOptions } from "../../../src/execserver/runner/job-launcher.js";
-import { createRunJob, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { createRunJob, jobDirsRemoved, type RunJob, type RunRequest } from "../../../src/execserver/runner/index.js";
+import { jobDirsUnder } from "../../../harness/job-dirs.js";
 import { builtNativeLauncher } from "../../support/native-launcher.js";
 import { isGone } from "../../support/process-liveness.js";
 
@@ -84,10 +89,107 @@ describe(`runner: the job launcher (${kind})`, function () {
     expect(stuck).to.equal(undefined); // started lazily, with the first job
   });
 
+  describe("job directories", () => {
+    let root: string;
+    beforeEach(async () => (root = await mkdtemp(join(tmpdir(), "job-launcher-"))));
+    afterEach(() => rm(root, { recursive: true, force: true }));
+
+    /** The launcher's removeDir, recording what each call answered, in the order of the calls. */
+    function recordRemovals(launcher: JobLauncher): (boolean | undefined)[] {
+      const answers: (boolean | undefined)[] = [];
+      const removeDir = launcher.removeDir.bind(launcher);
+      launcher.removeDir = async (path) => {
+        const call = answers.push(undefined) - 1;
+        const removed = await removeDir(path);
+        answers[call] = removed;
+        return removed;
+      };
+      return answers;
+    }
+
+    it("has the launcher remove finished jobs' directories, alone or with the next spawn, and removes one left non-empty itself", async () => {
+      const launcher = new JobLauncher(options());
+      const answers = recordRemovals(launcher);
+      const runJob = createRunJob({ launcher });
+      // Back to back: the first job's directory rides along with the second's spawn.
+      expect((await runWith(runJob, { command: ["true"], tempRoot: root })).exitCode).to.equal(0);
+      expect((await runWith(runJob, { command: ["sh", "-c", "mkdir -p a/b; touch a/b/c"], tempRoot: root })).exitCode).to.equal(0);
+      await jobDirsRemoved();
+      expect(answers).to.deep.equal([true, false]);
+      expect(jobDirsUnder(root)).to.deep.equal([]);
+      // Alone, after the delay: no job follows.
+      expect((await runWith(runJob, { command: ["true"], tempRoot: root })).exitCode).to.equal(0);
+      await jobDirsRemoved();
+      expect(answers).to.deep.equal([true, false, true]);
+      expect(jobDirsUnder(root)).to.deep.equal([]);
+    });
+
+    it("has a removal that went with a long job's spawn confirmed without waiting for that job", async () => {
+      const launcher = new JobLauncher(options());
+      const answers = recordRemovals(launcher);
+      const runJob = createRunJob({ launcher });
+      expect((await runWith(runJob, { command: ["true"], tempRoot: root })).exitCode).to.equal(0);
+      const long = runWith(runJob, { command: ["sleep", "5"], tempRoot: root });
+      const started = performance.now();
+      await jobDirsRemoved();
+      expect(performance.now() - started).to.be.below(3000);
+      expect(answers).to.deep.equal([true]);
+      process.kill(launcher.pid!, "SIGKILL");
+      await long;
+    });
+
+    it("removes the directories itself that a launcher killed meanwhile had not removed", async () => {
+      const launcher = new JobLauncher(options());
+      const answers = recordRemovals(launcher);
+      const runJob = createRunJob({ launcher });
+      const receipts = await Promise.all([0, 1].map(() => runWith(runJob, { command: ["true"], tempRoot: root })));
+      expect(receipts.map((r) => r.exitCode)).to.deep.equal([0, 0]);
+      // Both directories wait for the launcher (REMOVE_DELAY_MS): it dies first.
+      process.kill(launcher.pid!, "SIGKILL");
+      await jobDirsRemoved();
+      expect(answers).to.deep.equal([false, false]);
+      expect(jobDirsUnder(root)).to.deep.equal([]);
+      // Queued, never sent: the directories of jobs of a launcher that is gone.
+      const dirs = [join(root, "x"), join(root, "y")];
+      for (const dir of dirs) await mkdir(dir);
+      expect(await Promise.all(dirs.map((dir) => launcher.removeDir(dir)))).to.deep.equal([false, false]);
+      for (const dir of dirs) expect(existsSync(dir)).to.equal(true);
+    });
+  });
+
   it("reports a missing executable through the launcher as SPAWN_FAILED naming it", async () => {
     const runJob = createRunJob({ launcher: new JobLauncher(options()) });
     const r = await runWith(runJob, { command: ["no-such-command-for-slotbroker"] });
     expect(r.error).to.equal(ErrorKind.SPAWN_FAILED);
     expect(r.errorMessage).to.equal('cannot start "no-such-command-for-slotbroker": ENOENT: no such file or directory (looked up on the job\'s PATH)');
+  });
+});
+
+describe("runner: the job launcher's messages are untrusted", function () {
+  this.timeout(20_000);
+  // A launcher that starts the job, passes its stdout, and says everything else wrong.
+  const script = String.raw`
+    const { spawn } = require("node:child_process");
+    process.on("message", (m) => {
+      if (!m || m.t !== "spawn") return;
+      for (const bad of ["text", [1, 2], 5, { t: "exit" }, { t: "exit", id: "1" }, { t: "stderr", id: m.id, err: {} }, { t: "fd", id: m.id, n: 9, pid: 1 },
+        { t: "rm", rmn: "x", left: [1, null, {}] }, { t: "rm", rmn: 1e300, left: "nope" }, { t: "failed", id: 12345 }])
+        process.send(bad);
+      const child = spawn("sh", ["-c", "echo out"], { stdio: ["ignore", "pipe", "ignore"], detached: true });
+      child.stdout._handle.readStop(); // the output is the execserver's to read
+      process.send({ t: "fd", id: m.id, n: 1, pid: child.pid }, child.stdout);
+      child.on("exit", () => process.send({ t: "exit", id: m.id, code: "0", signal: 7, err: "zz-not-hex", open: "yes", rmn: -1 }));
+    });
+    process.stdin.on("end", () => process.exit(0));
+    process.stdin.resume();
+  `;
+
+  it("survives malformed messages and ends the job with what it can tell", async () => {
+    const launcher = new JobLauncher({ native: false, script });
+    const runJob = createRunJob({ launcher });
+    const receipt = await runWith(runJob, { command: ["ignored"] });
+    expect(Buffer.from(receipt.stdoutPrefix).toString()).to.equal("out\n");
+    expect(receipt.stderrLine).to.equal("");
+    expect(receipt.exitCode).to.equal(undefined);
   });
 });

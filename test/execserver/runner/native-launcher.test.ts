@@ -3,7 +3,7 @@
 // answers the handle messages itself, as Node's channel would.
 import { expect } from "chai";
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import type { Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -67,7 +67,7 @@ const spawnLine = (fields: Record<string, unknown>): string => `${JSON.stringify
 /** Reads the handle messages of a started job (from n = `first`), acking each; returns its pid. */
 async function started(wire: Wire, id: number, first = 0): Promise<number> {
   let pid = 0;
-  for (let n = first; n < 3; n++) {
+  for (let n = first; n < 2; n++) {
     const m = await wire.next();
     expect(m).to.deep.include({ cmd: "NODE_HANDLE", type: "net.Socket" });
     expect(m.msg).to.deep.include({ t: "fd", id, n });
@@ -93,7 +93,7 @@ describe("runner: the native job launcher on the wire", function () {
   });
 
   it("answers --check (the execserver's test whether the binary runs here), and refuses to run without an IPC channel", () => {
-    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok protocol 2\n");
+    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok protocol 3\n");
     const run = spawnSync(path, [], { encoding: "utf8", env: {} });
     expect(run.status).to.equal(2);
     expect(run.stderr).to.contain("no IPC channel (NODE_CHANNEL_FD)");
@@ -134,12 +134,10 @@ describe("runner: the native job launcher on the wire", function () {
     expect(first.msg).to.deep.include({ t: "fd", id: 1, n: 0 });
     wire.write('{"cmd":"NODE_HANDLE_NACK"}\n');
     expect(await wire.next()).to.deep.equal(first);
-    // The job ends meanwhile; its exit is written only after its three handles.
+    // The job ends meanwhile; its exit is written only after its two handles.
     await new Promise((resolve) => setTimeout(resolve, 200));
     wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
     expect((await wire.next()).msg).to.deep.include({ t: "fd", id: 1, n: 1 });
-    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
-    expect((await wire.next()).msg).to.deep.include({ t: "fd", id: 1, n: 2 });
     wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
     expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: null, signal: "SIGTERM" });
   });
@@ -162,7 +160,7 @@ describe("runner: the native job launcher on the wire", function () {
     }
   });
 
-  it('gives a job asked for with "stdin":false /dev/null as its stdin and passes only its stdout and stderr', async () => {
+  it('gives a job asked for with "stdin":false /dev/null as its stdin and passes only its stdout', async () => {
     const dir = await mkdtemp(join(tmpdir(), "native-launcher-"));
     try {
       wire = startLauncher(path);
@@ -196,6 +194,65 @@ describe("runner: the native job launcher on the wire", function () {
       wire.write(spawnLine({ id: 5, file: "slotbroker-no-such-command", cwd: cwd(5), dir: true }));
       expect(await wire.next()).to.deep.equal({ t: "failed", id: 5, code: "ENOENT", message: "spawn slotbroker-no-such-command ENOENT" });
       expect((await readdir(root)).sort()).to.deep.equal(["job-1", "job-2", "mode"]);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  const hex = (text: string | Buffer): string => Buffer.from(text).toString("hex");
+
+  it("reads stderr itself and sends its last non-empty line's bytes with the exit: the first 1000 of a long one, blank lines skipped, an unterminated one counted", async () => {
+    wire = startLauncher(path);
+    const cases: [string, string | undefined][] = [
+      ["printf 'first\\nthe last word\\n\\n  \\n' >&2", "the last word"],
+      ["printf 'one\\nunterminated' >&2", "unterminated"],
+      ["head -c 3000 /dev/zero | tr '\\0' x >&2; echo >&2", "x".repeat(1000)],
+      ["printf 'é%.0s' $(seq 600) >&2", "é".repeat(500)],
+      ["i=0; while [ $i -lt 5000 ]; do echo \"noise line $i\" >&2; i=$((i+1)); done; echo 'the end' >&2", "the end"],
+      ["true", undefined],
+    ];
+    for (const [i, [script, line]] of cases.entries()) {
+      wire.write(spawnLine({ id: i + 1, file: "sh", args: ["-c", script], stdin: false }));
+      await started(wire, i + 1, 1);
+      const exit = await wire.next();
+      expect(exit).to.deep.equal({ t: "exit", id: i + 1, code: 0, signal: null, ...(line === undefined ? {} : { err: hex(line) }) });
+    }
+  });
+
+  it("sends the exit at once when a background child holds stderr open, its line when stderr closes, and nothing after a drop", async () => {
+    wire = startLauncher(path);
+    wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", "echo early >&2; (sleep 0.3; echo late >&2) &"], stdin: false }));
+    await started(wire, 1, 1);
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null, err: hex("early"), open: true });
+    expect(await wire.next()).to.deep.equal({ t: "stderr", id: 1, err: hex("late") });
+    wire.write(spawnLine({ id: 2, file: "sh", args: ["-c", "echo early >&2; sleep 0.5 >&2 &"], stdin: false }));
+    await started(wire, 2, 1);
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 2, code: 0, signal: null, err: hex("early"), open: true });
+    wire.write('{"t":"drop","id":2}\n');
+    wire.write(spawnLine({ id: 3, file: "true", stdin: false }));
+    await started(wire, 3, 1);
+    // After 0.5 s the sleep has closed stderr: no {t:"stderr",id:2} came before id 3's exit.
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 3, code: 0, signal: null });
+  });
+
+  it("removes directories handed to it after the spawn they came with, or alone, and reports those it left", async () => {
+    const root = await mkdtemp(join(tmpdir(), "native-launcher-"));
+    try {
+      wire = startLauncher(path);
+      const dir = (name: string): string => join(root, name);
+      await mkdir(dir("a"));
+      await mkdir(dir("b"));
+      await mkdir(join(dir("full"), "x"), { recursive: true });
+      wire.write(spawnLine({ id: 1, file: "true", stdin: false, rm: [dir("a"), dir("full"), dir("gone"), 5], rmn: 1 }));
+      // The job's handle first: the removals come after the spawn, in a thread of their own.
+      await started(wire, 1, 1);
+      const answers = [await wire.next(), await wire.next()].sort((x, y) => String(x.t).localeCompare(String(y.t)));
+      expect(answers[0]).to.deep.include({ t: "exit", id: 1, code: 0, signal: null });
+      expect(answers[1]).to.deep.equal({ t: "rm", rmn: 1, left: [dir("full")] });
+      wire.write(`${JSON.stringify({ t: "rm", rm: [dir("b")], rmn: 2 })}\n`);
+      expect(await wire.next()).to.deep.equal({ t: "rm", rmn: 2, left: [] });
+      expect(await readdir(root)).to.deep.equal(["full"]);
     } finally {
       await rm(root, { recursive: true, force: true });
     }

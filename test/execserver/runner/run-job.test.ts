@@ -215,6 +215,33 @@ describe(`runner: runJob, ${mode}`, () => {
       expect(receipt.exitCode).to.equal(0);
       expect(receipt.stderrLine).to.equal("the last word");
     });
+
+    it("keeps the first 1000 bytes of a longer stderr line, whole characters only, and skips blank lines after it", async () => {
+      const script = "{ printf ab; head -c 1500 /dev/zero | tr '\\0' y; printf '\\n \\n\\n'; } >&2";
+      const long = await run({ command: ["sh", "-c", script] });
+      expect(long.stderrLine).to.equal(`ab${"y".repeat(998)}`);
+      // 'é' is two bytes: the 1000-byte cut splits the 500th, which is dropped.
+      const wide = await run({ command: ["sh", "-c", "{ printf x; printf 'é%.0s' $(seq 600); } >&2"] });
+      expect(wide.stderrLine).to.equal(`x${"é".repeat(499)}`);
+    });
+
+    it("takes the stderr line a background child writes after the job exited, and ends the job once it closes stderr", async () => {
+      const receipt = await run({ command: ["sh", "-c", "echo early >&2; (sleep 0.3; echo late >&2) &"] });
+      expect(receipt.exitCode).to.equal(0);
+      expect(receipt.stderrLine).to.equal("late");
+    });
+
+    it("still ends a job whose stderr is held open by a process that left its group, with the line so far", async () => {
+      const receipt = await run({ command: ["sh", "-c", "echo 'the line' >&2; setsid sleep 30 >&2 & echo $!"], timeoutMs: 300, killGraceMs: 100 });
+      const pid = Number(Buffer.from(receipt.stdoutPrefix).toString().trim());
+      try {
+        expect(receipt.error).to.equal(ErrorKind.TIMEOUT);
+        expect(receipt.exitCode).to.equal(0);
+        expect(receipt.stderrLine).to.equal("the line");
+      } finally {
+        if (pid > 0) process.kill(pid, "SIGKILL");
+      }
+    });
   });
 
   describe("processes", () => {

@@ -1,5 +1,6 @@
 import { expect } from "chai";
 import { capUtf8, LastLineTracker } from "../../../src/execserver/runner/index.js";
+import { lineFromBytes } from "../../../src/execserver/runner/stderr-line.js";
 
 function track(chunks: string[], limit?: number): string {
   const tracker = new LastLineTracker(limit);
@@ -52,7 +53,14 @@ describe("runner: stderr last-line tracker", () => {
     expect(tracker.line()).to.equal("line 9999");
   });
 
-  it("capUtf8 cuts at a character boundary", () => {
+  it("makes the launcher's raw line bytes the same line, however many it sent", () => {
+    const line = `  x${"é".repeat(600)}`;
+    expect(lineFromBytes(Buffer.from(line))).to.equal(track([line]));
+    expect(lineFromBytes(Buffer.from(line).subarray(0, 1000))).to.equal(`x${"é".repeat(498)}`);
+    expect(lineFromBytes(Buffer.from(" \t "))).to.equal("");
+  });
+
+    it("capUtf8 cuts at a character boundary", () => {
     expect(capUtf8("aé", 2)).to.equal("a");
     expect(capUtf8("abc", 5)).to.equal("abc");
   });
