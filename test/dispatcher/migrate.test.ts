@@ -48,7 +48,7 @@ describe("dispatcher migrations", () => {
       expect(plan).to.match(/Index Scan using queue_items_claim_idx/);
       expect(plan).to.match(/LockRows/);
       await pool.query("INSERT INTO fylrs (id, hostname, pid) VALUES ('me', 'h', 1)");
-      const localPlan = (await pool.query<{ "QUERY PLAN": string }>(`EXPLAIN ${claimLocalItems}`, ["me", 1, 8, 6])).rows.map((r) => r["QUERY PLAN"]).join("\n");
+      const localPlan = (await pool.query<{ "QUERY PLAN": string }>(`EXPLAIN ${claimLocalItems(8)}`, ["me", 1, 8, 6])).rows.map((r) => r["QUERY PLAN"]).join("\n");
       expect(localPlan).to.match(/Index Scan using queue_items_claim_idx/);
       const id = (await pool.query<{ id: string }>("SELECT id FROM queue_items WHERE state = 'queued' LIMIT 1")).rows[0]!.id;
       const positionPlan = (await pool.query<{ "QUERY PLAN": string }>(`EXPLAIN ${itemPosition}`, [id])).rows.map((r) => r["QUERY PLAN"]).join("\n");
