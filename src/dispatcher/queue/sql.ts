@@ -94,7 +94,7 @@ export const selectItem = `SELECT * FROM queue_items WHERE id = $1`;
 /**
  * Claim up to $3 queued exec items with priority ≥ $2 whose start_after has come, in claim
  * order (priority, then fairness keys in weighted turn, then oldest first within a key), for
- * fylr $1: slotbroker_claim_exec of migration 0010. Items are taken SKIP LOCKED, so
+ * fylr $1: slotbroker_claim_exec of migrations 0010 and 0013. Items are taken SKIP LOCKED, so
  * concurrent claimers take disjoint rows; each claim bumps the lease and counts an attempt.
  * A fylr without a row (declared dead and not yet back) claims nothing: its claims would be
  * orphans at once. Rows come back in claim order.
