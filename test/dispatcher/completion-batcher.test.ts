@@ -173,6 +173,40 @@ describe("completion batcher", () => {
     expect(heard.join(" ")).to.include(held!.id).and.include(last.id);
   });
 
+  it("claims local items along with local completions under the permits' rule, permits given back first", async () => {
+    const batcher = new CompletionBatcher(queue);
+    const local = (priority: number) =>
+      normalizeSubmit({ local: { name: "count", params: {}, input: Buffer.alloc(0) }, priority }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 });
+    for (let i = 0; i < 2; i++) await queue.submit(local(0));
+    const held = await queue.claimLocal("f", { total: 2, normal: 2, highPriority: 1 });
+    const normal = [];
+    for (let i = 0; i < 3; i++) normal.push((await queue.submit(local(0))).item.id);
+    const high = (await queue.submit(local(4))).item.id;
+    let permitsGiven = 0;
+    const landed: ClaimedItem[][] = [];
+    const atLanding: number[] = [];
+    batcher.rider = {
+      board: (freed, freedPermits): Boarding => {
+        expect([freed, freedPermits]).to.deep.equal([0, 2]);
+        // Three permits, two of them open to normal items: the high one takes one of those two.
+        return { fylrId: "f", limit: 3, local: { normal: 2, highPriority: 1 }, landed: (items) => void (landed.push([...items]), atLanding.push(permitsGiven)), missed: () => undefined };
+      },
+    };
+    const give = (): void => void permitsGiven++;
+    const written = await Promise.all([
+      batcher.complete(held[0]!, [], undefined, undefined, give),
+      batcher.complete({ ...held[1]!, lease: held[1]!.lease + 1 }, [], undefined, undefined, give),
+    ]);
+    expect(written, "the fence holds").to.deep.equal([true, false]);
+    expect(statements).to.deep.equal([]);
+    expect(atLanding).to.deep.equal([2]);
+    expect(landed.map((items) => items.map((i) => i.id))).to.deep.equal([[high, normal[0]]]);
+    expect(landed[0]!.every((i) => i.state === "running" && i.claimedBy === "f" && i.lease === 1)).to.equal(true);
+    expect((await queue.get(normal[1]!))!.state).to.equal("queued");
+    const events = await pool.query<{ kind: string }>("SELECT kind FROM item_events WHERE item_id = $1 ORDER BY n", [high]);
+    expect(events.rows.map((r) => r.kind)).to.deep.equal(["submitted", "claimed", "running"]);
+  });
+
   it("writes the successes alone when the claim along fails for good", async () => {
     const batcher = new CompletionBatcher(queue);
     const [item] = await claimed(1);

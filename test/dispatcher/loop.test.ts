@@ -319,6 +319,32 @@ describe("dispatcher loop", () => {
     await release(d);
   });
 
+  it("under a local backlog successes claim the next local items in their own statement, never past the permits", async () => {
+    const n = { kind: "local" as const, priority: 0, payload: { local: { name: "count", params: {}, input: "" } }, startAfter: undefined, maxAttempts: 3, idempotencyKey: undefined };
+    for (let i = 0; i < 30; i++) await queue.submit(n);
+    const statements: string[] = [];
+    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+    (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+      const first = args[0] as string | { text: string };
+      statements.push((typeof first === "string" ? first : first.text).trim().split(/\s+/).slice(0, 3).join(" "));
+      return query(...args);
+    };
+    // Four permits, three of them open to normal items.
+    const d = await startDispatcher({ pool, capacity: new ManualCapacitySource(), backend: new TestBackend(), config: { ...fast, pollIntervalMs: 60_000, localSlots: 4 } });
+    let held = 0;
+    d.events.on("item:claimed", () => void (held = Math.max(held, d.stats().localRunning)));
+    const done = new EventMonitor(d.events, "item:succeeded");
+    await done.awaitCount(30);
+    expect(held, "local permits held at any claim").to.be.at.most(3);
+    const claims = statements.filter((s) => s === "WITH candidates AS").length;
+    const carried = statements.filter((s) => s === "WITH done AS").length;
+    expect(carried, "successes that claimed").to.be.at.least(5);
+    expect(claims, "claim statements of their own").to.be.at.most(4);
+    const rows = await pool.query<{ state: string; lease: string; n: number }>("SELECT state, lease, count(*)::int AS n FROM queue_items GROUP BY 1, 2");
+    expect(rows.rows).to.deep.equal([{ state: "succeeded", lease: "1", n: 30 }]);
+    await release(d);
+  });
+
   it("gives back an item a success claimed along once the fylr began to stop", async () => {
     const n = { kind: "exec" as const, priority: 0, payload: { calls: [{ service: "cat", args: [], env: {} }] }, startAfter: undefined, maxAttempts: 3, idempotencyKey: undefined };
     for (let i = 0; i < 3; i++) await queue.submit(n);

@@ -153,6 +153,18 @@ describe("queue store", () => {
     expect((await queue.claimLocal("fylr-b", { total: 1, normal: 0, highPriority: 1 })).map((i) => i.priority)).to.deep.equal([5]);
   });
 
+  it("claims exactly the total asked for locally, though its candidates' limit rounds up", async () => {
+    const local = (priority: number) => submit({ local: { name: "count", params: {}, input: Buffer.alloc(0) }, priority });
+    const normal = [];
+    for (let i = 0; i < 5; i++) normal.push((await local(0)).item.id);
+    const high = (await local(2)).item.id;
+    // 3 rounds up to 4 candidates: the high one and three normal ones; only the first 3 are taken.
+    const got = await queue.claimLocal("fylr-a", { total: 3, normal: 3, highPriority: 1 });
+    expect(got.map((i) => i.id)).to.deep.equal([high, normal[0], normal[1]]);
+    const rest = await queue.claimLocal("fylr-b", { total: 5, normal: 5, highPriority: 1 });
+    expect(rest.map((i) => i.id)).to.deep.equal(normal.slice(2));
+  });
+
   it("counts the queued items ahead of an item in claim order", async () => {
     const a = (await submit(exec({ priority: 1 }))).item.id;
     const b = (await submit(exec({ priority: 1 }))).item.id;

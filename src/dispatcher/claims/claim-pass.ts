@@ -54,6 +54,9 @@ export class ClaimPass implements ClaimRider {
   private readonly execQueue = new QueueHint();
   private readonly localQueue = new QueueHint();
   private dbFailures = 0;
+  // A local claim statement is on its way (alone or along with a completion): no other
+  // may count the same free permits.
+  private localClaiming = false;
   // Exec places promised but not yet held by a task: submits being inserted already
   // claimed, and the items an exec claim statement in flight may bring back. Admission
   // counts them as held, so neither can take a place the other took.
@@ -209,14 +212,17 @@ export class ClaimPass implements ClaimRider {
   }
 
   /**
-   * The claim to send in the statement that completes items freeing `freed` exec places:
-   * what a claim pass right after it would ask for (admission counting those places as
-   * free), under the same rules (not while the exec queue is known drained with LISTEN
-   * up, nor once stopping). The places are reserved until the write lands or fails.
+   * The claim to send in the statement that completes items freeing `freed` exec places
+   * (or, with none, `freedPermits` local permits): what a claim pass right after it would
+   * ask for (admission or permits counting those as free), under the same rules (not while
+   * that queue is known drained with LISTEN up, nor once stopping). The exec places are
+   * reserved until the write lands or fails; no local claim statement goes meanwhile.
    */
-  board(freed: number): Boarding | undefined {
+  board(freed: number, freedPermits = 0): Boarding | undefined {
     const { tasks, config, capacity, fylrId, wakeup } = this.deps;
-    if (!this.deps.running() || (this.execQueue.knownEmpty && this.deps.listening())) return undefined;
+    if (!this.deps.running()) return undefined;
+    if (freed === 0) return freedPermits > 0 ? this.boardLocal(freedPermits) : undefined;
+    if (this.execQueue.knownEmpty && this.deps.listening()) return undefined;
     const admission = execAdmission(capacity.instances(), Math.max(0, tasks.execHeld + this.reserved - freed), config.headroom);
     const limit = Math.min(admission.free, config.maxClaimBatch);
     if (limit === 0) return undefined;
@@ -238,6 +244,30 @@ export class ClaimPass implements ClaimRider {
     };
   }
 
+  private boardLocal(freedPermits: number): Boarding | undefined {
+    const { permits, config, fylrId } = this.deps;
+    if (this.localClaiming || (this.localQueue.knownEmpty && this.deps.listening())) return undefined;
+    const highPriority = permits.highPriority;
+    const total = Math.min(permits.available(highPriority, freedPermits), config.maxClaimBatch);
+    if (total === 0) return undefined;
+    const normal = Math.min(permits.available(minPriority, freedPermits), total);
+    const token = this.localQueue.begin();
+    this.lastClaimAt = performance.now();
+    this.localClaiming = true;
+    return {
+      fylrId,
+      limit: total,
+      local: { normal, highPriority },
+      landed: (items) => {
+        this.localClaiming = false;
+        // A stop that began while the write was on its way starts nothing new: back to the queue.
+        if (!this.deps.running()) return void items.forEach((item) => this.claimedDirectly(item, false));
+        this.startLocal(items, token, total, normal);
+      },
+      missed: () => void (this.localClaiming = false),
+    };
+  }
+
   // Places reserved count as held.
   private execAdmissionNow(): ExecAdmission {
     const { capacity, tasks, config } = this.deps;
@@ -256,17 +286,35 @@ export class ClaimPass implements ClaimRider {
   }
 
   private async claimLocal(): Promise<void> {
-    const { permits, config, queue, fylrId, tasks, log } = this.deps;
+    const { permits, config, queue, fylrId } = this.deps;
+    // A local claim riding along with a completion takes the free permits already.
+    if (this.localClaiming) return;
     const highPriority = permits.highPriority;
     const total = Math.min(permits.available(highPriority), config.maxClaimBatch);
     if (total === 0) return;
     if (this.localQueue.knownEmpty && this.deps.listening()) return;
     const normal = Math.min(permits.available(minPriority), total);
+    // Only the high-priority reserve is free, and no high-priority item is known queued.
+    if (normal === 0 && this.localQueue.knownHighEmpty && this.deps.listening()) return;
     const token = this.localQueue.begin();
     this.lastClaimAt = performance.now();
-    const items = await queue.claimLocal(fylrId, { total, normal, highPriority });
+    this.localClaiming = true;
+    let items;
+    try {
+      items = await queue.claimLocal(fylrId, { total, normal, highPriority });
+    } finally {
+      this.localClaiming = false;
+    }
+    this.startLocal(items, token, total, normal);
+  }
+
+  /** Starts the local items a claim of `total` (`normal` of them normal) begun with `token` brought, each with its permit. */
+  private startLocal(items: readonly ClaimedItem[], token: number, total: number, normal: number): void {
+    const { permits, tasks, log } = this.deps;
     // Empty for sure only when no priority reserve could have held normal items back.
     if ((items.length === 0 && normal > 0) || (normal === total && items.length < total)) this.localQueue.sawEmpty(token);
+    // High-priority items come first in claim order: fewer than `total` of them means none was left.
+    if (items.filter((i) => i.priority >= permits.highPriority).length < total) this.localQueue.sawHighEmpty(token);
     // Claim order puts high-priority items first, as the query counted them.
     for (const item of items) {
       const permit = permits.tryReserve(item.priority);
@@ -294,16 +342,28 @@ export class ClaimPass implements ClaimRider {
 export class QueueHint {
   private generation = 0;
   private empty = false;
+  private highEmpty = false;
 
   /** Something may have queued an item of this kind: the next pass claims again. */
   maybeQueued(): void {
     this.generation += 1;
     this.empty = false;
+    this.highEmpty = false;
   }
 
   /** True when the last claim drained the queue and nothing may have been queued since. */
   get knownEmpty(): boolean {
     return this.empty;
+  }
+
+  /** Like knownEmpty, for the high-priority items alone (those the local reserve may take). */
+  get knownHighEmpty(): boolean {
+    return this.empty || this.highEmpty;
+  }
+
+  /** The claim begun with `token` left no claimable high-priority item of this kind. */
+  sawHighEmpty(token: number): void {
+    if (token === this.generation) this.highEmpty = true;
   }
 
   /** Call before a claim; hand the token to `sawEmpty`. */

@@ -43,10 +43,10 @@ export class LocalPermits {
     this.reservedForHigh = reservedForHigh(capacity);
   }
 
-  /** Permits an item of this priority could take right now. */
-  available(priority: number): number {
+  /** Permits an item of this priority could take right now, or once `released` held ones are given back. */
+  available(priority: number, released = 0): number {
     const limit = priority >= this.highPriority ? this.capacity : this.capacity - this.reservedForHigh;
-    return Math.max(0, limit - this.held);
+    return Math.max(0, limit - Math.max(0, this.held - released));
   }
 
   /** Takes a permit if one is free for this priority; undefined otherwise. */

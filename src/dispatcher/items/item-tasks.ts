@@ -140,7 +140,7 @@ export class ItemTasks {
       if (outcome.kind !== "no-slot") for (const result of outcome.results) events.emit("call:done", item, result);
       await mark.finished();
       live.setPhase(item.id, item.lease, "finishing");
-      const settleDeps = { queue, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined };
+      const settleDeps = { queue, completer, config, counters, events, signal: this.deps.writes, freePlace: placeHeld ? freePlace : undefined, freePermit: permit ? () => permit.release() : undefined };
       if (traced) await traced.settle(outcome, () => settle(item, outcome, settleDeps, log));
       else await settle(item, outcome, settleDeps, log);
     } catch (err) {

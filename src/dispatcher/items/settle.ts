@@ -56,6 +56,8 @@ export interface SettleDeps {
   readonly signal: AbortSignal;
   /** An exec item's: gives up its admission place (a success write that claims calls it). */
   readonly freePlace?: () => void;
+  /** A local item's: gives its permit back (a success write that claims calls it). */
+  readonly freePermit?: () => void;
 }
 
 /** Records one attempt's outcome in the database. Never rejects. */
@@ -65,7 +67,7 @@ export async function settle(item: ClaimedItem, outcome: Outcome, deps: SettleDe
   try {
     switch (outcome.kind) {
       case "succeeded": {
-        const ok = await retrying(deps, log, "complete", () => deps.completer.complete(fence, outcome.results, outcome.output, deps.freePlace));
+        const ok = await retrying(deps, log, "complete", () => deps.completer.complete(fence, outcome.results, outcome.output, deps.freePlace, deps.freePermit));
         if (!ok) return await refused(item, deps, log, "completion", outcome.results);
         counters.succeeded += 1;
         events.emit("item:succeeded", item);

@@ -14,7 +14,7 @@ import type { ItemOutput } from "../blobs/output-sink.js";
 import type { CallResult, ClaimedItem, Fence, QueueItem } from "../types.js";
 import { insertedItem, itemFromRow, type InsertedRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
 import { fromPgError, isTransient, sqlState } from "./pg-errors.js";
-import { completeManyParams, completeParams, statementName, type QueueStore } from "./queue-store.js";
+import { claimOrder, completeManyParams, completeParams, statementName, type QueueStore } from "./queue-store.js";
 import * as sql from "./sql.js";
 
 interface Pending<T> {
@@ -83,12 +83,18 @@ export interface Completion {
   readonly output: ItemOutput | undefined;
   /** An exec item's: gives up its place in the exec admission (once the write landed). */
   readonly freePlace: (() => void) | undefined;
+  /** A local item's: gives its local permit back (once the write landed). */
+  readonly freePermit?: (() => void) | undefined;
 }
 
-/** The claim that goes along: up to `limit` exec items for `fylrId`. */
+/**
+ * The claim that goes along: up to `limit` exec items for `fylrId`, or with `local` up to
+ * `limit` local items under the permits' rule (sql.claimLocalItems).
+ */
 export interface ClaimAlong {
   readonly fylrId: string;
   readonly limit: number;
+  readonly local?: { readonly normal: number; readonly highPriority: number };
 }
 
 /**
@@ -108,13 +114,34 @@ export const completeItemsAndClaim = `
 WITH ${sql.completeItemsCtes}, ${sql.claimCtes("$9::text", "(-2147483648)::integer", "$10::integer")}
 SELECT d.done, k.* FROM (SELECT coalesce(array_agg(id::text || '/' || lease::text), '{}') AS done FROM done) d LEFT JOIN claimed k ON true`;
 
+/** completeItem(s) and a local claim: $1–$8 as those, $9 the fylr, $10 the high priority, $11 the total, $12 the normal permits. */
+const localTexts = new Map<string, string>();
+function completeAndClaimLocal(many: boolean, most: number): string {
+  const key = `${many}/${sql.claimLocalLimit(most)}`;
+  let text = localTexts.get(key);
+  if (!text) {
+    const claim = sql.claimLocalCtes("$9::text", "$10::integer", "$11::integer", "$12::integer", most);
+    text = many
+      ? `WITH ${sql.completeItemsCtes}, ${claim}
+SELECT d.done, k.* FROM (SELECT coalesce(array_agg(id::text || '/' || lease::text), '{}') AS done FROM done) d LEFT JOIN claimed k ON true`
+      : `WITH ${sql.completeItemCtes}, ${claim}
+SELECT d.done, k.* FROM (SELECT count(*)::int AS done FROM done) d LEFT JOIN claimed k ON true`;
+    localTexts.set(key, text);
+  }
+  return text;
+}
+
 type Row = Partial<ItemRow> & { done: number | string[]; ordinality?: string | number | null };
 
 /** Writes the completions and claims; one boolean per completion (false: fenced) and the items claimed, in claim order. */
 export async function completeAndClaim(pool: pg.Pool, entries: readonly Completion[], claim: ClaimAlong): Promise<{ written: boolean[]; items: ClaimedItem[] }> {
   const only = entries.length === 1 ? entries[0]! : undefined;
-  const text = only ? completeItemAndClaim : completeItemsAndClaim;
-  const params = [...(only ? completeParams(only.fence, only.results, only.output) : completeManyParams(entries)), claim.fylrId, claim.limit];
+  const local = claim.local;
+  const text = local ? completeAndClaimLocal(!only, claim.limit) : only ? completeItemAndClaim : completeItemsAndClaim;
+  const params = [
+    ...(only ? completeParams(only.fence, only.results, only.output) : completeManyParams(entries)),
+    ...(local ? [claim.fylrId, local.highPriority, claim.limit, local.normal] : [claim.fylrId, claim.limit]),
+  ];
   let rows: Row[];
   try {
     rows = (await pool.query<Row>({ name: statementName(text), text, values: params })).rows;
@@ -125,7 +152,9 @@ export async function completeAndClaim(pool: pg.Pool, entries: readonly Completi
   const written = Array.isArray(done)
     ? ((set) => entries.map((e) => set.has(`${e.fence.id}/${e.fence.lease}`)))(new Set(done))
     : entries.map(() => done === 1);
-  const claimed = rows.filter((r) => r.id != null).sort((a, b) => Number(a.ordinality) - Number(b.ordinality));
+  const claimed = rows.filter((r) => r.id != null);
+  if (local) return { written, items: claimed.map((r) => itemFromRow(r as ItemRow) as ClaimedItem).sort(claimOrder) };
+  claimed.sort((a, b) => Number(a.ordinality) - Number(b.ordinality));
   return { written, items: claimed.map((r) => itemFromRow(r as ItemRow) as ClaimedItem) };
 }
 
@@ -137,9 +166,9 @@ export interface Boarding extends ClaimAlong {
   missed(): void;
 }
 
-/** Decides whether a claim goes along with completions that free `freed` exec places. */
+/** Decides whether a claim goes along with completions that free `freed` exec places and `freedPermits` local permits. */
 export interface ClaimRider {
-  board(freed: number): Boarding | undefined;
+  board(freed: number, freedPermits: number): Boarding | undefined;
 }
 
 /** Batches `complete` writes. */
@@ -157,7 +186,8 @@ export class CompletionBatcher {
     };
     this.writer = new GroupWriter(async (batch) => {
       const freed = batch.reduce((n, e) => n + (e.freePlace ? 1 : 0), 0);
-      const boarding = freed > 0 ? this.rider?.board(freed) : undefined;
+      const freedPermits = batch.reduce((n, e) => n + (e.freePermit ? 1 : 0), 0);
+      const boarding = freed > 0 || freedPermits > 0 ? this.rider?.board(freed, freedPermits) : undefined;
       if (!boarding) return alone(batch);
       let result;
       try {
@@ -169,9 +199,12 @@ export class CompletionBatcher {
         if (isTransient(err)) throw err;
         return alone(batch);
       }
-      // The written items' places are given up before the claimed ones take them: the
-      // admission never counts both.
-      for (const e of batch) e.freePlace?.();
+      // The written items' places and permits are given up before the claimed ones take
+      // them: the admission and the permits never count both.
+      for (const e of batch) {
+        e.freePlace?.();
+        e.freePermit?.();
+      }
       boarding.landed(result.items);
       return result.written;
     }, maxBatch);
@@ -179,10 +212,11 @@ export class CompletionBatcher {
 
   /**
    * Marks an item succeeded; resolves false when the lease fence refused it. An exec item
-   * passes `freePlace`: a write that claims along gives its admission place up with it.
+   * passes `freePlace`, a local one `freePermit`: a write that claims along gives its
+   * admission place or its permit up with it.
    */
-  complete(fence: Fence, results: readonly CallResult[], output: ItemOutput | undefined, freePlace?: () => void): Promise<boolean> {
-    return this.writer.add({ fence, results, output, freePlace });
+  complete(fence: Fence, results: readonly CallResult[], output: ItemOutput | undefined, freePlace?: () => void, freePermit?: () => void): Promise<boolean> {
+    return this.writer.add({ fence, results, output, freePlace, freePermit });
   }
 }
 

@@ -233,7 +233,7 @@ export class QueueStore {
    */
   async claimLocal(fylrId: string, limits: { total: number; normal: number; highPriority: number }): Promise<ClaimedItem[]> {
     if (limits.total <= 0) return [];
-    const rows = (await this.query<ItemRow>("claim local", sql.claimLocalItems, [fylrId, limits.highPriority, limits.total, limits.normal])).rows;
+    const rows = (await this.query<ItemRow>("claim local", sql.claimLocalItems(limits.total), [fylrId, limits.highPriority, limits.total, limits.normal])).rows;
     return rows.map((r) => itemFromRow(r) as ClaimedItem).sort(claimOrder);
   }
 

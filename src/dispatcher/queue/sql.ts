@@ -94,7 +94,7 @@ export const selectItem = `SELECT * FROM queue_items WHERE id = $1`;
 /**
  * Claim up to $3 queued exec items with priority ≥ $2 whose start_after has come, in claim
  * order (priority, then fairness keys in weighted turn, then oldest first within a key), for
- * fylr $1: slotbroker_claim_exec of migration 0010. Items are taken SKIP LOCKED, so
+ * fylr $1: slotbroker_claim_exec of migrations 0010 and 0013. Items are taken SKIP LOCKED, so
  * concurrent claimers take disjoint rows; each claim bumps the lease and counts an attempt.
  * A fylr without a row (declared dead and not yet back) claims nothing: its claims would be
  * orphans at once. Rows come back in claim order.
@@ -144,32 +144,53 @@ SELECT * FROM claimed`;
  * minus the high-priority items taken along — the same rule LocalPermits applies, so every
  * claimed item gets its permit. Candidates locked but not chosen are unlocked when the
  * statement ends. Local items start at once, so they go straight to 'running'.
+ *
+ * The candidates' LIMIT is a literal, `total` rounded up to a power of two (claimLocalLimit):
+ * with `LIMIT $3` the plan cached for the prepared statement guesses a tenth of the table,
+ * so Postgres planned the statement afresh on every call (most of its cost).
  */
-export const claimLocalItems = `
-WITH candidates AS (
+export function claimLocalItems(total: number): string {
+  return `WITH ${claimLocalCtes("$1::text", "$2::integer", "$3::integer", "$4::integer", total)}
+SELECT * FROM claimed`;
+}
+
+/** The literal candidates LIMIT of a local claim of `total` items. */
+export function claimLocalLimit(total: number): number {
+  return 2 ** Math.ceil(Math.log2(Math.max(1, total)));
+}
+
+/**
+ * claimLocalItems as CTEs, `claimed` (the claimed rows) and their events, so a completion
+ * can carry it (group-commit.ts). Arguments are SQL expressions: the fylr, the high
+ * priority, the total, the normal permits; `total` the most the total will be.
+ */
+export function claimLocalCtes(fylr: string, highPriority: string, total: string, normal: string, most: number): string {
+  return `candidates AS (
   SELECT id, priority, start_after, seq FROM queue_items
   WHERE state = 'queued' AND kind = 'local' AND start_after <= now()
-    AND EXISTS (SELECT 1 FROM fylrs WHERE id = $1)
+    AND EXISTS (SELECT 1 FROM fylrs WHERE id = ${fylr})
   ORDER BY priority DESC, start_after, seq
-  LIMIT $3
+  LIMIT ${claimLocalLimit(most)}
   FOR UPDATE SKIP LOCKED
+), firsts AS (
+  SELECT * FROM candidates ORDER BY priority DESC, start_after, seq LIMIT ${total}
 ), ranked AS (
-  SELECT id, priority >= $2 AS high,
-         row_number() OVER (PARTITION BY priority >= $2 ORDER BY priority DESC, start_after, seq) AS n,
-         count(*) FILTER (WHERE priority >= $2) OVER () AS highs
-  FROM candidates
+  SELECT id, priority >= ${highPriority} AS high,
+         row_number() OVER (PARTITION BY priority >= ${highPriority} ORDER BY priority DESC, start_after, seq) AS n,
+         count(*) FILTER (WHERE priority >= ${highPriority}) OVER () AS highs
+  FROM firsts
 ), claimed AS (
 UPDATE queue_items q
-SET state = 'running', claimed_by = $1, lease = q.lease + 1, attempts = q.attempts + 1,
+SET state = 'running', claimed_by = ${fylr}, lease = q.lease + 1, attempts = q.attempts + 1,
     claimed_at = now(), updated_at = now(), events = q.events + 2
 FROM ranked
-WHERE q.id = ranked.id AND (ranked.high OR ranked.n <= $4 - ranked.highs)
+WHERE q.id = ranked.id AND (ranked.high OR ranked.n <= ${normal} - ranked.highs)
 RETURNING q.*
 ), claimed_events AS (${insertEvents(
-  eventSelect({ item: "id", n: "events - 1", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }),
-  eventSelect({ item: "id", n: "events", kind: "'running'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }),
-)})
-SELECT * FROM claimed`;
+    eventSelect({ item: "id", n: "events - 1", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }),
+    eventSelect({ item: "id", n: "events", kind: "'running'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }),
+  )})`;
+}
 
 /** The claim query's SELECT alone, for EXPLAIN in tests. Same parameters minus $1. */
 export const explainClaimPath = `
