@@ -28,6 +28,7 @@ import {
 } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, contentTypeUnaryJson, contentTypeUnaryProto, errorToJsonBytes, trailerMux } from "@connectrpc/connect/protocol-connect";
 import type { OutgoingHttpHeaders } from "node:http";
+import { binaryAnswer, type BinaryAnswer } from "../../shared/protobuf-wire.js";
 import type { HttpRequest, HttpResponse } from "./http-types.js";
 import { writeHead } from "./responses.js";
 
@@ -135,8 +136,10 @@ export class DirectUnary {
     const ctx = new DirectContext(spec.method, req, res, values);
     let body: Uint8Array;
     try {
-      const output = create(spec.method.output, (await spec.impl(input as never, ctx)) as never);
-      body = serialization.getO(binary).serialize(output);
+      const answer = await spec.impl(input as never, ctx);
+      const wire = binary ? (answer as BinaryAnswer)[binaryAnswer]?.() : undefined;
+      // Over the size limit, the usual path gives Connect's own error.
+      body = wire && wire.byteLength <= this.options.writeMaxBytes ? wire : serialization.getO(binary).serialize(create(spec.method.output, answer as never));
     } catch (e) {
       ctx.finish(e);
       const err = e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
