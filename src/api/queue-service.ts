@@ -24,10 +24,10 @@ import {
   type SubmitRequest,
 } from "../../gen/slotbroker/v1/queue_pb.js";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { historyToProto, itemStateFromProto, itemToBinary, itemToProto, statsToProto, submitInputFromProto, type Dispatcher, type ItemState, type ListFilter, type QueueItem } from "../dispatcher/index.js";
+import { historyToProto, itemStateFromProto, itemToBinary, itemToProto, statsToProto, submitInputFromProto, submitRequestFromBinary, type Dispatcher, type ItemState, type ListFilter, type QueueItem } from "../dispatcher/index.js";
 import { toConnectError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
-import { binaryAnswer, varintSize, writeLengthPrefix, type BinaryAnswer } from "../shared/protobuf-wire.js";
+import { binaryAnswer, binaryRequests, varintSize, writeLengthPrefix, type BinaryAnswer } from "../shared/protobuf-wire.js";
 import { tracing } from "../shared/tracing/index.js";
 import { getItem, snapshot } from "./item-view.js";
 import type { ExecLoadSource } from "./position.js";
@@ -77,7 +77,7 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
       throw e;
     }
   };
-  return {
+  const impl: ServiceImpl<typeof QueueService> = {
     submit: (req, ctx) =>
       guard("submit", async () => {
         checkServices(req, options.offeredServices?.());
@@ -127,6 +127,8 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
       }
     },
   };
+  // The direct unary path reads a binary Submit by hand.
+  return Object.assign(impl, { [binaryRequests]: { submit: submitRequestFromBinary } });
 }
 
 /** A ListRequest as the dispatcher's filter; INVALID_ARGUMENT for an unknown state. */

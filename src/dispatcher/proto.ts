@@ -24,8 +24,8 @@ import {
 import type { DispatcherStats } from "./dispatcher.js";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
 import type { ExecCallSpec, ItemEventKind, ItemHistory, ItemKind, ItemState, QueueItem, StdinSource, SubmitInput } from "./types.js";
-import { durationFromMs, durationMs, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { varintSize, writeVarint } from "../shared/protobuf-wire.js";
+import { durationFromMs, durationMs, timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { bail, ended, lenTag, readDuration, tryDecode, varintSize, varintTag, writeVarint, type WireReader } from "../shared/protobuf-wire.js";
 
 const kinds: Record<ItemKind, ProtoItemKind> = { exec: ProtoItemKind.EXEC, local: ProtoItemKind.LOCAL };
 
@@ -407,4 +407,86 @@ function writeTimestamp(out: Buffer, at: number, n: number, date: Date): number 
   const [seconds, nanos] = timestampParts(date);
   at = writeLen(out, at, n, timeBodySize(seconds, nanos));
   return writeTimeBody(out, at, seconds, nanos);
+}
+
+// --- SubmitRequest from wire bytes, by hand -------------------------------------------
+//
+// Every Submit's request decoded reflectively cost about as much as its answer. The common
+// request (calls with args, env, stdin and timeout; the scalar fields; start_after) is read
+// here into the same message protobuf-es's fromBinary makes; anything else (a local
+// action, an unknown field, a sub-message given twice, malformed bytes) answers undefined
+// and goes to protobuf-es, which gives its own result or error.
+
+/** The SubmitRequest in `bytes` as fromBinary makes it, or undefined to leave it to protobuf-es. */
+export function submitRequestFromBinary(bytes: Uint8Array): SubmitRequest | undefined {
+  return tryDecode(bytes, readSubmitRequest);
+}
+
+function readSubmitRequest(r: WireReader): SubmitRequest {
+  const req: SubmitRequest = {
+    $typeName: "slotbroker.v1.SubmitRequest",
+    calls: [],
+    priority: 0,
+    idempotencyKey: "",
+    maxAttempts: 0,
+    fairnessKey: "",
+    fairnessWeight: 0,
+    fairnessLimit: 0,
+  };
+  while (r.pos < r.length) {
+    const t = r.tag();
+    if (t === lenTag(1)) req.calls.push(readExecCall(r, r.end()));
+    else if (t === varintTag(3)) req.priority = r.int32();
+    else if (t === lenTag(4) && req.startAfter === undefined) req.startAfter = readTimestamp(r, r.end());
+    else if (t === lenTag(5)) req.idempotencyKey = r.string();
+    else if (t === varintTag(6)) req.maxAttempts = r.uint32();
+    else if (t === lenTag(7)) req.fairnessKey = r.string();
+    else if (t === varintTag(8)) req.fairnessWeight = r.uint32();
+    else if (t === varintTag(9)) req.fairnessLimit = r.uint32();
+    else bail();
+  }
+  return ended(r, r.length, req);
+}
+
+function readExecCall(r: WireReader, end: number): ExecCall {
+  const call: ExecCall = { $typeName: "slotbroker.v1.ExecCall", service: "", args: [], stdin: { case: undefined }, env: {} };
+  while (r.pos < end) {
+    const t = r.tag();
+    if (t === lenTag(1)) call.service = r.string();
+    else if (t === lenTag(2)) call.args.push(r.string());
+    else if (t === lenTag(3)) call.stdin = { case: "stdinData", value: r.bytes() };
+    else if (t === lenTag(4)) call.stdin = { case: "stdinUrl", value: r.string() };
+    else if (t === varintTag(5)) call.stdin = { case: "stdinFromPrevious", value: r.bool() };
+    else if (t === lenTag(8)) call.stdin = { case: "stdinUpload", value: r.string() };
+    else if (t === lenTag(6)) readEnvEntry(r, r.end(), call.env);
+    else if (t === lenTag(7) && call.timeout === undefined) call.timeout = readDuration(r, r.end());
+    else bail();
+  }
+  return ended(r, end, call);
+}
+
+function readEnvEntry(r: WireReader, end: number, env: Record<string, string>): void {
+  let key = "";
+  let value = "";
+  while (r.pos < end) {
+    const t = r.tag();
+    if (t === lenTag(1)) key = r.string();
+    else if (t === lenTag(2) && key === "__proto__") bail();
+    else if (t === lenTag(2)) value = r.string();
+    else bail();
+  }
+  ended(r, end, undefined);
+  if (key === "__proto__") bail();
+  env[key] = value;
+}
+
+function readTimestamp(r: WireReader, end: number): Timestamp {
+  const ts: Timestamp = { $typeName: "google.protobuf.Timestamp", seconds: 0n, nanos: 0 };
+  while (r.pos < end) {
+    const t = r.tag();
+    if (t === varintTag(1)) ts.seconds = r.int64();
+    else if (t === varintTag(2)) ts.nanos = r.int32();
+    else bail();
+  }
+  return ended(r, end, ts);
 }

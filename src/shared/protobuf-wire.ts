@@ -17,6 +17,18 @@ export interface BinaryAnswer {
   readonly [binaryAnswer]?: () => Uint8Array | undefined;
 }
 
+/**
+ * A key an RPC implementation object may carry: hand decoders of its methods' binary
+ * requests, by method local name, each answering undefined to leave the bytes to
+ * protobuf-es. The fylr's direct unary path reads it.
+ */
+export const binaryRequests = Symbol("binaryRequests");
+
+/** An implementation that may carry hand decoders (see binaryRequests). */
+export interface BinaryRequests {
+  readonly [binaryRequests]?: Readonly<Record<string, (bytes: Uint8Array) => unknown>>;
+}
+
 // --- writing -------------------------------------------------------------------------
 //
 // Hand-encoding for the execserver's OFFER, HELLO and DONE and the fylr's

@@ -1,7 +1,7 @@
-import { create, fromJson, toBinary, toJson } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, toBinary, toJson } from "@bufbuild/protobuf";
 import { expect } from "chai";
 import { ItemKind, ItemSchema, ItemState, SubmitRequestSchema, StatsResponseSchema } from "../../gen/slotbroker/v1/queue_pb.js";
-import { createDefaultActions, itemToBinary, itemToProto, normalizeSubmit, statsToProto, submitInputFromProto, type QueueItem } from "../../src/dispatcher/index.js";
+import { createDefaultActions, itemToBinary, itemToProto, normalizeSubmit, statsToProto, submitInputFromProto, submitRequestFromBinary, type QueueItem } from "../../src/dispatcher/index.js";
 import { receiptFor } from "./support.js";
 
 describe("dispatcher ↔ queue.proto", () => {
@@ -131,5 +131,45 @@ describe("dispatcher ↔ queue.proto", () => {
     }
     expect(itemToBinary({ ...base, results: [{ service: "cat", receipt: receiptFor({ exitCode: 0 }) }] }, true)).to.equal(undefined);
     expect(itemToBinary({ ...base, calls: [{ service: "true", args: [], env: {}, timeoutMs: 1.5 }] }, true)).to.equal(undefined);
+  });
+
+  it("reads a binary SubmitRequest by hand exactly as protobuf-es does, or leaves it to protobuf-es", () => {
+    const requests = [
+      create(SubmitRequestSchema, {}),
+      create(SubmitRequestSchema, { calls: [{ service: "true" }] }),
+      create(SubmitRequestSchema, {
+        calls: [
+          { service: "cat", args: ["-b", "", "ü"], env: { LANG: "C", "": "", Ä: "ö" }, stdin: { case: "stdinData", value: new Uint8Array([1, 2, 3]) }, timeout: { seconds: 2n, nanos: 500_000_000 } },
+          { service: "sha256sum", stdin: { case: "stdinFromPrevious", value: true } },
+          { service: "u", stdin: { case: "stdinUrl", value: "http://x/in" } },
+          { service: "v", stdin: { case: "stdinUpload", value: "up-1" }, timeout: { seconds: -1n, nanos: -5 } },
+        ],
+        priority: -7,
+        startAfter: { seconds: 1_800_000_000n, nanos: 123 },
+        idempotencyKey: "key",
+        maxAttempts: 4,
+        fairnessKey: "tenant",
+        fairnessWeight: 3,
+        fairnessLimit: 2,
+      }),
+    ];
+    for (const req of requests) {
+      const bytes = toBinary(SubmitRequestSchema, req);
+      expect(submitRequestFromBinary(bytes)).to.deep.equal(fromBinary(SubmitRequestSchema, bytes));
+    }
+    // A local action, an unknown field: left to protobuf-es.
+    expect(submitRequestFromBinary(toBinary(SubmitRequestSchema, create(SubmitRequestSchema, { local: { name: "x" } })))).to.equal(undefined);
+    expect(submitRequestFromBinary(new Uint8Array([0x50, 1]))).to.equal(undefined);
+    // Corrupted bytes: either both decoders agree or the hand one gives up.
+    const base = toBinary(SubmitRequestSchema, requests[2]!);
+    let seed = 7;
+    const random = (n: number): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) % n);
+    for (let i = 0; i < 2000; i++) {
+      const bytes = base.slice(0, random(base.length + 1));
+      for (let k = random(3); k > 0; k--) if (bytes.length > 0) bytes[random(bytes.length)] = random(256);
+      const hand = submitRequestFromBinary(bytes);
+      if (hand === undefined) continue;
+      expect(hand).to.deep.equal(fromBinary(SubmitRequestSchema, bytes));
+    }
   });
 });
