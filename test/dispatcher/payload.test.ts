@@ -1,6 +1,8 @@
 import { expect } from "chai";
 import { compileDispatcherConfig, createDefaultActions, normalizeSubmit, type ExecCallSpec } from "../../src/dispatcher/index.js";
-import { decodePayload } from "../../src/dispatcher/queue/payload.js";
+import { create, toJson } from "@bufbuild/protobuf";
+import { ErrorKind, ReceiptSchema } from "../../gen/slotbroker/v1/broker_pb.js";
+import { decodePayload, receiptJson } from "../../src/dispatcher/queue/payload.js";
 import type { SlotbrokerError } from "../../src/shared/errors.js";
 import { Code } from "../../src/shared/errors.js";
 
@@ -125,5 +127,19 @@ describe("stdin_url under dispatcher.stdinUrlPrefixes", () => {
     for (const [prefix, why] of [["https://files.example.com/pub/?x=1", /no user, query or fragment/], ["https://files.example.com/..%2f/", /hides a '\/'/]] as const) {
       expect(() => compileDispatcherConfig({ stdinUrlPrefixes: [prefix] }), prefix).to.throw(why);
     }
+  });
+
+  it("writes a receipt's JSON exactly as toJson does", () => {
+    const receipts = [
+      create(ReceiptSchema, {}),
+      create(ReceiptSchema, { exitCode: 0, duration: { seconds: 0n, nanos: 0 }, instanceId: "i" }),
+      create(ReceiptSchema, { exitCode: -1, signal: "SIGKILL", duration: { seconds: 1n, nanos: 500_000_000 }, error: ErrorKind.KILLED, errorMessage: "killed" }),
+      create(ReceiptSchema, { exitCode: 2, stderrLine: "ü", stdoutPrefix: new Uint8Array([0, 255, 7]), stdoutBytes: 1n << 40n, stdoutStreamed: true }),
+      create(ReceiptSchema, { duration: { seconds: 0n, nanos: -1500 }, error: ErrorKind.TIMEOUT }),
+      create(ReceiptSchema, { duration: { seconds: -3n, nanos: -123_456_000 } }),
+      create(ReceiptSchema, { duration: { seconds: 12n, nanos: 7 }, stdoutPrefix: Buffer.from("hello world").subarray(6) }),
+      create(ReceiptSchema, { error: 99 as ErrorKind }),
+    ];
+    for (const r of receipts) expect(JSON.stringify(receiptJson(r))).to.equal(JSON.stringify(toJson(ReceiptSchema, r)));
   });
 });
