@@ -51,8 +51,12 @@ export interface RunOptions {
    * 64 KiB ride in the JOB frame when the execserver supports it (no in-pipe).
    */
   readonly stdin?: Readable | Uint8Array;
-  /** Where stdout goes; it is ended after the last byte. Collected into a Buffer when unset. */
-  readonly stdout?: Writable;
+  /**
+   * Where stdout goes; it is ended after the last byte. Collected into a Buffer when unset.
+   * A function makes the stream only when stdout streams through the out-pipe: output
+   * that came whole in the receipt is returned in RunResult.stdout instead.
+   */
+  readonly stdout?: Writable | (() => Writable);
   /** Most stdout bytes collected when `stdout` is unset (default unlimited). */
   readonly maxStdoutBytes?: number;
   /** Aborting UNWANTs a parked want, or cancels the pipes of a running job. */
@@ -90,7 +94,7 @@ export interface StartedJob {
 export interface RunResult extends StartedJob {
   /** The execserver's receipt; a failed command is data here, not an exception. */
   readonly receipt: Receipt;
-  /** The collected stdout when no `stdout` stream was given. */
+  /** The collected stdout when no `stdout` stream was given, or the receipt's when the stream was never made. */
   readonly stdout: Buffer | undefined;
   /**
    * Set when the job failed and its stdout upload was aborted: the caller's stream was
@@ -147,12 +151,11 @@ export class ExecClient {
     }
     const slot: Slot = acquired;
     const collector = options.stdout ? undefined : new BufferCollector(options.maxStdoutBytes);
-    const target = options.stdout ?? collector!;
     let inPipe: PipeHandle | undefined;
     let outPipe: PipeHandle | undefined;
     try {
       const host = await this.pipeHost(slot);
-      const sink = new ForwardingSink(target);
+      const sink = new ForwardingSink(options.stdout ?? collector!);
       const inline = inlineStdin(options.stdin, slot);
       inPipe = options.stdin === undefined || inline ? undefined : this.options.pipes.createInPipe(options.stdin);
       outPipe = this.options.pipes.createOutPipe(sink);
@@ -171,7 +174,12 @@ export class ExecClient {
       options.onStart?.(started);
       const receipt = await receiptPromise;
       if (inPipe?.state === "waiting") inPipe.cancel("the job ended without reading stdin");
-      const stdoutError = await this.settleStdout(receipt, outPipe, sink, target, slot.jobId);
+      if (!receipt.stdoutStreamed) outPipe.retire(); // the output fit into the receipt
+      if (!receipt.stdoutStreamed && !sink.existing) {
+        const prefix = receipt.stdoutPrefix;
+        return { ...started, receipt, stdout: Buffer.from(prefix.buffer, prefix.byteOffset, prefix.byteLength), stdoutError: undefined };
+      }
+      const stdoutError = await this.settleStdout(receipt, outPipe, sink, slot.jobId);
       return { ...started, receipt, stdout: collector?.toBuffer(), stdoutError };
     } catch (err) {
       if (slot.state === "offered") slot.decline();
@@ -186,7 +194,7 @@ export class ExecClient {
   // settle here. A broken-off response or "token not found" rejects (a failed attempt).
   private async runPolled(slot: PolledSlot, options: RunOptions, signal: AbortSignal): Promise<RunResult> {
     const collector = options.stdout ? undefined : new BufferCollector(options.maxStdoutBytes);
-    const target = options.stdout ?? collector!;
+    const target = typeof options.stdout === "function" ? options.stdout() : (options.stdout ?? collector!);
     const started: StartedJob = {
       jobId: slot.jobId,
       instanceId: slot.instanceId,
@@ -211,20 +219,13 @@ export class ExecClient {
   // Delivers stdout to the caller: the receipt's prefix when nothing streamed, otherwise
   // the out-pipe's outcome. Returns the upload error of a failed job; throws when a job
   // that reports success did not deliver its stdout completely.
-  private async settleStdout(
-    receipt: Receipt,
-    outPipe: PipeHandle,
-    sink: ForwardingSink,
-    target: Writable,
-    jobId: string,
-  ): Promise<Error | undefined> {
-    if (!receipt.stdoutStreamed) {
-      outPipe.retire(); // the output fit into the receipt
-      if (!sink.forwarding) {
-        await writeAndEnd(target, receipt.stdoutPrefix);
-        return undefined;
-      }
+  private async settleStdout(receipt: Receipt, outPipe: PipeHandle, sink: ForwardingSink, jobId: string): Promise<Error | undefined> {
+    if (!receipt.stdoutStreamed && !sink.forwarding) {
+      await writeAndEnd(sink.existing!, receipt.stdoutPrefix);
+      return undefined;
     }
+    // Streamed (or begun): the target was made by the first byte forwarded, unless none came.
+    const target = sink.existing;
     let error: Error | undefined;
     try {
       const bytes = await settleWithin(outPipe, this.options.settleTimeoutMs ?? 30_000);
@@ -233,11 +234,11 @@ export class ExecClient {
           Code.DataLoss,
           `job ${jobId}: the stdout upload delivered ${bytes} bytes, the receipt says ${receipt.stdoutBytes}`,
         );
-        target.destroy(error);
+        target?.destroy(error);
       }
     } catch (err) {
       error = SlotbrokerError.from(err, Code.Aborted);
-      if (!target.destroyed) target.destroy(error);
+      if (target && !target.destroyed) target.destroy(error);
     }
     if (!error) return undefined;
     this.logger.info({ jobId, err: error.message }, "stdout upload did not complete");
