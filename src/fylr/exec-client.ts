@@ -1,6 +1,6 @@
 import type { Readable, Writable } from "node:stream";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { JobSpecSchema, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
+import { JobSpecSchema, type JobSpec, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 import { linkedAbortController, workOver } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { checkArgs, checkEnvSize, jobSpecLimits } from "../shared/job-limits.js";
@@ -160,15 +160,17 @@ export class ExecClient {
       inPipe = options.stdin === undefined || inline ? undefined : this.options.pipes.createInPipe(options.stdin);
       outPipe = this.options.pipes.createOutPipe(sink);
       const urls = pipeUrls(host, this.options.pipePort, { in: inPipe?.id, out: outPipe.id }, this.options.pipeScheme);
-      const spec = create(JobSpecSchema, {
-        args: [...(options.args ?? [])],
+      // The message as create() would make it, written out: one per job.
+      const spec: JobSpec = {
+        $typeName: "slotbroker.v1.JobSpec",
+        args: options.args ? [...options.args] : [],
         env: { ...options.env },
         timeout: options.timeoutMs === undefined ? undefined : durationFromMs(Math.round(options.timeoutMs)),
         stdinUrl: urls.in ?? "",
         stdoutUrl: urls.out!,
         labels: { ...options.labels },
-        ...(inline && { stdinInline: inline }),
-      });
+        stdinInline: inline ?? noBytes,
+      };
       const started: StartedJob = { jobId: slot.jobId, instanceId: slot.instanceId, waitgroup: slot.waitgroup, stdinUrl: urls.in, stdoutUrl: urls.out!, transport: "broker" };
       const receiptPromise = slot.start(spec, signal, options.traceparent);
       options.onStart?.(started);
@@ -286,6 +288,8 @@ function inlineStdin(stdin: RunOptions["stdin"], slot: Slot): Uint8Array | undef
   if (!(stdin instanceof Uint8Array) || stdin.byteLength > jobSpecLimits.stdinInlineBytes) return undefined;
   return slot.inlinesStdin ? stdin : undefined;
 }
+
+const noBytes = new Uint8Array(0);
 
 // Room in the JOB frame for the pipe URLs and the frame's own fields.
 const FRAME_MARGIN_BYTES = 32 * 1024;
