@@ -386,26 +386,37 @@ export type InsertedRow = Pick<ItemRow, "id" | "state" | "claimed_by" | "lease" 
  * wrote them from `n` (a fresh row has no outcome, output, error or cancel yet).
  */
 export function insertedItem(row: InsertedRow, n: NormalizedSubmit): QueueItem {
-  return itemFromRow({
-    ...row,
+  // What itemFromRow makes of the row the insert wrote, built directly: no merged row.
+  const { calls, local } = decodePayload(row.id, n.payload);
+  return {
+    id: row.id,
     kind: n.kind,
     priority: n.priority,
-    payload: n.payload,
-    max_attempts: n.maxAttempts,
-    finished_at: null,
-    result: null,
-    output: null,
-    output_blob: null,
-    output_size: null,
-    output_sha256: null,
-    error: null,
-    idempotency_key: n.idempotencyKey ?? null,
-    cancel_requested_at: null,
-    traceparent: n.traceparent ?? null,
-    fairness_key: n.fairnessKey ?? "",
-    fairness_weight: n.fairnessWeight ?? 1,
-    fairness_limit: n.fairnessLimit ?? null,
-  });
+    state: row.state,
+    calls,
+    local,
+    claimedBy: row.claimed_by ?? undefined,
+    lease: Number(row.lease),
+    attempts: row.attempts,
+    maxAttempts: n.maxAttempts,
+    startAfter: row.start_after,
+    createdAt: row.created_at,
+    claimedAt: row.claimed_at ?? undefined,
+    updatedAt: row.updated_at,
+    finishedAt: undefined,
+    results: [],
+    output: undefined,
+    outputBlob: undefined,
+    outputSize: undefined,
+    outputSha256: undefined,
+    error: undefined,
+    idempotencyKey: n.idempotencyKey ?? undefined,
+    cancelRequestedAt: undefined,
+    ...(n.traceparent && { traceparent: n.traceparent }),
+    fairnessKey: n.fairnessKey ?? "",
+    fairnessWeight: n.fairnessWeight ?? 1,
+    fairnessLimit: n.fairnessLimit ?? undefined,
+  };
 }
 
 /** Maps a row to a QueueItem. */
