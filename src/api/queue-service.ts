@@ -5,8 +5,10 @@
  * Any fylr answers for any item: they share the database. Errors leave here as Connect
  * errors with the status code of the SlotbrokerError behind them, never as a 500.
  */
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type ServiceImpl } from "@connectrpc/connect";
+import type {
+  SubmitResponseSchema} from "../../gen/slotbroker/v1/queue_pb.js";
 import {
   CancelResponseSchema,
   DeleteResponseSchema,
@@ -18,14 +20,14 @@ import {
   RetryResponseSchema,
   PositionResponseSchema,
   QueueService,
-  SubmitResponseSchema,
   type ListRequest,
   type SubmitRequest,
 } from "../../gen/slotbroker/v1/queue_pb.js";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { historyToProto, itemStateFromProto, itemToProto, statsToProto, submitInputFromProto, type Dispatcher, type ItemState, type ListFilter } from "../dispatcher/index.js";
+import { historyToProto, itemStateFromProto, itemToBinary, itemToProto, statsToProto, submitInputFromProto, submitRequestFromBinary, type Dispatcher, type ItemState, type ListFilter, type QueueItem } from "../dispatcher/index.js";
 import { toConnectError } from "../shared/errors.js";
 import { silentLogger, type Logger } from "../shared/log.js";
+import { binaryAnswer, binaryRequests, varintSize, writeLengthPrefix, type BinaryAnswer } from "../shared/protobuf-wire.js";
 import { tracing } from "../shared/tracing/index.js";
 import { getItem, snapshot } from "./item-view.js";
 import type { ExecLoadSource } from "./position.js";
@@ -75,7 +77,7 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
       throw e;
     }
   };
-  return {
+  const impl: ServiceImpl<typeof QueueService> = {
     submit: (req, ctx) =>
       guard("submit", async () => {
         checkServices(req, options.offeredServices?.());
@@ -83,7 +85,7 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
         const input = submitInputFromProto(req);
         // The request's headers are only looked at (and built, on the direct path) when traces are on.
         const { item, created } = tracing.on ? await tracedSubmit(dispatcher, input, ctx.requestHeader.get("traceparent")) : await dispatcher.submit(input);
-        return create(SubmitResponseSchema, { item: withoutInlineStdin(itemToProto(item)), created });
+        return submitAnswer(item, created);
       }),
     get: (req) => guard("get", async () => create(GetResponseSchema, { item: itemToProto(await getItem(dispatcher, req.id)) })),
     position: (req) => guard("position", async () => create(PositionResponseSchema, { position: (await snapshot(options, req.id)).position })),
@@ -125,6 +127,8 @@ export function queueServiceImpl(options: QueueApiOptions): ServiceImpl<typeof Q
       }
     },
   };
+  // The direct unary path reads a binary Submit by hand.
+  return Object.assign(impl, { [binaryRequests]: { submit: submitRequestFromBinary } });
 }
 
 /** A ListRequest as the dispatcher's filter; INVALID_ARGUMENT for an unknown state. */
@@ -152,6 +156,26 @@ export function listFilterFromProto(req: ListRequest): ListFilter {
 }
 // The caller just sent the inline stdin; echoing it would only cost serializing (and often
 // compressing) it again. The case stays, so the answer still says where stdin comes from.
+// The Item message is built only when asked for: the direct path takes the bytes instead.
+function submitAnswer(item: QueueItem, created: boolean): MessageInitShape<typeof SubmitResponseSchema> & BinaryAnswer {
+  return {
+    get item() {
+      return withoutInlineStdin(itemToProto(item));
+    },
+    created,
+    [binaryAnswer]: () => {
+      const bytes = itemToBinary(item, true);
+      if (!bytes) return undefined;
+      // SubmitResponse: item (field 1) and created (field 2, left out when false).
+      const out = Buffer.allocUnsafe(1 + varintSize(bytes.byteLength) + bytes.byteLength + (created ? 2 : 0));
+      let at = writeLengthPrefix(out, 0, 0x0a, bytes.byteLength);
+      at += bytes.copy(out, at);
+      if (created) out.set([0x10, 1], at);
+      return out;
+    },
+  };
+}
+
 function withoutInlineStdin(item: Item): Item {
   for (const call of item.calls) if (call.stdin.case === "stdinData") call.stdin.value = noBytes;
   return item;

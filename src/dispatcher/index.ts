@@ -13,7 +13,7 @@ export {
   type ItemPosition,
 } from "./dispatcher.js";
 export type { DispatcherEvents, RequeueReason, WakeSource } from "./events.js";
-export { historyToProto, itemStateFromProto, itemStateToProto, itemToProto, statsToProto, submitInputFromProto } from "./proto.js";
+export { historyToProto, itemStateFromProto, itemStateToProto, itemToBinary, itemToProto, statsToProto, submitInputFromProto, submitRequestFromBinary } from "./proto.js";
 export type { CallResult, ClaimedItem, ItemEvent, ItemEventKind, ItemHistory, ExecCallSpec, Fence, ItemKind, ItemState, LocalActionSpec, QueueItem, StdinSource, SubmitInput } from "./types.js";
 export * from "./blobs/index.js";
 export * from "./claims/index.js";

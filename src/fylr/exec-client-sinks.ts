@@ -9,9 +9,12 @@ import { drained } from "../shared/streams.js";
  */
 export class ForwardingSink extends Writable {
   private started = false;
+  private made: Writable | undefined;
 
-  constructor(private readonly target: Writable) {
+  /** `target`, or the function that makes it at the first byte (or the end) forwarded. */
+  constructor(private readonly target: Writable | (() => Writable)) {
     super({ highWaterMark: 1 << 20 });
+    if (typeof target !== "function") this.made = target;
   }
 
   /** True once the first byte (or the end) was forwarded. */
@@ -19,21 +22,29 @@ export class ForwardingSink extends Writable {
     return this.started;
   }
 
-  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+  /** The target, when it exists (always, unless it is made on demand and nothing was forwarded yet). */
+  get existing(): Writable | undefined {
+    return this.made;
+  }
+
+  private forward(): Writable {
     this.started = true;
-    const target = this.target;
+    return (this.made ??= (this.target as () => Writable)());
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+    const target = this.forward();
     if (target.destroyed) return callback(target.errored ?? new Error("the stdout stream was destroyed"));
     if (target.write(chunk)) return callback();
     drained(target, () => target.errored ?? new Error("the stdout stream closed while writing")).then(() => callback(), callback);
   }
 
   override _final(callback: (error?: Error | null) => void): void {
-    this.started = true;
-    this.target.end((err?: Error | null) => callback(err ?? null));
+    this.forward().end((err?: Error | null) => callback(err ?? null));
   }
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
-    if (error && this.started && !this.target.destroyed) this.target.destroy(error);
+    if (error && this.started && this.made && !this.made.destroyed) this.made.destroy(error);
     callback(error);
   }
 }

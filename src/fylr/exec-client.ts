@@ -1,6 +1,6 @@
 import type { Readable, Writable } from "node:stream";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { JobSpecSchema, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
+import { JobSpecSchema, type JobSpec, type Position, type Receipt } from "../../gen/slotbroker/v1/broker_pb.js";
 import { linkedAbortController, workOver } from "../shared/abort.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { checkArgs, checkEnvSize, jobSpecLimits } from "../shared/job-limits.js";
@@ -51,8 +51,12 @@ export interface RunOptions {
    * 64 KiB ride in the JOB frame when the execserver supports it (no in-pipe).
    */
   readonly stdin?: Readable | Uint8Array;
-  /** Where stdout goes; it is ended after the last byte. Collected into a Buffer when unset. */
-  readonly stdout?: Writable;
+  /**
+   * Where stdout goes; it is ended after the last byte. Collected into a Buffer when unset.
+   * A function makes the stream only when stdout streams through the out-pipe: output
+   * that came whole in the receipt is returned in RunResult.stdout instead.
+   */
+  readonly stdout?: Writable | (() => Writable);
   /** Most stdout bytes collected when `stdout` is unset (default unlimited). */
   readonly maxStdoutBytes?: number;
   /** Aborting UNWANTs a parked want, or cancels the pipes of a running job. */
@@ -90,7 +94,7 @@ export interface StartedJob {
 export interface RunResult extends StartedJob {
   /** The execserver's receipt; a failed command is data here, not an exception. */
   readonly receipt: Receipt;
-  /** The collected stdout when no `stdout` stream was given. */
+  /** The collected stdout when no `stdout` stream was given, or the receipt's when the stream was never made. */
   readonly stdout: Buffer | undefined;
   /**
    * Set when the job failed and its stdout upload was aborted: the caller's stream was
@@ -147,31 +151,37 @@ export class ExecClient {
     }
     const slot: Slot = acquired;
     const collector = options.stdout ? undefined : new BufferCollector(options.maxStdoutBytes);
-    const target = options.stdout ?? collector!;
     let inPipe: PipeHandle | undefined;
     let outPipe: PipeHandle | undefined;
     try {
       const host = await this.pipeHost(slot);
-      const sink = new ForwardingSink(target);
+      const sink = new ForwardingSink(options.stdout ?? collector!);
       const inline = inlineStdin(options.stdin, slot);
       inPipe = options.stdin === undefined || inline ? undefined : this.options.pipes.createInPipe(options.stdin);
       outPipe = this.options.pipes.createOutPipe(sink);
       const urls = pipeUrls(host, this.options.pipePort, { in: inPipe?.id, out: outPipe.id }, this.options.pipeScheme);
-      const spec = create(JobSpecSchema, {
-        args: [...(options.args ?? [])],
+      // The message as create() would make it, written out: one per job.
+      const spec: JobSpec = {
+        $typeName: "slotbroker.v1.JobSpec",
+        args: options.args ? [...options.args] : [],
         env: { ...options.env },
         timeout: options.timeoutMs === undefined ? undefined : durationFromMs(Math.round(options.timeoutMs)),
         stdinUrl: urls.in ?? "",
         stdoutUrl: urls.out!,
         labels: { ...options.labels },
-        ...(inline && { stdinInline: inline }),
-      });
+        stdinInline: inline ?? noBytes,
+      };
       const started: StartedJob = { jobId: slot.jobId, instanceId: slot.instanceId, waitgroup: slot.waitgroup, stdinUrl: urls.in, stdoutUrl: urls.out!, transport: "broker" };
       const receiptPromise = slot.start(spec, signal, options.traceparent);
       options.onStart?.(started);
       const receipt = await receiptPromise;
       if (inPipe?.state === "waiting") inPipe.cancel("the job ended without reading stdin");
-      const stdoutError = await this.settleStdout(receipt, outPipe, sink, target, slot.jobId);
+      if (!receipt.stdoutStreamed) outPipe.retire(); // the output fit into the receipt
+      if (!receipt.stdoutStreamed && !sink.existing) {
+        const prefix = receipt.stdoutPrefix;
+        return { ...started, receipt, stdout: Buffer.from(prefix.buffer, prefix.byteOffset, prefix.byteLength), stdoutError: undefined };
+      }
+      const stdoutError = await this.settleStdout(receipt, outPipe, sink, slot.jobId);
       return { ...started, receipt, stdout: collector?.toBuffer(), stdoutError };
     } catch (err) {
       if (slot.state === "offered") slot.decline();
@@ -186,7 +196,7 @@ export class ExecClient {
   // settle here. A broken-off response or "token not found" rejects (a failed attempt).
   private async runPolled(slot: PolledSlot, options: RunOptions, signal: AbortSignal): Promise<RunResult> {
     const collector = options.stdout ? undefined : new BufferCollector(options.maxStdoutBytes);
-    const target = options.stdout ?? collector!;
+    const target = typeof options.stdout === "function" ? options.stdout() : (options.stdout ?? collector!);
     const started: StartedJob = {
       jobId: slot.jobId,
       instanceId: slot.instanceId,
@@ -211,20 +221,13 @@ export class ExecClient {
   // Delivers stdout to the caller: the receipt's prefix when nothing streamed, otherwise
   // the out-pipe's outcome. Returns the upload error of a failed job; throws when a job
   // that reports success did not deliver its stdout completely.
-  private async settleStdout(
-    receipt: Receipt,
-    outPipe: PipeHandle,
-    sink: ForwardingSink,
-    target: Writable,
-    jobId: string,
-  ): Promise<Error | undefined> {
-    if (!receipt.stdoutStreamed) {
-      outPipe.retire(); // the output fit into the receipt
-      if (!sink.forwarding) {
-        await writeAndEnd(target, receipt.stdoutPrefix);
-        return undefined;
-      }
+  private async settleStdout(receipt: Receipt, outPipe: PipeHandle, sink: ForwardingSink, jobId: string): Promise<Error | undefined> {
+    if (!receipt.stdoutStreamed && !sink.forwarding) {
+      await writeAndEnd(sink.existing!, receipt.stdoutPrefix);
+      return undefined;
     }
+    // Streamed (or begun): the target was made by the first byte forwarded, unless none came.
+    const target = sink.existing;
     let error: Error | undefined;
     try {
       const bytes = await settleWithin(outPipe, this.options.settleTimeoutMs ?? 30_000);
@@ -233,11 +236,11 @@ export class ExecClient {
           Code.DataLoss,
           `job ${jobId}: the stdout upload delivered ${bytes} bytes, the receipt says ${receipt.stdoutBytes}`,
         );
-        target.destroy(error);
+        target?.destroy(error);
       }
     } catch (err) {
       error = SlotbrokerError.from(err, Code.Aborted);
-      if (!target.destroyed) target.destroy(error);
+      if (target && !target.destroyed) target.destroy(error);
     }
     if (!error) return undefined;
     this.logger.info({ jobId, err: error.message }, "stdout upload did not complete");
@@ -285,6 +288,8 @@ function inlineStdin(stdin: RunOptions["stdin"], slot: Slot): Uint8Array | undef
   if (!(stdin instanceof Uint8Array) || stdin.byteLength > jobSpecLimits.stdinInlineBytes) return undefined;
   return slot.inlinesStdin ? stdin : undefined;
 }
+
+const noBytes = new Uint8Array(0);
 
 // Room in the JOB frame for the pipe URLs and the frame's own fields.
 const FRAME_MARGIN_BYTES = 32 * 1024;

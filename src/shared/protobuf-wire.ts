@@ -5,6 +5,30 @@
  * frames*.ts). One set of rules for both sides.
  */
 
+/**
+ * A key an RPC implementation may put on its answer (an init object): a function giving
+ * the answer's binary encoding built without the message, or undefined to have the
+ * message built and encoded as usual. The fylr's direct unary path reads it.
+ */
+export const binaryAnswer = Symbol("binaryAnswer");
+
+/** An answer that may carry its own binary encoding (see binaryAnswer). */
+export interface BinaryAnswer {
+  readonly [binaryAnswer]?: () => Uint8Array | undefined;
+}
+
+/**
+ * A key an RPC implementation object may carry: hand decoders of its methods' binary
+ * requests, by method local name, each answering undefined to leave the bytes to
+ * protobuf-es. The fylr's direct unary path reads it.
+ */
+export const binaryRequests = Symbol("binaryRequests");
+
+/** An implementation that may carry hand decoders (see binaryRequests). */
+export interface BinaryRequests {
+  readonly [binaryRequests]?: Readonly<Record<string, (bytes: Uint8Array) => unknown>>;
+}
+
 // --- writing -------------------------------------------------------------------------
 //
 // Hand-encoding for the execserver's OFFER, HELLO and DONE and the fylr's

@@ -1,6 +1,8 @@
 import { expect } from "chai";
 import { compileDispatcherConfig, createDefaultActions, normalizeSubmit, type ExecCallSpec } from "../../src/dispatcher/index.js";
-import { decodePayload } from "../../src/dispatcher/queue/payload.js";
+import { create, toJson } from "@bufbuild/protobuf";
+import { ErrorKind, ReceiptSchema } from "../../gen/slotbroker/v1/broker_pb.js";
+import { decodePayload, insertedItem, itemFromRow, receiptJson } from "../../src/dispatcher/queue/payload.js";
 import type { SlotbrokerError } from "../../src/shared/errors.js";
 import { Code } from "../../src/shared/errors.js";
 
@@ -124,6 +126,73 @@ describe("stdin_url under dispatcher.stdinUrlPrefixes", () => {
   it("refuses a prefix that cannot be compared, naming the key", () => {
     for (const [prefix, why] of [["https://files.example.com/pub/?x=1", /no user, query or fragment/], ["https://files.example.com/..%2f/", /hides a '\/'/]] as const) {
       expect(() => compileDispatcherConfig({ stdinUrlPrefixes: [prefix] }), prefix).to.throw(why);
+    }
+  });
+
+  it("writes a receipt's JSON exactly as toJson does", () => {
+    const receipts = [
+      create(ReceiptSchema, {}),
+      create(ReceiptSchema, { exitCode: 0, duration: { seconds: 0n, nanos: 0 }, instanceId: "i" }),
+      create(ReceiptSchema, { exitCode: -1, signal: "SIGKILL", duration: { seconds: 1n, nanos: 500_000_000 }, error: ErrorKind.KILLED, errorMessage: "killed" }),
+      create(ReceiptSchema, { exitCode: 2, stderrLine: "ü", stdoutPrefix: new Uint8Array([0, 255, 7]), stdoutBytes: 1n << 40n, stdoutStreamed: true }),
+      create(ReceiptSchema, { duration: { seconds: 0n, nanos: -1500 }, error: ErrorKind.TIMEOUT }),
+      create(ReceiptSchema, { duration: { seconds: -3n, nanos: -123_456_000 } }),
+      create(ReceiptSchema, { duration: { seconds: 12n, nanos: 7 }, stdoutPrefix: Buffer.from("hello world").subarray(6) }),
+      create(ReceiptSchema, { error: 99 as ErrorKind }),
+    ];
+    for (const r of receipts) expect(JSON.stringify(receiptJson(r))).to.equal(JSON.stringify(toJson(ReceiptSchema, r)));
+  });
+
+  it("builds a submit's item as itemFromRow reads the row the insert wrote", () => {
+    const row = {
+      id: "6f0a2d1e-9c1b-4a55-8d2e-0f3c4b5a6d7e",
+      state: "claimed" as const,
+      claimed_by: "f",
+      lease: "1",
+      start_after: new Date(1000),
+      attempts: 1,
+      created_at: new Date(2000),
+      claimed_at: new Date(3000),
+      updated_at: new Date(4000),
+    };
+    const submits = [
+      normalizeSubmit({ calls: [{ service: "true", args: [], env: {} }] }, createDefaultActions(), limits),
+      normalizeSubmit(
+        {
+          calls: [{ service: "cat", args: ["-b"], env: { A: "1" }, timeoutMs: 1500, stdin: { kind: "data", data: Buffer.from("x") } }],
+          priority: 3,
+          idempotencyKey: "k",
+          traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+          fairnessKey: "t",
+          fairnessWeight: 2,
+          fairnessLimit: 5,
+        },
+        createDefaultActions(),
+        limits,
+      ),
+    ];
+    for (const n of submits) {
+      const merged = {
+        ...row,
+        kind: n.kind,
+        priority: n.priority,
+        payload: n.payload,
+        max_attempts: n.maxAttempts,
+        finished_at: null,
+        result: null,
+        output: null,
+        output_blob: null,
+        output_size: null,
+        output_sha256: null,
+        error: null,
+        idempotency_key: n.idempotencyKey ?? null,
+        cancel_requested_at: null,
+        traceparent: n.traceparent ?? null,
+        fairness_key: n.fairnessKey ?? "",
+        fairness_weight: n.fairnessWeight ?? 1,
+        fairness_limit: n.fairnessLimit ?? null,
+      };
+      expect(insertedItem(row, n)).to.deep.equal(itemFromRow(merged));
     }
   });
 });

@@ -182,6 +182,27 @@ describe("fylr exec client against an execserver process", function () {
     expect(getEventListeners(controller.signal, "abort")).to.have.length(0);
   });
 
+  it("makes a stdout stream given as a function only when stdout streams", async () => {
+    let made = 0;
+    const collected: Buffer[] = [];
+    const make = (): Writable => {
+      made += 1;
+      return new Writable({
+        write: (chunk: Buffer, _encoding, callback) => {
+          collected.push(chunk);
+          callback();
+        },
+      });
+    };
+    const small = await replica.exec.run({ service: "printf", args: ["small"], stdout: make });
+    expect(small.stdout!.toString()).to.equal("small");
+    expect(made).to.equal(0);
+    const large = await replica.exec.run({ service: "cat", stdin: Buffer.alloc(5000, 1), stdout: make });
+    expect(made).to.equal(1);
+    expect(large.stdout).to.equal(undefined);
+    expect(Buffer.concat(collected).equals(Buffer.alloc(5000, 1))).to.equal(true);
+  });
+
   it("refuses labels that would make the JOB frame too big, before a slot is taken", async () => {
     const labels = { big: "x".repeat(1024 * 1024) };
     const err = await replica.exec.run({ service: "printf", args: ["a"], labels }).catch((e: Error) => e);

@@ -23,7 +23,7 @@ export interface ItemOutput {
 
 /** An ItemOutput for bytes in memory (local actions, tests). */
 export function inlineOutput(bytes: Buffer): ItemOutput {
-  return { bytes, size: bytes.length, sha256: createHash("sha256").update(bytes).digest("hex"), blobId: undefined };
+  return { bytes, size: bytes.length, sha256: bytes.length === 0 ? emptySha256 : createHash("sha256").update(bytes).digest("hex"), blobId: undefined };
 }
 
 const emptySha256 = createHash("sha256").digest("hex");

@@ -43,11 +43,12 @@ export interface ExecRunOptions {
    */
   readonly signal: AbortSignal;
   /**
-   * Where the job's stdout goes, all of it, streamed: the backend ends it after the last
-   * byte and destroys it when the upload failed. A backend that cannot stream may leave it
-   * untouched and return the bytes in ExecResult.stdout instead.
+   * Makes the stream the job's stdout goes to, all of it, streamed: the backend ends it
+   * after the last byte and destroys it when the upload failed. A backend that cannot
+   * stream, or got the whole output with the receipt, does not call it and returns the
+   * bytes in ExecResult.stdout instead.
    */
-  readonly stdout?: Writable;
+  readonly stdout?: () => Writable;
   /** Without `stdout`: the most stdout the backend needs to collect. */
   readonly maxStdoutBytes: number;
   /** Called with each POSITION the execserver reports while the want is parked. */
@@ -64,7 +65,7 @@ export interface ExecRunOptions {
 export interface ExecResult {
   /** The execserver's receipt, also for a failed command: failure is data, not an exception. */
   readonly receipt: Receipt;
-  /** The whole stdout when it was not written to ExecRunOptions.stdout (else empty). */
+  /** The whole stdout when it was not written to a stream of ExecRunOptions.stdout (else empty). */
   readonly stdout: Buffer;
 }
 

@@ -62,8 +62,15 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
       deps.live.setPhase(item.id, item.lease, "waiting", { callIndex: i, service: call.service });
       const stdin = await resolveStdin(call, previous, deps.blobs);
       if (typeof stdin === "string") return { kind: "failed", results, error: `${at}: ${stdin}`, permanent: true };
-      const sink = new OutputSink(deps.blobs, { role: i === last ? "output" : "intermediate", itemId: item.id, inlineBytes: deps.inlineBytes });
-      sink.on("error", () => undefined); // reported through storeError and the receipt
+      // Made only when the job streams its stdout, or it is over the inline size: most
+      // outputs come whole with the receipt.
+      let sink: OutputSink | undefined;
+      const makeSink = (): OutputSink => {
+        if (sink) return sink;
+        sink = new OutputSink(deps.blobs, { role: i === last ? "output" : "intermediate", itemId: item.id, inlineBytes: deps.inlineBytes });
+        sink.on("error", () => undefined); // reported through storeError and the receipt
+        return sink;
+      };
       let ran: ExecResult;
       const traced = deps.trace && new CallTrace(deps.trace.context, item, i, call.service);
       const wantedAt = Date.now();
@@ -76,7 +83,7 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
             fairnessKey: item.fairnessKey,
             fairnessWeight: item.fairnessWeight,
             signal,
-            stdout: sink,
+            stdout: makeSink,
             maxStdoutBytes: deps.inlineBytes,
             onPosition: (position) => {
               traced?.position(position);
@@ -93,8 +100,8 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
         traced?.done(ran);
       } catch (err) {
         traced?.failed(err);
-        sink.destroy();
-        if (sink.storeError instanceof StoreLimitError) return { kind: "failed", results, error: `${at}: stdout: ${sink.storeError.message}`, permanent: true };
+        sink?.destroy();
+        if (sink?.storeError instanceof StoreLimitError) return { kind: "failed", results, error: `${at}: stdout: ${sink.storeError.message}`, permanent: true };
         throw err;
       }
       const { receipt } = ran;
@@ -104,14 +111,18 @@ async function runExec(item: QueueItem, deps: RunnerDeps, signal: AbortSignal): 
       // The previous call's stdout was this call's stdin: used up.
       discard(deps.blobs, previous);
       previous = undefined;
-      const output = receiptSucceeded(receipt) ? await collect(sink, ran.stdout) : undefined;
-      if (sink.storeError) {
+      const output = !receiptSucceeded(receipt)
+        ? undefined
+        : !sink && ran.stdout.length <= Math.min(deps.inlineBytes, deps.blobs.config.maxItemBytes)
+          ? inlineOutput(ran.stdout)
+          : await collect(makeSink(), ran.stdout);
+      if (sink?.storeError) {
         discard(deps.blobs, output);
         return { kind: "failed", results, error: `${at}: stdout: ${sink.storeError.message}`, permanent: sink.storeError instanceof StoreLimitError };
       }
       if (!output) {
-        sink.destroy();
-        discard(deps.blobs, sink.output);
+        sink?.destroy();
+        discard(deps.blobs, sink?.output);
         // A job that finished despite an abort keeps its result; one the abort cut short is
         // given back rather than charged as a failed attempt.
         if (signal.aborted) return { kind: "aborted", reason: signal.reason, results };

@@ -4,7 +4,7 @@
  */
 import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { z } from "zod";
-import { ReceiptSchema } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { ErrorKind, ErrorKindSchema, ReceiptSchema, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { isTraceparent } from "../../shared/tracing/trace-context.js";
 import { checkArgs, checkEnvSize, checkNoNul } from "../../shared/job-limits.js";
@@ -284,7 +284,48 @@ function isStringRecord(value: unknown): value is Record<string, string> {
 
 /** The jsonb `result` column: the receipts of the latest attempt. */
 export function encodeResults(results: readonly CallResult[]): JsonValue {
-  return { calls: results.map((r) => ({ service: r.service, receipt: toJson(ReceiptSchema, r.receipt), ...(r.timing && encodeTiming(r.timing)) })) };
+  return { calls: results.map((r) => ({ service: r.service, receipt: receiptJson(r.receipt), ...(r.timing && encodeTiming(r.timing)) })) };
+}
+
+const errorKindNames = new Map(ErrorKindSchema.values.map((v) => [v.number, v.name]));
+
+/**
+ * A receipt's canonical protobuf JSON, as toJson writes it (same keys, same order), built
+ * directly: the reflective toJson was a measurable part of every completion. A receipt
+ * toJson would write differently or refuse (an unknown error kind, a duration out of
+ * range) goes through toJson.
+ */
+export function receiptJson(r: Receipt): JsonValue {
+  const d = r.duration;
+  const badDuration = d && (d.seconds > 315576000000n || d.seconds < -315576000000n || (d.seconds > 0n && d.nanos < 0) || (d.seconds < 0n && d.nanos > 0));
+  const errorName = r.error === ErrorKind.UNSPECIFIED ? undefined : errorKindNames.get(r.error);
+  if (badDuration || (r.error !== ErrorKind.UNSPECIFIED && errorName === undefined)) return toJson(ReceiptSchema, r);
+  const json: { [key: string]: JsonValue } = {};
+  if (r.exitCode !== undefined) json.exitCode = r.exitCode;
+  if (r.signal !== "") json.signal = r.signal;
+  if (d) json.duration = durationJson(d.seconds, d.nanos);
+  if (r.stderrLine !== "") json.stderrLine = r.stderrLine;
+  const prefix = r.stdoutPrefix;
+  if (prefix.byteLength > 0) json.stdoutPrefix = Buffer.from(prefix.buffer, prefix.byteOffset, prefix.byteLength).toString("base64");
+  if (r.stdoutBytes !== 0n) json.stdoutBytes = r.stdoutBytes.toString();
+  if (r.stdoutStreamed) json.stdoutStreamed = true;
+  if (errorName !== undefined) json.error = errorName;
+  if (r.errorMessage !== "") json.errorMessage = r.errorMessage;
+  if (r.instanceId !== "") json.instanceId = r.instanceId;
+  return json;
+}
+
+// google.protobuf.Duration's JSON: seconds with 0, 3, 6 or 9 fraction digits, then "s".
+function durationJson(seconds: bigint, nanos: number): string {
+  let text = seconds.toString();
+  if (nanos !== 0) {
+    let digits = String(Math.abs(nanos)).padStart(9, "0");
+    if (digits.endsWith("000000")) digits = digits.slice(0, 3);
+    else if (digits.endsWith("000")) digits = digits.slice(0, 6);
+    text += "." + digits;
+    if (nanos < 0 && seconds === 0n) text = "-" + text;
+  }
+  return text + "s";
 }
 
 // Read by the statements that write the call's events (event-sql.ts), not by decodeResults.
@@ -345,26 +386,37 @@ export type InsertedRow = Pick<ItemRow, "id" | "state" | "claimed_by" | "lease" 
  * wrote them from `n` (a fresh row has no outcome, output, error or cancel yet).
  */
 export function insertedItem(row: InsertedRow, n: NormalizedSubmit): QueueItem {
-  return itemFromRow({
-    ...row,
+  // What itemFromRow makes of the row the insert wrote, built directly: no merged row.
+  const { calls, local } = decodePayload(row.id, n.payload);
+  return {
+    id: row.id,
     kind: n.kind,
     priority: n.priority,
-    payload: n.payload,
-    max_attempts: n.maxAttempts,
-    finished_at: null,
-    result: null,
-    output: null,
-    output_blob: null,
-    output_size: null,
-    output_sha256: null,
-    error: null,
-    idempotency_key: n.idempotencyKey ?? null,
-    cancel_requested_at: null,
-    traceparent: n.traceparent ?? null,
-    fairness_key: n.fairnessKey ?? "",
-    fairness_weight: n.fairnessWeight ?? 1,
-    fairness_limit: n.fairnessLimit ?? null,
-  });
+    state: row.state,
+    calls,
+    local,
+    claimedBy: row.claimed_by ?? undefined,
+    lease: Number(row.lease),
+    attempts: row.attempts,
+    maxAttempts: n.maxAttempts,
+    startAfter: row.start_after,
+    createdAt: row.created_at,
+    claimedAt: row.claimed_at ?? undefined,
+    updatedAt: row.updated_at,
+    finishedAt: undefined,
+    results: [],
+    output: undefined,
+    outputBlob: undefined,
+    outputSize: undefined,
+    outputSha256: undefined,
+    error: undefined,
+    idempotencyKey: n.idempotencyKey ?? undefined,
+    cancelRequestedAt: undefined,
+    ...(n.traceparent && { traceparent: n.traceparent }),
+    fairnessKey: n.fairnessKey ?? "",
+    fairnessWeight: n.fairnessWeight ?? 1,
+    fairnessLimit: n.fairnessLimit ?? undefined,
+  };
 }
 
 /** Maps a row to a QueueItem. */

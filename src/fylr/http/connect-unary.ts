@@ -28,6 +28,7 @@ import {
 } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, contentTypeUnaryJson, contentTypeUnaryProto, errorToJsonBytes, trailerMux } from "@connectrpc/connect/protocol-connect";
 import type { OutgoingHttpHeaders } from "node:http";
+import { binaryAnswer, binaryRequests, type BinaryAnswer, type BinaryRequests } from "../../shared/protobuf-wire.js";
 import type { HttpRequest, HttpResponse } from "./http-types.js";
 import { writeHead } from "./responses.js";
 
@@ -37,6 +38,8 @@ type ValidatedOptions = ReturnType<typeof validateUniversalHandlerOptions>;
 interface UnaryProcedure {
   readonly spec: Extract<MethodImplSpec, { kind: "unary" }>;
   readonly serialization: MethodSerializationLookup<DescMessage, DescMessage>;
+  /** The implementation's own decoder of binary requests (undefined answers: protobuf-es). */
+  readonly decode: ((bytes: Uint8Array) => unknown) | undefined;
 }
 
 /** Answers, the generic way, a call the direct path took but cannot answer: its body as read. */
@@ -65,11 +68,11 @@ export class DirectUnary {
 
   /** A router that registers on `router` and remembers the unary procedures. */
   recording(router: ConnectRouter): ConnectRouter {
-    const record = (spec: MethodImplSpec): void => {
+    const record = (spec: MethodImplSpec, decoders?: BinaryRequests[typeof binaryRequests]): void => {
       if (spec.kind !== "unary") return;
       const o = this.options;
       const serialization = createMethodSerializationLookup(spec.method, o.binaryOptions, o.jsonOptions, o);
-      this.procedures.set(`/${spec.method.parent.typeName}/${spec.method.name}`, { spec, serialization });
+      this.procedures.set(`/${spec.method.parent.typeName}/${spec.method.name}`, { spec, serialization, decode: decoders?.[spec.method.localName] });
     };
     const recording: ConnectRouter = {
       get handlers() {
@@ -77,7 +80,8 @@ export class DirectUnary {
       },
       service: (service, implementation, options) => {
         router.service(service, implementation, options);
-        if (!options) for (const spec of Object.values(createServiceImplSpec(service, implementation).methods)) record(spec);
+        const decoders = (implementation as BinaryRequests)[binaryRequests];
+        if (!options) for (const spec of Object.values(createServiceImplSpec(service, implementation).methods)) record(spec, decoders);
         return recording;
       },
       rpc: (method, impl, options) => {
@@ -113,7 +117,7 @@ export class DirectUnary {
       if (length !== undefined && bytes.byteLength !== length) return fallback(bytes);
       let input;
       try {
-        input = procedure.serialization.getI(binary).parse(bytes);
+        input = (binary ? procedure.decode?.(bytes) : undefined) ?? procedure.serialization.getI(binary).parse(bytes);
       } catch {
         return fallback(bytes);
       }
@@ -135,8 +139,10 @@ export class DirectUnary {
     const ctx = new DirectContext(spec.method, req, res, values);
     let body: Uint8Array;
     try {
-      const output = create(spec.method.output, (await spec.impl(input as never, ctx)) as never);
-      body = serialization.getO(binary).serialize(output);
+      const answer = await spec.impl(input as never, ctx);
+      const wire = binary ? (answer as BinaryAnswer)[binaryAnswer]?.() : undefined;
+      // Over the size limit, the usual path gives Connect's own error.
+      body = wire && wire.byteLength <= this.options.writeMaxBytes ? wire : serialization.getO(binary).serialize(create(spec.method.output, answer as never));
     } catch (e) {
       ctx.finish(e);
       const err = e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
