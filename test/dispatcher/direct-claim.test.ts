@@ -233,8 +233,12 @@ describe("a submit claimed in its own insert", function () {
     const held = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items WHERE state IN ('claimed', 'running')");
     expect(held.rows[0]!.n, "held in the database").to.be.at.most(4);
     expect(d.stats().execHeld).to.be.at.most(4);
+    // The counter follows the written success a moment later: wait for all 24 events.
+    const succeeded = new EventMonitor(d.events, "item:succeeded");
     gate.open();
     for (const { item } of results) expect(await itemReaches(d, item.id, ["succeeded", "failed"])).to.deep.include({ state: "succeeded", attempts: 1, lease: 1 });
+    await succeeded.awaitCount(24);
+    succeeded.release();
     stop();
     expect(maxHeld, "held at any claim").to.be.at.most(4);
     expect(d.stats().counters).to.include({ claimed: 24, succeeded: 24, claimedDirectly: direct.length });
