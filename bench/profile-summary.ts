@@ -83,4 +83,11 @@ function main(args: string[]): void {
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) main(process.argv.slice(2));
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  // Piped into head: the reader left, so the rest is not wanted.
+  process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+    if (err.code !== "EPIPE") throw err;
+    process.exit(0);
+  });
+  main(process.argv.slice(2));
+}
