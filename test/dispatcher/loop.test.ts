@@ -286,13 +286,7 @@ describe("dispatcher loop", () => {
     // Queued before the loop starts: a backlog from the first pass on.
     const n = { kind: "exec" as const, priority: 0, payload: { calls: [{ service: "cat", args: [], env: {} }] }, startAfter: undefined, maxAttempts: 3, idempotencyKey: undefined };
     for (let i = 0; i < 12; i++) await queue.submit(n);
-    const statements: string[] = [];
-    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
-    (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
-      const first = args[0] as string | { text: string };
-      statements.push((typeof first === "string" ? first : first.text).trim().split(/\s+/).slice(0, 3).join(" "));
-      return query(...args);
-    };
+    const statements = recordStatements(pool);
     let running = 0;
     let most = 0;
     const backend = new TestBackend(async (_request, options) => {
@@ -322,13 +316,7 @@ describe("dispatcher loop", () => {
   it("under a local backlog successes claim the next local items in their own statement, never past the permits", async () => {
     const n = { kind: "local" as const, priority: 0, payload: { local: { name: "count", params: {}, input: "" } }, startAfter: undefined, maxAttempts: 3, idempotencyKey: undefined };
     for (let i = 0; i < 30; i++) await queue.submit(n);
-    const statements: string[] = [];
-    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
-    (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
-      const first = args[0] as string | { text: string };
-      statements.push((typeof first === "string" ? first : first.text).trim().split(/\s+/).slice(0, 3).join(" "));
-      return query(...args);
-    };
+    const statements = recordStatements(pool);
     // Four permits, three of them open to normal items.
     const d = await startDispatcher({ pool, capacity: new ManualCapacitySource(), backend: new TestBackend(), config: { ...fast, pollIntervalMs: 60_000, localSlots: 4 } });
     let held = 0;
@@ -383,3 +371,15 @@ describe("dispatcher loop", () => {
     await release(d);
   });
 });
+
+/** Records the first three words of every statement sent through `pool` from now on. */
+function recordStatements(pool: pg.Pool): string[] {
+  const statements: string[] = [];
+  const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+  (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+    const first = args[0] as string | { text: string };
+    statements.push((typeof first === "string" ? first : first.text).trim().split(/\s+/).slice(0, 3).join(" "));
+    return query(...args);
+  };
+  return statements;
+}
