@@ -98,21 +98,26 @@ export interface ClaimAlong {
 }
 
 /**
- * completeItem (sql.ts) and a claim. $1–$8 as completeItem, $9 the fylr, $10 the limit.
- * One row at least: `done` (1 when the fence let the completion through, else 0) and the
- * claimed item's columns, all null when nothing was claimed.
+ * completeItem (one completion) or completeItems (`many`, sql.ts) and the claim `claim`
+ * (CTEs ending in `claimed`), in one statement. One row at least: `done` and the claimed
+ * item's columns, all null when nothing was claimed. `done` of one completion: 1 when the
+ * fence let it through, else 0; of many: the "id/lease" texts of those the fences let through.
  */
-export const completeItemAndClaim = `
-WITH ${sql.completeItemCtes}, ${sql.claimCtes("$9::text", "(-2147483648)::integer", "$10::integer")}
+function completeWithClaim(many: boolean, claim: string): string {
+  return many
+    ? `
+WITH ${sql.completeItemsCtes}, ${claim}
+SELECT d.done, k.* FROM (SELECT coalesce(array_agg(id::text || '/' || lease::text), '{}') AS done FROM done) d LEFT JOIN claimed k ON true`
+    : `
+WITH ${sql.completeItemCtes}, ${claim}
 SELECT d.done, k.* FROM (SELECT count(*)::int AS done FROM done) d LEFT JOIN claimed k ON true`;
+}
 
-/**
- * completeItems (sql.ts) and a claim. $1–$8 as completeItems, $9 the fylr, $10 the limit.
- * `done`: the "id/lease" texts of the completions the fences let through.
- */
-export const completeItemsAndClaim = `
-WITH ${sql.completeItemsCtes}, ${sql.claimCtes("$9::text", "(-2147483648)::integer", "$10::integer")}
-SELECT d.done, k.* FROM (SELECT coalesce(array_agg(id::text || '/' || lease::text), '{}') AS done FROM done) d LEFT JOIN claimed k ON true`;
+const execClaim = sql.claimCtes("$9::text", "(-2147483648)::integer", "$10::integer");
+/** completeItem and an exec claim: $1–$8 as completeItem, $9 the fylr, $10 the limit. */
+export const completeItemAndClaim = completeWithClaim(false, execClaim);
+/** completeItems and an exec claim: $1–$8 as completeItems, $9 the fylr, $10 the limit. */
+export const completeItemsAndClaim = completeWithClaim(true, execClaim);
 
 /** completeItem(s) and a local claim: $1–$8 as those, $9 the fylr, $10 the high priority, $11 the total, $12 the normal permits. */
 const localTexts = new Map<string, string>();
@@ -120,12 +125,7 @@ function completeAndClaimLocal(many: boolean, most: number): string {
   const key = `${many}/${sql.claimLocalLimit(most)}`;
   let text = localTexts.get(key);
   if (!text) {
-    const claim = sql.claimLocalCtes("$9::text", "$10::integer", "$11::integer", "$12::integer", most);
-    text = many
-      ? `WITH ${sql.completeItemsCtes}, ${claim}
-SELECT d.done, k.* FROM (SELECT coalesce(array_agg(id::text || '/' || lease::text), '{}') AS done FROM done) d LEFT JOIN claimed k ON true`
-      : `WITH ${sql.completeItemCtes}, ${claim}
-SELECT d.done, k.* FROM (SELECT count(*)::int AS done FROM done) d LEFT JOIN claimed k ON true`;
+    text = completeWithClaim(many, sql.claimLocalCtes("$9::text", "$10::integer", "$11::integer", "$12::integer", most));
     localTexts.set(key, text);
   }
   return text;
