@@ -218,11 +218,17 @@ export class JobLauncher {
   /** The queued removals as the fields of a spawn message (none: {}). */
   #takeRemovals(): { rm?: string[]; rmn?: number } {
     if (this.#rmQueue.length === 0) return {};
+    const batch = this.#newBatch();
+    this.#rmLater(CONFIRM_DELAY_MS);
+    return batch;
+  }
+
+  /** The queued removals as a numbered batch, sent from now on. */
+  #newBatch(): { rm: string[]; rmn: number } {
     const rm = this.#rmQueue;
     const rmn = ++this.#rmBatch;
     this.#rmQueue = [];
     this.#rmSent.set(rmn, rm);
-    this.#rmLater(CONFIRM_DELAY_MS);
     return { rm, rmn };
   }
 
@@ -239,10 +245,7 @@ export class JobLauncher {
       return;
     }
     if (this.#rmQueue.length > 0 || (!asked && this.#rmSent.size > 0)) {
-      const rm = this.#rmQueue;
-      const rmn = ++this.#rmBatch;
-      this.#rmQueue = [];
-      this.#rmSent.set(rmn, rm);
+      const { rm, rmn } = this.#newBatch();
       asked ??= this.#rmAsked = { batch: rmn, at: performance.now() };
       child.send({ t: "rm", rm, rmn }, () => undefined);
     }
