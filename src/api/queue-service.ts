@@ -7,8 +7,6 @@
  */
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type ServiceImpl } from "@connectrpc/connect";
-import type {
-  SubmitResponseSchema} from "../../gen/slotbroker/v1/queue_pb.js";
 import {
   CancelResponseSchema,
   DeleteResponseSchema,
@@ -22,6 +20,7 @@ import {
   QueueService,
   type ListRequest,
   type SubmitRequest,
+  type SubmitResponseSchema,
 } from "../../gen/slotbroker/v1/queue_pb.js";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { historyToProto, itemStateFromProto, itemToBinary, itemToProto, statsToProto, submitInputFromProto, submitRequestFromBinary, type Dispatcher, type ItemState, type ListFilter, type QueueItem } from "../dispatcher/index.js";
@@ -154,9 +153,8 @@ export function listFilterFromProto(req: ListRequest): ListFilter {
     pageToken: req.pageToken || undefined,
   };
 }
-// The caller just sent the inline stdin; echoing it would only cost serializing (and often
-// compressing) it again. The case stays, so the answer still says where stdin comes from.
-// The Item message is built only when asked for: the direct path takes the bytes instead.
+// A Submit's answer; its Item message is built only when asked for: the direct path takes
+// the bytes instead. Both leave out the inline stdin (see withoutInlineStdin).
 function submitAnswer(item: QueueItem, created: boolean): MessageInitShape<typeof SubmitResponseSchema> & BinaryAnswer {
   return {
     get item() {
@@ -176,6 +174,8 @@ function submitAnswer(item: QueueItem, created: boolean): MessageInitShape<typeo
   };
 }
 
+// The caller just sent the inline stdin; echoing it would only cost serializing (and often
+// compressing) it again. The case stays, so the answer still says where stdin comes from.
 function withoutInlineStdin(item: Item): Item {
   for (const call of item.calls) if (call.stdin.case === "stdinData") call.stdin.value = noBytes;
   return item;
