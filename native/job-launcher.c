@@ -1128,12 +1128,12 @@ static size_t in_len, in_cap;
 static bool skipping;
 
 /* The id of a line too long to parse, if its first bytes name one ({"t":"spawn","id":N,...}). */
-static void answer_too_long(void) {
-  const char *p = memmem(in, in_len < 256 ? in_len : 256, "\"id\":", 5);
+static void answer_too_long(const char *line, size_t len) {
+  const char *p = memmem(line, len < 256 ? len : 256, "\"id\":", 5);
   if (!p) return;
   p += 5;
   size_t n = 0;
-  while (n < MAX_ID - 1 && p + n < in + in_len && p[n] >= '0' && p[n] <= '9') n++;
+  while (n < MAX_ID - 1 && p + n < line + len && p[n] >= '0' && p[n] <= '9') n++;
   if (n == 0 || n == MAX_ID - 1) return;
   char id[MAX_ID];
   memcpy(id, p, n);
@@ -1162,14 +1162,16 @@ static void read_channel(void) {
   size_t start = 0;
   for (char *nl; (nl = memchr(in + scanned, '\n', in_len - scanned)); scanned = (size_t)(nl - in) + 1) {
     size_t end = (size_t)(nl - in);
+    /* One read can bring the end of a line whose start was short enough to keep. */
     if (skipping) skipping = false;
+    else if (end - start > MAX_LINE) answer_too_long(in + start, end - start);
     else handle_line(in + start, end - start);
     start = end + 1;
   }
   memmove(in, in + start, in_len - start);
   in_len -= start;
   if (in_len > MAX_LINE) {
-    if (!skipping) answer_too_long();
+    if (!skipping) answer_too_long(in, in_len);
     skipping = true;
     in_len = 0;
   }
