@@ -105,7 +105,8 @@ describe("dispatcher wakeups (LISTEN/NOTIFY)", function () {
     await passes.awaitCount(1);
     stop();
     // Twenty notifications 2 ms apart: held back to one per 10 ms there would be at most ~5.
-    expect(wakeups.length, "woken by the burst").to.be.at.least(10);
+    // (A loaded machine delivers some together, hence not 20.)
+    expect(wakeups.length, "woken by the burst").to.be.at.least(8);
     await release(a);
     await release(b);
   });

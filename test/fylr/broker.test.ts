@@ -172,7 +172,8 @@ describe("fylr broker client against two execserver processes", function () {
     const replica = await startReplica({ addresses: [a.grpcAddress] }, "keyed");
     try {
       await ready(replica.broker, 1);
-      const busy = runSleep(replica, "1");
+      // Busy long enough for six wants to park even on a loaded machine.
+      const busy = runSleep(replica, "3");
       await waitFor("the slot busy", async () => (await a.status()).waitgroups[0]!.running === 1);
       const started: string[] = [];
       const run = (name: string, fairnessKey?: string, fairnessWeight?: number): Promise<unknown> =>
