@@ -1,7 +1,7 @@
 import { once } from "node:events";
 import { expect } from "chai";
 import pg from "pg";
-import { createDefaultActions, loadMigrations, migrate, normalizeSubmit, QueueStore } from "../../src/dispatcher/index.js";
+import { createDefaultActions, ItemControlStore, loadMigrations, migrate, normalizeSubmit, QueueStore } from "../../src/dispatcher/index.js";
 import { claimLocalItems, explainClaimPath, itemPosition } from "../../src/dispatcher/queue/sql.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool } from "./support.js";
@@ -70,7 +70,7 @@ describe("dispatcher migrations", () => {
       // What a test resetting its tables does: the trigger functions outlive them.
       await pool.query("DROP TABLE item_events, blob_reservations, blob_usage, blob_chunks, blobs, queue_keys, queue_items, fylrs, slotbroker_migrations CASCADE");
       // slotbroker_claim_exec returns queue_items rows: it went with the table.
-      expect((await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'slotbroker_%'")).rows[0]).to.deep.equal({ n: 6 });
+      expect((await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'slotbroker_%'")).rows[0]).to.deep.equal({ n: 7 });
       expect((await migrate(pool)).applied).to.deep.equal(loadMigrations().map((m) => m.version));
       // …and the notify trigger is back in place.
       await listener.connect();
@@ -98,7 +98,7 @@ describe("dispatcher migrations", () => {
       for (let i = 0; i < 3; i++) await submit("b");
       const held = await queue.claim("f", "exec", lowest, 2);
       expect(held.map((i) => i.fairnessKey)).to.deep.equal(["a", "b"]);
-      expect((await migrate(pool)).applied).to.deep.equal([13]);
+      expect((await migrate(pool, { migrations: loadMigrations().filter((m) => m.version <= 13) })).applied).to.deep.equal([13]);
       // Keys still take turns, the turn kept across the migration; a stale fence still refuses.
       const next = await queue.claim("f", "exec", lowest, 3);
       expect(next.map((i) => i.fairnessKey)).to.deep.equal(["a", "b", "a"]);
@@ -110,6 +110,43 @@ describe("dispatcher migrations", () => {
       const kinds = await pool.query<{ kind: string }>("SELECT kind FROM item_events WHERE item_id = $1 ORDER BY n", [held[0]!.id]);
       expect(kinds.rows.map((r) => r.kind)).to.deep.equal(["submitted", "claimed", "succeeded"]);
       expect((await pool.query("SELECT count(*)::int AS n FROM queue_items WHERE state = 'queued'")).rows[0]).to.deep.equal({ n: 0 });
+    } finally {
+      await closeAll(pool);
+    }
+  });
+
+  it("moves a database at 0013 with items in flight to 0014: settles, lists, deletes and sweeps with their events", async () => {
+    const at13 = await createTestDatabase("migrate_0013");
+    await migrate(at13, { migrations: loadMigrations().filter((m) => m.version <= 13) });
+    const pool = openPool(at13, 2);
+    const queue = new QueueStore(pool);
+    const control = new ItemControlStore(pool);
+    const eventsOf = async (id: string): Promise<string[]> =>
+      (await pool.query<{ kind: string }>("SELECT kind FROM item_events WHERE item_id = $1 ORDER BY n", [id])).rows.map((r) => r.kind);
+    try {
+      await queue.registerFylr({ id: "f", hostname: "h", pid: 1 });
+      const submit = async (): Promise<string> =>
+        (await queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), { maxInputBytes: 1024, defaultMaxAttempts: 3 }))).item.id;
+      const ids = [await submit(), await submit(), await submit(), await submit()];
+      const held = await queue.claim("f", "exec", lowest, 2);
+      expect(await queue.complete(held[0]!, [], undefined)).to.equal(true);
+      expect((await migrate(pool)).applied).to.deep.equal([14]);
+      // The claim held across the migration settles under its fence; the rest are claimed and settle too.
+      expect(await queue.complete({ ...held[1]!, lease: held[1]!.lease - 1 }, [], undefined)).to.equal(false);
+      expect(await queue.complete(held[1]!, [], undefined)).to.equal(true);
+      for (const item of await queue.claim("f", "exec", lowest, 5)) expect(await queue.complete(item, [], undefined)).to.equal(true);
+      for (const id of ids) expect(await eventsOf(id)).to.deep.equal(["submitted", "claimed", "succeeded"]);
+      // Every page, newest first, across the merged state ranges.
+      const page = await control.list({ pageSize: 3 });
+      const rest = await control.list({ pageSize: 3, pageToken: page.nextPageToken });
+      expect([...page.items, ...rest.items].map((i) => i.id)).to.deep.equal([...ids].reverse());
+      // Deleting an item, by request or by the retention sweep, deletes its events.
+      await control.delete(ids[0]!);
+      expect(await eventsOf(ids[0]!)).to.deep.equal([]);
+      expect((await queue.sweepFinished(0, 2)).items).to.equal(2);
+      expect((await pool.query("SELECT count(DISTINCT item_id)::int AS n FROM item_events")).rows[0]).to.deep.equal({ n: 1 });
+      await pool.query("TRUNCATE queue_items CASCADE");
+      expect((await pool.query("SELECT count(*)::int AS n FROM item_events")).rows[0]).to.deep.equal({ n: 0 });
     } finally {
       await closeAll(pool);
     }

@@ -1,7 +1,7 @@
 /**
  * The item timeline's writes, as SQL fragments the statements of sql.ts carry along: each
  * statement that changes an item bumps `queue_items.events` by the number of events it
- * writes and inserts them in a CTE of its own, so an event never costs a round trip.
+ * writes and inserts them in CTEs of its own, so an event never costs a round trip.
  * Event n of an item lands in slot (n − 1) % eventCap: an item keeps its latest eventCap
  * events, an older one overwritten in place (migration 0009).
  */
@@ -30,7 +30,7 @@ export interface EventExpr {
   readonly where?: string;
 }
 
-/** A SELECT yielding the events of `e`, typed for insertEvents. */
+/** A SELECT yielding the events of `e`, typed for eventCtes. */
 export function eventSelect(e: EventExpr): string {
   const col = (expr: string | undefined, type: string): string => `(${expr ?? "NULL"})::${type}`;
   const columns = [
@@ -51,15 +51,28 @@ export function eventSelect(e: EventExpr): string {
   return `SELECT ${columns.join(", ")} FROM ${e.from}${e.where ? ` WHERE ${e.where}` : ""}`;
 }
 
-/** An INSERT of the events the SELECTs yield (for a CTE: `ev AS (${insertEvents(…)})`). */
-export function insertEvents(...selects: string[]): string {
-  return `INSERT INTO item_events (item_id, n, at, kind, fylr, attempt, execserver, service, slot_wait_ms, duration_ms, exit_code, error_kind, detail, slot)
-SELECT e.*, (e.n - 1) % ${eventCap}
-FROM (${selects.join("\n  UNION ALL ")}) AS e(item_id, n, at, kind, fylr, attempt, execserver, service, slot_wait_ms, duration_ms, exit_code, error_kind, detail)
+const eventColumns = "item_id, n, at, kind, fylr, attempt, execserver, service, slot_wait_ms, duration_ms, exit_code, error_kind, detail";
+
+/**
+ * CTEs writing the events the SELECTs yield: `name` (the events with their slots) and two
+ * INSERTs. An event numbered up to eventCap takes a slot never used before (an item's
+ * events are numbered under its row lock, by the statement that writes them), so it is a
+ * plain insert; only a later one overwrites its slot, by upsert. An upsert costs every row
+ * an index probe, a speculative-insertion lock and a second WAL record.
+ */
+export function eventCtes(name: string, ...selects: string[]): string {
+  return `${name} AS (
+SELECT e.*, (e.n - 1) % ${eventCap} AS slot
+FROM (${selects.join("\n  UNION ALL ")}) AS e(${eventColumns})
+), ${name}_new AS (
+INSERT INTO item_events (${eventColumns}, slot) SELECT * FROM ${name} WHERE n <= ${eventCap}
+), ${name}_over AS (
+INSERT INTO item_events (${eventColumns}, slot) SELECT * FROM ${name} WHERE n > ${eventCap}
 ON CONFLICT (item_id, slot) DO UPDATE
 SET n = excluded.n, at = excluded.at, kind = excluded.kind, fylr = excluded.fylr, attempt = excluded.attempt,
     execserver = excluded.execserver, service = excluded.service, slot_wait_ms = excluded.slot_wait_ms,
-    duration_ms = excluded.duration_ms, exit_code = excluded.exit_code, error_kind = excluded.error_kind, detail = excluded.detail`;
+    duration_ms = excluded.duration_ms, exit_code = excluded.exit_code, error_kind = excluded.error_kind, detail = excluded.detail
+)`;
 }
 
 /** How many events the calls of a result (a jsonb expression, as completeItem's $4) write: two per call. */

@@ -38,7 +38,16 @@ const columns = `id, seq, kind, priority, payload, state, claimed_by, lease, sta
   created_at, claimed_at, updated_at, finished_at, result, NULL::bytea AS output, output_blob, output_size,
   output_sha256, error, idempotency_key, cancel_requested_at, fairness_key, fairness_weight, fairness_limit`;
 
-/** The list query for a filter: SQL text, its values, and the page size (one extra row is fetched to tell if there is more). */
+/** Every state, for a listing that filters by none: its pages merge one index range per state. */
+const allStates: readonly ItemState[] = ["queued", "claimed", "running", "succeeded", "failed", "cancelled"];
+
+/**
+ * The list query for a filter: SQL text, its values, and the page size (one extra row is
+ * fetched to tell if there is more). Without a service or key filter the (state, seq) index
+ * serves every page: one state is one index range in page order; several states (or none
+ * given: all of them) are one range each, merged in page order (there is no index on seq
+ * alone, which every state change would have to write).
+ */
 export function listQuery(filter: ListFilter): { text: string; values: unknown[]; pageSize: number } {
   const where: string[] = [];
   const values: unknown[] = [];
@@ -47,19 +56,26 @@ export function listQuery(filter: ListFilter): { text: string; values: unknown[]
     return `$${values.length}`;
   };
   const states = [...new Set(filter.states ?? [])];
-  // One state is an equality, so the (state, seq) index hands rows over in page order;
-  // several states are merged and sorted (still bounded by LIMIT per index range).
-  if (states.length === 1) where.push(`state = ${param(states[0])}`);
-  else if (states.length > 1) where.push(`state = ANY(${param(states)}::text[])`);
   if (filter.service) where.push(`${serviceExpr} = ${param(filter.service)}`);
   if (filter.fairnessKey !== undefined) where.push(`fairness_key = ${param(filter.fairnessKey)}`);
+  // Literals of our own list: each branch's plan knows its state.
+  const branches = states.length !== 1 && where.length === 0 ? allStates.filter((s) => states.length === 0 || states.includes(s)) : [];
+  const merged = branches.length > 0 ? branches : undefined;
+  if (states.length === 1) where.push(`state = ${param(states[0])}`);
+  else if (states.length > 1 && !merged) where.push(`state = ANY(${param(states)}::text[])`);
   if (filter.minPriority !== undefined) where.push(`priority >= ${param(filter.minPriority)}`);
   if (filter.maxPriority !== undefined) where.push(`priority <= ${param(filter.maxPriority)}`);
   if (filter.createdAfter) where.push(`created_at >= ${param(filter.createdAfter)}`);
   if (filter.createdBefore) where.push(`created_at < ${param(filter.createdBefore)}`);
   if (filter.pageToken) where.push(`seq < ${param(decodePageToken(filter.pageToken))}::bigint`);
   const pageSize = Math.min(Math.max(filter.pageSize || defaultPageSize, 1), maxPageSize);
-  const text = `SELECT ${columns} FROM queue_items${where.length > 0 ? ` WHERE ${where.join(" AND ")}` : ""} ORDER BY seq DESC LIMIT ${param(pageSize + 1)}`;
+  const limit = param(pageSize + 1);
+  // Each branch ordered and limited on its own: only so does its plan read the index range
+  // in order (the planner drops a constant leading column for a query's own quals alone).
+  const from = merged
+    ? `(${merged.map((state) => `(SELECT * FROM queue_items WHERE ${[`state = '${state}'`, ...where].join(" AND ")} ORDER BY seq DESC LIMIT ${limit})`).join("\n  UNION ALL ")}) AS q`
+    : `queue_items${where.length > 0 ? ` WHERE ${where.join(" AND ")}` : ""}`;
+  const text = `SELECT ${columns} FROM ${from} ORDER BY seq DESC LIMIT ${limit}`;
   return { text, values, pageSize };
 }
 

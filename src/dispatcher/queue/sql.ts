@@ -8,7 +8,7 @@
  * no row, and the caller logs the refusal.
  */
 
-import { callEventCount, eventSelect, insertEvents, settleEventSelects } from "./event-sql.js";
+import { callEventCount, eventCtes, eventSelect, settleEventSelects } from "./event-sql.js";
 
 /**
  * What an insert returns: the columns the database decides. The others hold what the
@@ -54,10 +54,10 @@ FROM (
 ) d
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ${insertedColumns}
-), inserted_events AS (${insertEvents(
+), ${eventCtes("inserted_events", 
   eventSelect({ item: "id", n: "1", kind: "'submitted'", from: "inserted" }),
   eventSelect({ item: "id", n: "2", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "inserted", where: "state = 'claimed'" }),
-)})
+)}
 SELECT * FROM inserted`;
 
 /**
@@ -82,7 +82,7 @@ FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::jsonb[], $5::timestamptz[
 ORDER BY s.n
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ${insertedColumns}
-), inserted_events AS (${insertEvents(eventSelect({ item: "id", n: "1", kind: "'submitted'", from: "inserted" }))})
+), ${eventCtes("inserted_events", eventSelect({ item: "id", n: "1", kind: "'submitted'", from: "inserted" }))}
 SELECT * FROM inserted`;
 
 /** The item holding an idempotency key. $1 key. */
@@ -111,7 +111,7 @@ SELECT * FROM claimed ORDER BY ordinality`;
 export function claimCtes(fylr: string, minPriority: string, limit: string): string {
   return `claimed AS (
   SELECT * FROM slotbroker_claim_exec(${fylr}, ${minPriority}, ${limit}) WITH ORDINALITY AS c
-), claimed_events AS (${insertEvents(eventSelect({ item: "id", n: "events", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }))})`;
+), ${eventCtes("claimed_events", eventSelect({ item: "id", n: "events", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }))}`;
 }
 
 /**
@@ -134,7 +134,7 @@ WITH next AS (
   FROM next
   WHERE q.id = next.id
   RETURNING q.*
-), claimed_events AS (${insertEvents(eventSelect({ item: "id", n: "events", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }))})
+), ${eventCtes("claimed_events", eventSelect({ item: "id", n: "events", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }))}
 SELECT * FROM claimed`;
 
 /**
@@ -186,10 +186,10 @@ SET state = 'running', claimed_by = ${fylr}, lease = q.lease + 1, attempts = q.a
 FROM ranked
 WHERE q.id = ranked.id AND (ranked.high OR ranked.n <= ${normal} - ranked.highs)
 RETURNING q.*
-), claimed_events AS (${insertEvents(
+), ${eventCtes("claimed_events", 
     eventSelect({ item: "id", n: "events - 1", kind: "'claimed'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }),
     eventSelect({ item: "id", n: "events", kind: "'running'", fylr: "claimed_by", attempt: "attempts", from: "claimed" }),
-  )})`;
+  )}`;
 }
 
 /** The claim query's SELECT alone, for EXPLAIN in tests. Same parameters minus $1. */
@@ -200,7 +200,7 @@ ORDER BY priority DESC, start_after, seq
 LIMIT $3
 FOR UPDATE SKIP LOCKED`;
 
-const runningEvent = insertEvents(eventSelect({ item: "id", n: "events", kind: "'running'", fylr: "claimed_by", attempt: "attempts", from: "marked" }));
+const runningEvent = eventCtes("marked_events", eventSelect({ item: "id", n: "events", kind: "'running'", fylr: "claimed_by", attempt: "attempts", from: "marked" }));
 
 /** claimed → running (the slot came). Fenced: $1 id, $2 claimed_by, $3 lease. */
 export const markRunning = `
@@ -208,7 +208,7 @@ WITH marked AS (
 UPDATE queue_items SET state = 'running', updated_at = now(), events = events + 1
 WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state = 'claimed'
 RETURNING id, state, events, claimed_by, attempts
-), marked_events AS (${runningEvent})
+), ${runningEvent}
 SELECT state FROM marked`;
 
 /**
@@ -222,7 +222,7 @@ UPDATE queue_items q SET state = 'running', updated_at = now(), events = q.event
 FROM unnest($1::uuid[], $2::text[], $3::bigint[]) WITH ORDINALITY AS m(id, claimed_by, lease, n)
 WHERE q.id = m.id AND q.claimed_by = m.claimed_by AND q.lease = m.lease AND q.state = 'claimed'
 RETURNING m.n, q.id, q.events, q.claimed_by, q.attempts
-), marked_events AS (${runningEvent})
+), ${runningEvent}
 SELECT n FROM marked`;
 
 /**
@@ -237,7 +237,7 @@ export const completeItemCtes = `done AS (
       error = NULL, finished_at = now(), updated_at = now(), events = events + 1 + ${callEventCount("$4::jsonb")}
   WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
   RETURNING id, state, events, attempts
-), done_events AS (${insertEvents(...settleEventSelects("done", "$4::jsonb", "$2::text", { kind: "'succeeded'" }))})`;
+), ${eventCtes("done_events", ...settleEventSelects("done", "$4::jsonb", "$2::text", { kind: "'succeeded'" }))}`;
 
 /** completeItemCtes alone: one row (`state`) when the fence let it through. */
 export const completeItem = `WITH ${completeItemCtes} SELECT state FROM done`;
@@ -257,7 +257,7 @@ export const completeItemsCtes = `done AS (
     AS c(id, claimed_by, lease, result, output, output_blob, output_size, output_sha256)
   WHERE q.id = c.id AND q.claimed_by = c.claimed_by AND q.lease = c.lease AND q.state IN ('claimed', 'running')
   RETURNING q.id, q.lease, q.events, q.attempts, q.claimed_by, c.result
-), done_events AS (${insertEvents(...settleEventSelects("done", "done.result", "done.claimed_by", { kind: "'succeeded'" }))})`;
+), ${eventCtes("done_events", ...settleEventSelects("done", "done.result", "done.claimed_by", { kind: "'succeeded'" }))}`;
 
 /** completeItemsCtes alone: the written (id, lease) pairs. */
 export const completeItems = `WITH ${completeItemsCtes} SELECT id, lease FROM done`;
@@ -280,12 +280,12 @@ SET state       = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
     result = $4, error = $5, updated_at = now(), events = events + 1 + ${callEventCount("$4::jsonb")}
 WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
 RETURNING id, state, events, attempts
-), settled_events AS (${insertEvents(
+), ${eventCtes("settled_events", 
   ...settleEventSelects("settled", "$4::jsonb", "$2::text", {
     kind: "CASE WHEN settled.state = 'queued' THEN 'requeued' ELSE settled.state END",
     detail: "CASE WHEN settled.state = 'queued' THEN 'after a failed attempt: ' ELSE '' END || $5::text",
   }),
-)})
+)}
 SELECT state FROM settled`;
 
 /**
@@ -304,7 +304,7 @@ SET state       = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'canc
     start_after = now() + $4::double precision * interval '1 millisecond', updated_at = now(), events = events + 1
 WHERE id = $1 AND claimed_by = $2 AND lease = $3 AND state IN ('claimed', 'running')
 RETURNING id, state, events, attempts
-), released_events AS (${insertEvents(
+), ${eventCtes("released_events", 
   eventSelect({
     item: "id",
     n: "events",
@@ -316,7 +316,7 @@ RETURNING id, state, events, attempts
                   ELSE 'given back unfinished (its fylr stopped or was declared dead)' END`,
     from: "released",
   }),
-)})
+)}
 SELECT state FROM released`;
 
 /**
@@ -336,7 +336,7 @@ WHERE id = $1 AND claimed_by = $2 AND lease = $3
   AND (state IN ('claimed', 'running')
        OR (state = 'cancelled' AND result IS NULL AND jsonb_array_length($4::jsonb -> 'calls') > 0))
 RETURNING id, state, events, attempts
-), settled_events AS (${insertEvents(...settleEventSelects("settled", "$4::jsonb", "$2::text", { kind: "'cancelled'", detail: "$5::text" }))})
+), ${eventCtes("settled_events", ...settleEventSelects("settled", "$4::jsonb", "$2::text", { kind: "'cancelled'", detail: "$5::text" }))}
 SELECT state FROM settled`;
 
 /**
@@ -360,7 +360,7 @@ WITH target AS (
   FROM target t
   WHERE q.id = t.id AND t.state IN ('queued', 'claimed', 'running')
   RETURNING q.*, t.state AS previous_state
-), changed_events AS (${insertEvents(
+), ${eventCtes("changed_events", 
   eventSelect({
     item: "id",
     n: "events",
@@ -369,7 +369,7 @@ WITH target AS (
     detail: "'by request'",
     from: "changed",
   }),
-)})
+)}
 SELECT changed.*,
        CASE WHEN previous_state IN ('claimed', 'running') THEN pg_notify('slotbroker_queue', 'cancel ' || id) END AS notified
 FROM changed`;
@@ -386,7 +386,7 @@ SET state = 'cancelled', finished_at = now(), updated_at = now(), events = event
 WHERE cancel_requested_at IS NOT NULL AND state IN ('claimed', 'running')
   AND cancel_requested_at < now() - $1::double precision * interval '1 millisecond'
 RETURNING id, events, attempts, error
-), overdue_events AS (${insertEvents(eventSelect({ item: "id", n: "events", kind: "'cancelled'", attempt: "attempts", detail: "error", from: "overdue" }))})
+), ${eventCtes("overdue_events", eventSelect({ item: "id", n: "events", kind: "'cancelled'", attempt: "attempts", detail: "error", from: "overdue" }))}
 SELECT id FROM overdue`;
 
 /** Of the items with these ids ($1 uuid[]), those cancelled or with a cancel pending: the holder's check. */
@@ -412,7 +412,7 @@ WITH target AS (
   FROM target
   WHERE q.id = target.id
   RETURNING q.*
-), retried_events AS (${insertEvents(eventSelect({ item: "id", n: "events", kind: "'retried'", from: "retried" }))})
+), ${eventCtes("retried_events", eventSelect({ item: "id", n: "events", kind: "'retried'", from: "retried" }))}
 SELECT * FROM retried`;
 
 /**
@@ -482,7 +482,7 @@ WITH dead AS (
   FROM stale
   WHERE q.id = stale.id AND q.state IN ('claimed', 'running') AND q.claimed_by = stale.owner
   RETURNING q.id, q.state, stale.owner AS claimed_by, q.events, q.attempts
-), orphan_events AS (${insertEvents(
+), ${eventCtes("orphan_events", 
   eventSelect({
     item: "id",
     n: "events",
@@ -492,7 +492,7 @@ WITH dead AS (
     detail: "'rescued: fylr ' || claimed_by || ' stopped heartbeating'",
     from: "orphans",
   }),
-)})
+)}
 SELECT
   (SELECT coalesce(json_agg(id), '[]'::json) FROM dead) AS dead,
   (SELECT coalesce(json_agg(json_build_object('id', id, 'state', state, 'claimedBy', claimed_by)), '[]'::json) FROM orphans) AS orphans`;
