@@ -8,7 +8,14 @@
  *   in:  {"t":"spawn","id":ID,"file":F,"args":[...],"cwd":D,"env":{K:V,...},"stdin":B}
  *   out: {"t":"fd","id":ID,"n":N,"pid":P}  twice (stdin n=0, stdout 1), each with the
  *        execserver's end of the job's socketpair attached as a handle; with "stdin":false
- *        the job reads /dev/null and only n=1 is sent
+ *        the job reads /dev/null and only n=1 is sent; with "watched":true when the job's
+ *        process group is registered with the reaper already (below)
+ *   reaper: with SLOTBROKER_REAPER_FD=N in its environment, fd N is the write end of the
+ *        execserver's reaper (src/execserver/runner/group-watchdog.ts): right after a job is
+ *        spawned, before anyone hears of it, the launcher writes "+PGID" there, so no moment
+ *        passes in which the execserver and the launcher could die together and leave the
+ *        job unregistered (and the execserver writes no line of its own); "watched" is left
+ *        out when that write could not be done at once (the execserver writes it then)
  *   stderr stays here: its last non-empty line is kept as the execserver's LastLineTracker
  *        keeps it (at most LINE_LIMIT bytes, the first ones of a longer line) and sent as
  *        "err", the line's raw bytes in hex (absent: none)
@@ -70,8 +77,8 @@
 
 #define LAUNCHER_NAME "slotbroker-job-launcher"
 /* Said by --check: an execserver uses only a binary that speaks its protocol ("stdin", "dir",
- * stderr read here, "rm"). */
-#define PROTOCOL "protocol 3"
+ * stderr read here, "rm", "+PGID" to the reaper). */
+#define PROTOCOL "protocol 4"
 /* A request longer than this is answered E2BIG (exec itself refuses a few MB of args+env). */
 #define MAX_LINE (8u << 20)
 /* Nesting depth of JSON values skipped in a request (a spawn request nests two levels). */
@@ -84,6 +91,8 @@
 #define LINE_LIMIT 1000
 
 static int channel = -1;
+/* The write end of the execserver's reaper; -1: none, or it is gone. */
+static int reaper = -1;
 
 /* ------------------------------------------------------------------ jobs ---------------- */
 
@@ -767,6 +776,27 @@ static int spawn_path(pid_t *pid, const char *file, const posix_spawn_file_actio
   return eacces ? EACCES : ENOENT;
 }
 
+/*
+ * Registers the job's process group with the reaper ("+PGID"); false when that could not be
+ * done at once: no reaper, it is gone, or it is behind (the fd is non-blocking, and a line
+ * this short is written whole or not at all: pipe or socket, nothing of it interleaves with
+ * the execserver's lines).
+ */
+static bool tell_reaper(pid_t pid) {
+  if (reaper < 0) return false;
+  char line[32];
+  int n = snprintf(line, sizeof line, "+%d\n", (int)pid);
+  ssize_t w;
+  while ((w = write(reaper, line, (size_t)n)) < 0 && errno == EINTR) {
+  }
+  if (w == n) return true;
+  if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    close(reaper); /* replaced by the execserver: it tells the new one itself */
+    reaper = -1;
+  }
+  return false;
+}
+
 static void set_nonblock(int fd) {
   int flags = fcntl(fd, F_GETFL);
   if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -838,6 +868,7 @@ static void spawn_job(struct request *req) {
     send_failed(req->id, errno_name(err), req->file, NULL, false);
     return;
   }
+  bool watched = tell_reaper(pid);
   /* stderr is read here: the job's line goes with its exit. */
   set_nonblock(pairs[2][0]);
   if (!add_job(pid, req->id, pairs[2][0])) close(pairs[2][0]);
@@ -846,7 +877,7 @@ static void spawn_job(struct request *req) {
     buf_str(&msg, "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"t\":\"fd\",\"id\":");
     buf_str(&msg, req->id);
     char tail[64];
-    snprintf(tail, sizeof tail, ",\"n\":%d,\"pid\":%d}}", n, (int)pid);
+    snprintf(tail, sizeof tail, ",\"n\":%d,\"pid\":%d%s}}", n, (int)pid, watched ? ",\"watched\":true" : "");
     buf_str(&msg, tail);
     send_line(&msg, pairs[n][0]);
   }
@@ -1199,6 +1230,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   channel = (int)fd;
+  const char *reaper_text = getenv("SLOTBROKER_REAPER_FD");
+  if (reaper_text) {
+    long r = strtol(reaper_text, &end, 10);
+    if (!*end && r >= 3 && r <= INT_MAX && r != fd && fcntl((int)r, F_GETFD) >= 0) reaper = (int)r;
+    if (reaper >= 0) set_nonblock(reaper); /* a reaper that is behind never holds up a job */
+  }
   if (getenv("NODE_CHANNEL_SERIALIZATION_MODE") && strcmp(getenv("NODE_CHANNEL_SERIALIZATION_MODE"), "json") != 0) {
     fprintf(stderr, "%s: the IPC channel must use JSON serialization\n", LAUNCHER_NAME);
     return 2;

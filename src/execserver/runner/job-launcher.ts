@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { silentLogger, type Logger } from "../../shared/log.js";
+import { reaperPipe } from "./group-watchdog.js";
 import { LaunchedProcess } from "./launched-process.js";
 import { LAUNCHER_SCRIPT } from "./launcher-script.js";
 import { signalGroup } from "./process-group.js";
@@ -52,6 +53,7 @@ interface PendingLaunch {
   readonly handles: (Socket | undefined)[]; // stdin, stdout
   readonly stdin: boolean;
   pid: number | undefined;
+  watched: boolean;
 }
 
 interface FromLauncher {
@@ -67,6 +69,7 @@ interface FromLauncher {
   readonly open?: unknown;
   readonly rmn?: unknown;
   readonly left?: unknown;
+  readonly watched?: unknown;
 }
 
 const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
@@ -78,7 +81,10 @@ export const LAUNCHER_NAME = "slotbroker-job-launcher";
  * The protocol version the native launcher must answer `--check` with: one built from an
  * older native/job-launcher.c (a stale dist/native/) is not used, rather than failing jobs.
  */
-const LAUNCHER_PROTOCOL = "protocol 3";
+const LAUNCHER_PROTOCOL = "protocol 4";
+
+/** The native launcher's fd of the reaper's pipe (see native/job-launcher.c). */
+const REAPER_FD = 4;
 
 /**
  * A finished job's directory waits this long for a spawn message to ride along with (the
@@ -140,6 +146,8 @@ export class JobLauncher {
   readonly #options: JobLauncherOptions;
   readonly #log: Logger;
   #child: ChildProcess | undefined;
+  // The reaper the native launcher registers jobs' groups with, if it was given one.
+  #reaper: number | undefined;
   #answered = false;
   #unavailableUntil = 0;
   #nextId = 1;
@@ -185,7 +193,7 @@ export class JobLauncher {
         child.kill("SIGKILL");
       }, this.#options.launchTimeoutMs ?? 10_000);
       const stdin = spec.stdin ?? true;
-      this.#pending.set(id, { resolve, timer, handles: [], stdin, pid: undefined });
+      this.#pending.set(id, { resolve, timer, handles: [], stdin, pid: undefined, watched: false });
       this.#refresh();
       const message = { t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env, stdin, ...(spec.dir ? { dir: true } : {}), ...this.#takeRemovals() };
       child.send(message, (err) => {
@@ -283,16 +291,20 @@ export class JobLauncher {
     if (this.#child) return this.#child;
     if (Date.now() < this.#unavailableUntil) return undefined;
     let child: ChildProcess;
+    let reaper: ReturnType<typeof reaperPipe>;
     try {
       const native = this.#options.native ?? nativeLauncherPath();
       const flags = this.#options.nodeFlags ?? DEFAULT_NODE_FLAGS;
       // No execArgv, no NODE_OPTIONS (env is empty): plain node, nothing of tsx or loaders.
       const [file, args] = native ? [native, []] : [process.execPath, [...flags, "-e", this.#options.script ?? LAUNCHER_SCRIPT]];
+      // The native launcher registers each job's group with the reaper itself (the Node
+      // one could not keep the pipe out of the jobs it spawns).
+      reaper = native ? reaperPipe((err) => this.#log.warn({ err }, "cannot start the job reaper")) : undefined;
       child = spawn(file, args, {
         argv0: native ? LAUNCHER_NAME : undefined,
         // stdin: a pipe nobody writes; its EOF tells the launcher the execserver is gone.
-        stdio: ["pipe", "ignore", "inherit", "ipc"],
-        env: {},
+        stdio: reaper ? ["pipe", "ignore", "inherit", "ipc", reaper.stream] : ["pipe", "ignore", "inherit", "ipc"],
+        env: reaper ? { SLOTBROKER_REAPER_FD: String(REAPER_FD) } : {},
         serialization: "json",
       });
     } catch (err) {
@@ -311,6 +323,7 @@ export class JobLauncher {
     (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
     child.unref();
     this.#child = child;
+    this.#reaper = reaper?.generation;
     this.#answered = false;
     this.#refresh();
     return child;
@@ -366,12 +379,13 @@ export class JobLauncher {
     }
     pending.handles[m.n]?.destroy();
     pending.pid = m.pid;
+    if (m.watched === true) pending.watched = true;
     pending.handles[m.n] = handle;
     const [stdin, stdout] = pending.handles;
     if (!stdout || (pending.stdin && !stdin)) return;
     // A launcher that passed a stdin nobody asked for: the job reads nothing from it.
     if (!pending.stdin) stdin?.destroy();
-    const job = new LaunchedProcess(m.pid, pending.stdin ? stdin! : null, stdout);
+    const job = new LaunchedProcess(m.pid, pending.stdin ? stdin! : null, stdout, pending.watched ? this.#reaper : undefined);
     this.#running.set(id, job);
     this.#settle(id, { process: job });
   }

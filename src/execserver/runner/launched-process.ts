@@ -30,6 +30,8 @@ export class LaunchedProcess extends EventEmitter {
     /** null when the job reads /dev/null (spawned without stdin). */
     readonly stdin: Socket | null,
     readonly stdout: Socket,
+    /** The reaper the launcher registered the job's group with (see GroupWatchdog). */
+    readonly watchedBy: number | undefined,
   ) {
     super();
     // Errors surface to the runner as an early end of the stream; never as a crash.

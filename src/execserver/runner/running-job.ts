@@ -42,7 +42,7 @@ export class RunningJob {
     this.#parentLog = log;
     this.#bindings = bindings;
     this.#group = new ProcessGroup(child.pid, request.killGraceMs ?? DEFAULT_KILL_GRACE_MS, () => this.#abandonPipes());
-    this.#watchdog = new GroupWatchdog(child.pid, (err) => this.#log.warn({ err }, "cannot watch the job's process group"));
+    this.#watchdog = new GroupWatchdog(child.pid, (err) => this.#log.warn({ err }, "cannot watch the job's process group"), child.watchedBy);
     const stdoutUrl = request.stdoutUrl ? parsePipeUrl(request.stdoutUrl) : undefined;
     const onFail = (message: string): void => this.fail(ErrorKind.PIPE_FAILED, message);
     this.#upload = stdoutUrl ? new StdoutUpload(stdoutUrl, onFail, request.pipeCa) : request.stdout && new StreamSink(request.stdout, onFail);

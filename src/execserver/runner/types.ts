@@ -75,4 +75,6 @@ export interface JobProcess extends EventEmitter {
   stderrLine?(): string;
   /** Stops waiting for a stderr the runner does not hold (see `stderr`); idempotent. */
   abandonStderr?(): void;
+  /** The reaper that was told of the job's process group already (see GroupWatchdog). */
+  readonly watchedBy?: number;
 }

@@ -21,10 +21,12 @@ interface Wire {
   readonly exited: Promise<number | null>;
 }
 
-function startLauncher(path: string): Wire {
+function startLauncher(path: string, withReaper = false): Wire {
   // fd 3 is a socketpair like Node's IPC channel, read here as plain bytes (a handle sent
-  // along is dropped by the kernel: this side never accepts it).
-  const child = spawn(path, [], { stdio: ["pipe", "ignore", "inherit", "pipe"], env: { NODE_CHANNEL_FD: "3", NODE_CHANNEL_SERIALIZATION_MODE: "json" } });
+  // along is dropped by the kernel: this side never accepts it). withReaper: fd 4 stands
+  // for the reaper's pipe (child.stdio[4]).
+  const env = { NODE_CHANNEL_FD: "3", NODE_CHANNEL_SERIALIZATION_MODE: "json", ...(withReaper ? { SLOTBROKER_REAPER_FD: "4" } : {}) };
+  const child = spawn(path, [], { stdio: ["pipe", "ignore", "inherit", "pipe", ...(withReaper ? ["pipe" as const] : [])], env });
   const channel = child.stdio[3] as Socket;
   const lines: string[] = [];
   const waiting: ((line: string) => void)[] = [];
@@ -93,7 +95,7 @@ describe("runner: the native job launcher on the wire", function () {
   });
 
   it("answers --check (the execserver's test whether the binary runs here), and refuses to run without an IPC channel", () => {
-    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok protocol 3\n");
+    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok protocol 4\n");
     const run = spawnSync(path, [], { encoding: "utf8", env: {} });
     expect(run.status).to.equal(2);
     expect(run.stderr).to.contain("no IPC channel (NODE_CHANNEL_FD)");
@@ -177,6 +179,38 @@ describe("runner: the native job launcher on the wire", function () {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+
+  it('registers each job\'s group with the reaper ("+PGID") before it tells of the job, says so ("watched"), and leaves that to the execserver once the reaper is gone', async () => {
+    wire = startLauncher(path, true);
+    const reaper = wire.child.stdio[4] as Socket;
+    let lines = "";
+    reaper.setEncoding("utf8");
+    reaper.on("data", (chunk: string) => (lines += chunk));
+    wire.write(spawnLine({ id: 1, file: "true", stdin: false }));
+    const fd = await wire.next();
+    const pid = (fd.msg as { pid: number }).pid;
+    expect(fd.msg).to.deep.equal({ t: "fd", id: 1, n: 1, pid, watched: true });
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+    expect(await wire.next()).to.deep.include({ t: "exit", id: 1, code: 0 });
+    // Written before the fd message: it is here by now, whatever the order of reads here.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(lines).to.equal(`+${pid}\n`);
+    reaper.destroy(); // the reaper died: nobody reads its pipe
+    for (const id of [2, 3]) {
+      wire.write(spawnLine({ id, file: "true", stdin: false }));
+      const next = await wire.next();
+      expect(next.msg).to.not.have.property("watched");
+      wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+      expect(await wire.next()).to.deep.include({ t: "exit", id, code: 0 });
+    }
+  });
+
+  it("says no job is watched when it was given no reaper", async () => {
+    wire = startLauncher(path);
+    wire.write(spawnLine({ id: 1, file: "true", stdin: false }));
+    const fd = await wire.next();
+    expect(fd.msg).to.not.have.property("watched");
   });
 
   it('makes the job\'s directory with "dir":true, never an existing one, and removes it again when the spawn fails', async () => {
