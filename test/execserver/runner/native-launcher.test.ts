@@ -258,6 +258,32 @@ describe("runner: the native job launcher on the wire", function () {
     }
   });
 
+  it('reads stdout itself with "stdout":false: says "started" (no handle), and sends its first 4000 bytes and its length with the exit, or after it while stdout is held open', async () => {
+    wire = startLauncher(path);
+    const cases: [string, string | undefined, number][] = [
+      ["printf 'some output\\n'; echo oops >&2", "some output\n", 12],
+      ["head -c 70000 /dev/zero | tr '\\0' y", "y".repeat(4000), 70000],
+      ["true", undefined, 0],
+    ];
+    for (const [i, [script, out, outn]] of cases.entries()) {
+      wire.write(spawnLine({ id: i + 1, file: "sh", args: ["-c", script], stdin: false, stdout: false }));
+      const start = await wire.next();
+      expect(start).to.deep.equal({ t: "started", id: i + 1, pid: start.pid });
+      expect(await wire.next()).to.deep.equal({ t: "exit", id: i + 1, code: 0, signal: null, ...(i === 0 ? { err: hex("oops") } : {}), ...(out === undefined ? {} : { out: hex(out), outn }) });
+    }
+    // With stdin, only its handle is passed.
+    wire.write(spawnLine({ id: 4, file: "sh", args: ["-c", "cat"], stdout: false }));
+    const m = await wire.next();
+    expect(m.msg).to.deep.include({ t: "fd", id: 4, n: 0 });
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+    expect(await wire.next()).to.deep.include({ t: "exit", id: 4 }); // its stdin closed here: the handle was not accepted
+    // A background child holds stdout: the exit comes at once, "open", the rest when it closes.
+    wire.write(spawnLine({ id: 5, file: "sh", args: ["-c", "echo before; (sleep 0.3; echo after) &"], stdin: false, stdout: false }));
+    await wire.next();
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 5, code: 0, signal: null, out: hex("before\n"), outn: 7, open: true });
+    expect(await wire.next()).to.deep.equal({ t: "stderr", id: 5, out: hex("before\nafter\n"), outn: 13 });
+  });
+
   it("sends the exit at once when a background child holds stderr open, its line when stderr closes, and nothing after a drop", async () => {
     wire = startLauncher(path);
     wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", "echo early >&2; (sleep 0.3; echo late >&2) &"], stdin: false }));
