@@ -5,10 +5,21 @@
  * JSON serialization; it speaks the same protocol as the Node launcher script
  * (src/execserver/runner/launcher-script.ts), over Node's IPC channel:
  *
- *   in:  {"t":"spawn","id":ID,"file":F,"args":[...],"cwd":D,"env":{K:V,...},"stdin":B}
+ *   in:  {"t":"spawn","id":ID,"file":F,"args":[...],"cwd":D,"env":{K:V,...},"stdin":B,"stdout":B}
  *   out: {"t":"fd","id":ID,"n":N,"pid":P}  twice (stdin n=0, stdout 1), each with the
  *        execserver's end of the job's socketpair attached as a handle; with "stdin":false
- *        the job reads /dev/null and only n=1 is sent
+ *        the job reads /dev/null and only n=1 is sent; with "stdout":false stdout is read
+ *        here (below) and n=1 is not sent; when no handle is sent at all:
+ *        {"t":"started","id":ID,"pid":P}; each with "watched":true when the job's process
+ *        group is registered with the reaper already (below)
+ *   stdout read here ("stdout":false): its first OUT_LIMIT bytes are kept and all counted,
+ *        sent as "out" (hex; absent: none) and "outn" (the count) where "err" goes
+ *   reaper: with SLOTBROKER_REAPER_FD=N in its environment, fd N is the write end of the
+ *        execserver's reaper (src/execserver/runner/group-watchdog.ts): right after a job is
+ *        spawned, before anyone hears of it, the launcher writes "+PGID" there, so no moment
+ *        passes in which the execserver and the launcher could die together and leave the
+ *        job unregistered (and the execserver writes no line of its own); "watched" is left
+ *        out when that write could not be done at once (the execserver writes it then)
  *   stderr stays here: its last non-empty line is kept as the execserver's LastLineTracker
  *        keeps it (at most LINE_LIMIT bytes, the first ones of a longer line) and sent as
  *        "err", the line's raw bytes in hex (absent: none)
@@ -16,11 +27,11 @@
  *        mkdir is answered {"t":"failed",...,"dir":true}, a failed spawn removes the
  *        directory again
  *   out: {"t":"exit","id":ID,"code":C|null,"signal":"SIGKILL"|null,"err":HEX,"rmn":N}
- *        once the job is reaped and its stderr read to its end; when another process still
- *        holds stderr open at the reap: {...,"open":true} at once ("err": the line so
- *        far), then {"t":"stderr","id":ID,"err":HEX} when it closes, unless
- *        {"t":"drop","id":ID} came in first (the execserver gave up on the job's pipes:
- *        stderr is closed here)
+ *        once the job is reaped and its pipes read here to their end; when another process
+ *        still holds one open at the reap: {...,"open":true} at once ("err", "out": what
+ *        came so far), then {"t":"stderr","id":ID,"err":HEX} (and "out") when they close,
+ *        unless {"t":"drop","id":ID} came in first (the execserver gave up on the job's
+ *        pipes: they are closed here)
  *   "rm":[paths],"rmn":N in a spawn (done after it) or alone as {"t":"rm","rm":[...],"rmn":N}:
  *        finished jobs' directories, removed with rmdir (one already gone counts as
  *        removed) by a thread, batch after batch; once one is done, exits carry "rmn",
@@ -70,8 +81,8 @@
 
 #define LAUNCHER_NAME "slotbroker-job-launcher"
 /* Said by --check: an execserver uses only a binary that speaks its protocol ("stdin", "dir",
- * stderr read here, "rm"). */
-#define PROTOCOL "protocol 3"
+ * stderr read here, "rm", "+PGID" to the reaper, "stdout":false). */
+#define PROTOCOL "protocol 4"
 /* A request longer than this is answered E2BIG (exec itself refuses a few MB of args+env). */
 #define MAX_LINE (8u << 20)
 /* Nesting depth of JSON values skipped in a request (a spawn request nests two levels). */
@@ -82,27 +93,35 @@
 #define MAX_ID 32
 /* A job's stderr line is kept to this many bytes (stderr-line.ts's STDERR_LINE_LIMIT). */
 #define LINE_LIMIT 1000
+/* The first bytes of stdout kept when it is read here (stdout-buffer.ts's STDOUT_BUFFER_LIMIT). */
+#define OUT_LIMIT 4000
 
 static int channel = -1;
+/* The write end of the execserver's reaper; -1: none, or it is gone. */
+static int reaper = -1;
 
 /* ------------------------------------------------------------------ jobs ---------------- */
 
-/* A started job until it is reaped and its stderr closed. Few at a time (one per slot): a
- * linear table suffices. The stderr line: two buffers, the line being read (line[cur]) and
- * the last non-empty one, swapped rather than copied. */
+/* A started job until it is reaped and its pipes read here closed. Few at a time (one per
+ * slot): a linear table suffices. The stderr line: two buffers, the line being read
+ * (line[cur]) and the last non-empty one, swapped rather than copied. */
 struct job {
   pid_t pid;
   bool reaped;
   int err_fd; /* -1 once stderr is closed here */
+  int out_fd; /* stdout when read here ("stdout":false); -1 otherwise or once closed */
   char id[MAX_ID];
   int cur;
   size_t len[2];
   char line[2][LINE_LIMIT];
+  size_t out_len;          /* bytes of out kept */
+  unsigned long long out_total; /* bytes of stdout read */
+  char out[OUT_LIMIT];
 };
 static struct job *jobs;
 static size_t njobs, jobs_cap;
 
-static bool add_job(pid_t pid, const char *id, int err_fd) {
+static bool add_job(pid_t pid, const char *id, int err_fd, int out_fd) {
   if (njobs == jobs_cap) {
     size_t cap = jobs_cap ? jobs_cap * 2 : 16;
     struct job *grown = realloc(jobs, cap * sizeof *jobs);
@@ -118,14 +137,20 @@ static bool add_job(pid_t pid, const char *id, int err_fd) {
   j->pid = pid;
   j->reaped = false;
   j->err_fd = err_fd;
+  j->out_fd = out_fd;
   snprintf(j->id, MAX_ID, "%s", id);
   j->cur = 0;
   j->len[0] = j->len[1] = 0;
+  j->out_len = 0;
+  j->out_total = 0;
   return true;
 }
 
+static bool pipes_open(const struct job *j) { return j->err_fd >= 0 || j->out_fd >= 0; }
+
 static void remove_job(size_t i) {
   if (jobs[i].err_fd >= 0) close(jobs[i].err_fd);
+  if (jobs[i].out_fd >= 0) close(jobs[i].out_fd);
   if (i != njobs - 1) memcpy(&jobs[i], &jobs[njobs - 1], sizeof *jobs);
   njobs--;
 }
@@ -167,20 +192,33 @@ static void track(struct job *j, const char *p, size_t n) {
   }
 }
 
-/* Reads what the job's stderr has (non-blocking); at its end the fd is closed. */
-static void read_stderr(struct job *j) {
+/* Feeds stdout bytes to the job's prefix: the first OUT_LIMIT kept, all counted. */
+static void keep_out(struct job *j, const char *p, size_t n) {
+  size_t take = n < OUT_LIMIT - j->out_len ? n : OUT_LIMIT - j->out_len;
+  memcpy(j->out + j->out_len, p, take);
+  j->out_len += take;
+  j->out_total += n;
+}
+
+/* Reads what one of the job's pipes has (non-blocking); at its end the fd is closed. */
+static void read_pipe(struct job *j, int *fd, void (*eat)(struct job *, const char *, size_t)) {
   static char chunk[65536];
-  while (j->err_fd >= 0) {
-    ssize_t n = read(j->err_fd, chunk, sizeof chunk);
+  while (*fd >= 0) {
+    ssize_t n = read(*fd, chunk, sizeof chunk);
     if (n > 0) {
-      track(j, chunk, (size_t)n);
+      eat(j, chunk, (size_t)n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    close(j->err_fd); /* EOF, or an error: its end either way */
-    j->err_fd = -1;
+    close(*fd); /* EOF, or an error: its end either way */
+    *fd = -1;
   }
+}
+
+static void read_pipes(struct job *j) {
+  read_pipe(j, &j->err_fd, track);
+  read_pipe(j, &j->out_fd, keep_out);
 }
 
 /* ------------------------------------------------------------------ output -------------- */
@@ -338,6 +376,22 @@ static void buf_err(struct buf *b, const struct job *j) {
     b->p[b->len++] = digits[c & 15];
   }
   buf_str(b, "\"");
+}
+
+/* ,"out":"HEX","outn":N with what stdout read here had: its first bytes and how many in all. */
+static void buf_out(struct buf *b, const struct job *j) {
+  if (j->out_total == 0) return;
+  static const char digits[] = "0123456789abcdef";
+  buf_str(b, ",\"out\":\"");
+  buf_need(b, 2 * j->out_len);
+  for (size_t i = 0; i < j->out_len; i++) {
+    unsigned char c = (unsigned char)j->out[i];
+    b->p[b->len++] = digits[c >> 4];
+    b->p[b->len++] = digits[c & 15];
+  }
+  char total[48];
+  snprintf(total, sizeof total, "\",\"outn\":%llu", j->out_total);
+  buf_str(b, total);
 }
 
 /* The number of the last batch of removals done ("": none yet). */
@@ -594,6 +648,7 @@ struct request {
   struct strv args; /* args.v[0] is reserved for argv[0] (the file) */
   struct strv env;  /* key, value, key, value, ... */
   bool no_stdin;    /* "stdin":false: the job reads /dev/null, no stdin handle is sent */
+  bool no_stdout;   /* "stdout":false: stdout is read here, no stdout handle is sent */
   bool make_dir;    /* "dir":true: make cwd before the job */
   struct strv rm;   /* "rm": directories to remove (one holding U+0000 is left out) */
   char rmn[MAX_ID]; /* "rmn": the number of that batch ("": none) */
@@ -715,6 +770,10 @@ static bool parse_request(char *line, size_t len, struct request *req) {
         skip_ws(&r);
         req->no_stdin = (size_t)(r.end - r.p) >= 5 && memcmp(r.p, "false", 5) == 0;
         ok = skip_value(&r, 1);
+      } else if (!strcmp(key, "stdout")) {
+        skip_ws(&r);
+        req->no_stdout = (size_t)(r.end - r.p) >= 5 && memcmp(r.p, "false", 5) == 0;
+        ok = skip_value(&r, 1);
       } else if (!strcmp(key, "dir")) {
         skip_ws(&r);
         req->make_dir = (size_t)(r.end - r.p) >= 4 && memcmp(r.p, "true", 4) == 0;
@@ -765,6 +824,27 @@ static int spawn_path(pid_t *pid, const char *file, const posix_spawn_file_actio
     p = colon;
   }
   return eacces ? EACCES : ENOENT;
+}
+
+/*
+ * Registers the job's process group with the reaper ("+PGID"); false when that could not be
+ * done at once: no reaper, it is gone, or it is behind (the fd is non-blocking, and a line
+ * this short is written whole or not at all: pipe or socket, nothing of it interleaves with
+ * the execserver's lines).
+ */
+static bool tell_reaper(pid_t pid) {
+  if (reaper < 0) return false;
+  char line[32];
+  int n = snprintf(line, sizeof line, "+%d\n", (int)pid);
+  ssize_t w;
+  while ((w = write(reaper, line, (size_t)n)) < 0 && errno == EINTR) {
+  }
+  if (w == n) return true;
+  if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    close(reaper); /* replaced by the execserver: it tells the new one itself */
+    reaper = -1;
+  }
+  return false;
 }
 
 static void set_nonblock(int fd) {
@@ -838,17 +918,30 @@ static void spawn_job(struct request *req) {
     send_failed(req->id, errno_name(err), req->file, NULL, false);
     return;
   }
-  /* stderr is read here: the job's line goes with its exit. */
+  bool watched = tell_reaper(pid);
+  /* stderr is read here: the job's line goes with its exit; so is stdout with "stdout":false. */
+  int last = req->no_stdout ? 0 : 1; /* the last handle passed */
   set_nonblock(pairs[2][0]);
-  if (!add_job(pid, req->id, pairs[2][0])) close(pairs[2][0]);
-  for (int n = first; n < 2; n++) {
+  if (last == 0) set_nonblock(pairs[1][0]);
+  if (!add_job(pid, req->id, pairs[2][0], last == 0 ? pairs[1][0] : -1)) {
+    close(pairs[2][0]);
+    if (last == 0) close(pairs[1][0]);
+  }
+  char tail[64];
+  for (int n = first; n <= last; n++) {
     set_nonblock(pairs[n][0]);
     buf_str(&msg, "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"t\":\"fd\",\"id\":");
     buf_str(&msg, req->id);
-    char tail[64];
-    snprintf(tail, sizeof tail, ",\"n\":%d,\"pid\":%d}}", n, (int)pid);
+    snprintf(tail, sizeof tail, ",\"n\":%d,\"pid\":%d%s}}", n, (int)pid, watched ? ",\"watched\":true" : "");
     buf_str(&msg, tail);
     send_line(&msg, pairs[n][0]);
+  }
+  if (first > last) {
+    buf_str(&msg, "{\"t\":\"started\",\"id\":");
+    buf_str(&msg, req->id);
+    snprintf(tail, sizeof tail, ",\"pid\":%d%s}", (int)pid, watched ? ",\"watched\":true" : "");
+    buf_str(&msg, tail);
+    send_line(&msg, -1);
   }
 }
 
@@ -1073,13 +1166,13 @@ static const char *signal_name(int sig, char *other, size_t size) {
   }
 }
 
-/* Reports the job reaped (with its stderr line, or "open" while stderr is held open
- * elsewhere), or its stderr's end after such an exit; forgets a job that is done. */
+/* Reports the job reaped (with its stderr line and stdout read here, or "open" while either
+ * is held open elsewhere), or their end after such an exit; forgets a job that is done. */
 static void report(size_t i, int status) {
   struct job *j = &jobs[i];
   if (!j->reaped) {
     j->reaped = true;
-    read_stderr(j);
+    read_pipes(j);
     buf_str(&msg, "{\"t\":\"exit\",\"id\":");
     buf_str(&msg, j->id);
     char tail[64], other[16];
@@ -1087,18 +1180,20 @@ static void report(size_t i, int status) {
     else snprintf(tail, sizeof tail, ",\"code\":%d,\"signal\":null", WEXITSTATUS(status));
     buf_str(&msg, tail);
     buf_err(&msg, j);
-    if (j->err_fd >= 0) buf_str(&msg, ",\"open\":true");
+    buf_out(&msg, j);
+    if (pipes_open(j)) buf_str(&msg, ",\"open\":true");
     if (rm_done[0]) {
       buf_str(&msg, ",\"rmn\":");
       buf_str(&msg, rm_done);
     }
     buf_str(&msg, "}");
     send_line(&msg, -1);
-    if (j->err_fd < 0) remove_job(i);
-  } else if (j->err_fd < 0) {
+    if (!pipes_open(j)) remove_job(i);
+  } else if (!pipes_open(j)) {
     buf_str(&msg, "{\"t\":\"stderr\",\"id\":");
     buf_str(&msg, j->id);
     buf_err(&msg, j);
+    buf_out(&msg, j);
     buf_str(&msg, "}");
     send_line(&msg, -1);
     remove_job(i);
@@ -1199,6 +1294,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   channel = (int)fd;
+  const char *reaper_text = getenv("SLOTBROKER_REAPER_FD");
+  if (reaper_text) {
+    long r = strtol(reaper_text, &end, 10);
+    if (!*end && r >= 3 && r <= INT_MAX && r != fd && fcntl((int)r, F_GETFD) >= 0) reaper = (int)r;
+    if (reaper >= 0) set_nonblock(reaper); /* a reaper that is behind never holds up a job */
+  }
   if (getenv("NODE_CHANNEL_SERIALIZATION_MODE") && strcmp(getenv("NODE_CHANNEL_SERIALIZATION_MODE"), "json") != 0) {
     fprintf(stderr, "%s: the IPC channel must use JSON serialization\n", LAUNCHER_NAME);
     return 2;
@@ -1241,9 +1342,9 @@ int main(int argc, char **argv) {
   struct pollfd *fds = NULL;
   size_t fds_cap = 0;
   for (;;) {
-    /* stdin, the channel, SIGCHLD, finished removals, then each job's stderr still open here. */
-    if (fds_cap < 4 + njobs) {
-      fds_cap = 4 + jobs_cap;
+    /* stdin, the channel, SIGCHLD, finished removals, then each job's pipes still open here. */
+    if (fds_cap < 4 + 2 * njobs) {
+      fds_cap = 4 + 2 * jobs_cap;
       fds = realloc(fds, fds_cap * sizeof *fds);
       if (!fds) orphaned();
     }
@@ -1252,8 +1353,10 @@ int main(int argc, char **argv) {
     fds[2] = (struct pollfd){.fd = sigfd, .events = POLLIN};
     fds[3] = (struct pollfd){.fd = rm_event, .events = POLLIN}; /* -1: ignored by poll */
     nfds_t nfds = 4;
-    for (size_t i = 0; i < njobs; i++)
+    for (size_t i = 0; i < njobs; i++) {
       if (jobs[i].err_fd >= 0) fds[nfds++] = (struct pollfd){.fd = jobs[i].err_fd, .events = POLLIN};
+      if (jobs[i].out_fd >= 0) fds[nfds++] = (struct pollfd){.fd = jobs[i].out_fd, .events = POLLIN};
+    }
     if (poll(fds, nfds, -1) < 0) {
       if (errno == EINTR) continue;
       orphaned();
@@ -1261,9 +1364,9 @@ int main(int argc, char **argv) {
     for (nfds_t k = 4; k < nfds; k++) {
       if (!fds[k].revents) continue;
       for (size_t i = 0; i < njobs; i++)
-        if (jobs[i].err_fd == fds[k].fd) {
-          read_stderr(&jobs[i]);
-          if (jobs[i].reaped && jobs[i].err_fd < 0) report(i, 0);
+        if (jobs[i].err_fd == fds[k].fd || jobs[i].out_fd == fds[k].fd) {
+          read_pipes(&jobs[i]);
+          if (jobs[i].reaped && !pipes_open(&jobs[i])) report(i, 0);
           break;
         }
     }

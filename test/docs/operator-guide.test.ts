@@ -63,7 +63,8 @@ describe("docs/operator-guide.md", () => {
   });
 
   it("documents every environment variable the code reads", () => {
-    const internal = new Set(["SLOTBROKER_UP_SUPERVISED"]); // set by `up` for its own child
+    // Set by `up` for its own child, and by the execserver for its native job launcher.
+    const internal = new Set(["SLOTBROKER_UP_SUPERVISED", "SLOTBROKER_REAPER_FD"]);
     // TMPDIR: read through os.tmpdir() (where the execserver's jobs get their directories).
     const used = new Set<string>(["DATABASE_URL", "TMPDIR"]);
     for (const file of sourceFiles(join(root, "src"))) for (const m of readFileSync(file, "utf8").matchAll(/\bSLOTBROKER_[A-Z_]+\b/g)) used.add(m[0]);

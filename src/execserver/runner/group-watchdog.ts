@@ -1,12 +1,14 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { basename, dirname } from "node:path";
 import { performance } from "node:perf_hooks";
+import type { Writable } from "node:stream";
 
 // One `sh` per execserver process reads lines from a pipe whose only writer is the
 // execserver (builtins only: no process per line):
 //   ?DIR   a job is about to be forked with working directory DIR (its group id is not
 //          known yet); not sent for a job directory in an @DIR, found by the scan below;
-//   +PGID  the job's process group, once spawn() returned;
+//   +PGID  the job's process group, once spawn() returned (the native job launcher, which
+//          holds this pipe too, writes it itself right after its spawn);
 //   =DIR   DIR is covered by its +PGID (or the spawn failed);
 //   -PGID  the job is over;
 //   @DIR   the execserver's own directory of job directories: removed at the end.
@@ -68,6 +70,8 @@ const ENDED_FLUSH_MS = 20;
 /** The reaper of this process, started with the first watched job and restarted if it dies. */
 class GroupReaper {
   #child: ChildProcess | undefined;
+  // Counts the reapers started: a group registered with an earlier one is told again.
+  #generation = 0;
   readonly #watched = new Set<number>();
   readonly #pending = new Set<string>();
   readonly #owned = new Set<string>();
@@ -78,10 +82,17 @@ class GroupReaper {
   #ended = "";
   #endedTimer: NodeJS.Timeout | undefined;
 
-  add(pgid: number, onError: OnError): void {
+  /** `watchedBy`: the reaper (see pipe()) that was told of `pgid` already, if any. */
+  add(pgid: number, onError: OnError, watchedBy?: number): void {
     const child = this.#ensure(onError);
     this.#watched.add(pgid);
-    if (child) this.#write(child, `+${pgid}\n`);
+    if (child && watchedBy !== this.#generation) this.#write(child, `+${pgid}\n`);
+  }
+
+  /** The reaper's pipe, for a helper process to write "+PGID" lines to, and which reaper it is. */
+  pipe(onError: OnError): { readonly stream: Writable; readonly generation: number } | undefined {
+    const child = this.#ensure(onError);
+    return child && { stream: child.stdin!, generation: this.#generation };
   }
 
   /**
@@ -168,6 +179,7 @@ class GroupReaper {
     child.unref();
     (child.stdin as unknown as { unref?: () => void }).unref?.();
     this.#child = child;
+    this.#generation++;
     // Lines held for a dead reaper are dropped: the new one is told the whole state here.
     if (this.#held !== undefined) this.#held = "";
     this.#ended = "";
@@ -191,9 +203,10 @@ export class GroupWatchdog {
   readonly #pgid: number;
   #stopped = false;
 
-  constructor(pgid: number, onError: OnError) {
+  /** `watchedBy`: the reaper that a job launcher told of the group already (see reaperPipe). */
+  constructor(pgid: number, onError: OnError, watchedBy?: number) {
     this.#pgid = pgid;
-    reaper.add(pgid, onError);
+    reaper.add(pgid, onError, watchedBy);
   }
 
   /** The job is over: stop watching its group (before its id can be reused by another). */
@@ -202,6 +215,16 @@ export class GroupWatchdog {
     this.#stopped = true;
     reaper.remove(this.#pgid);
   }
+}
+
+/**
+ * The write end of this process's reaper (started if none runs) for the native job
+ * launcher, which registers each job's group there right after spawning it; `generation`
+ * names this reaper for GroupWatchdog's `watchedBy`. Once that reaper is dead its pipe has
+ * no reader: the launcher's write fails and the execserver registers the group itself.
+ */
+export function reaperPipe(onError: OnError): { readonly stream: Writable; readonly generation: number } | undefined {
+  return reaper.pipe(onError);
 }
 
 /** Runs `fn` with the reaper lines it writes sent in one write; see GroupReaper.batch. */

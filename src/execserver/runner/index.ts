@@ -16,9 +16,11 @@
 // - on Linux the fork happens in the job launcher (job-launcher.ts), a small node process:
 //   forking copies the forking process's page tables and blocks it until the child has
 //   exec'd, which from the execserver cost milliseconds per job. The launcher passes the
-//   job's stdin and stdout back over its IPC channel, so the runner streams them itself
-//   as before; it reads stderr itself and sends the last line with the exit status, and
-//   removes finished jobs' directories.
+//   job's stdin, and its stdout when it goes to a stdout URL, back over its IPC channel,
+//   so the runner streams them itself as before; it reads stderr (and stdout with nowhere
+//   to go but the receipt) itself and sends the last line (and stdout's first bytes) with
+//   the exit status, registers the job's group with the reaper, and removes finished
+//   jobs' directories.
 export { createRunJob, runJob, type RunnerOptions } from "./run-job.js";
 export { readPipeCa } from "./http-client.js";
 export { jobDirRoot, jobDirsRemoved } from "./job-dir.js";

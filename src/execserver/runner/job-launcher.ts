@@ -5,10 +5,12 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { silentLogger, type Logger } from "../../shared/log.js";
-import { LaunchedProcess } from "./launched-process.js";
+import { reaperPipe } from "./group-watchdog.js";
+import { LaunchedProcess, type LauncherOutput } from "./launched-process.js";
 import { LAUNCHER_SCRIPT } from "./launcher-script.js";
 import { signalGroup } from "./process-group.js";
 import { STDERR_LINE_LIMIT } from "./stderr-line.js";
+import { STDOUT_BUFFER_LIMIT } from "./stdout-buffer.js";
 
 /** What a job needs to start; the same fields as the runner's own spawn. */
 export interface LaunchSpec {
@@ -18,6 +20,11 @@ export interface LaunchSpec {
   readonly env: Readonly<Record<string, string>>;
   /** False: the job reads /dev/null and no stdin handle is passed (default true). */
   readonly stdin?: boolean;
+  /**
+   * False: no stdout handle is passed; the launcher reads stdout and sends its first
+   * STDOUT_BUFFER_LIMIT bytes and its length with the exit (default true).
+   */
+  readonly stdout?: boolean;
   /** True: `cwd` does not exist yet; the launcher makes it (mode 0700) before the job. */
   readonly dir?: boolean;
 }
@@ -51,6 +58,7 @@ interface PendingLaunch {
   readonly timer: NodeJS.Timeout;
   readonly handles: (Socket | undefined)[]; // stdin, stdout
   readonly stdin: boolean;
+  readonly stdout: boolean;
   pid: number | undefined;
 }
 
@@ -67,6 +75,9 @@ interface FromLauncher {
   readonly open?: unknown;
   readonly rmn?: unknown;
   readonly left?: unknown;
+  readonly watched?: unknown;
+  readonly out?: unknown;
+  readonly outn?: unknown;
 }
 
 const DEFAULT_NODE_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=0"];
@@ -78,7 +89,10 @@ export const LAUNCHER_NAME = "slotbroker-job-launcher";
  * The protocol version the native launcher must answer `--check` with: one built from an
  * older native/job-launcher.c (a stale dist/native/) is not used, rather than failing jobs.
  */
-const LAUNCHER_PROTOCOL = "protocol 3";
+const LAUNCHER_PROTOCOL = "protocol 4";
+
+/** The native launcher's fd of the reaper's pipe (see native/job-launcher.c). */
+const REAPER_FD = 4;
 
 /**
  * A finished job's directory waits this long for a spawn message to ride along with (the
@@ -93,10 +107,17 @@ const CONFIRM_DELAY_MS = 1000;
 
 const NO_BYTES = Buffer.alloc(0);
 
-/** The bytes of a stderr line as the launcher sends them (hex); untrusted, so checked. */
-function stderrBytes(hex: unknown): Buffer {
-  if (typeof hex !== "string" || hex.length > 2 * STDERR_LINE_LIMIT || !/^(?:[0-9a-f]{2})*$/.test(hex)) return NO_BYTES;
+/** Bytes as the launcher sends them (hex, at most `limit`); untrusted, so checked. */
+function hexBytes(hex: unknown, limit: number): Buffer {
+  if (typeof hex !== "string" || hex.length > 2 * limit || !/^(?:[0-9a-f]{2})*$/.test(hex)) return NO_BYTES;
   return Buffer.from(hex, "hex");
+}
+
+/** What a launcher's exit or stderr message says of the job's pipes. */
+function outputOf(m: FromLauncher): LauncherOutput {
+  const out = hexBytes(m.out, STDOUT_BUFFER_LIMIT);
+  const outn = typeof m.outn === "number" && Number.isSafeInteger(m.outn) && m.outn > out.length ? m.outn : out.length;
+  return { err: hexBytes(m.err, STDERR_LINE_LIMIT), out, outn };
 }
 
 let nativeFound: string | null | undefined;
@@ -140,6 +161,8 @@ export class JobLauncher {
   readonly #options: JobLauncherOptions;
   readonly #log: Logger;
   #child: ChildProcess | undefined;
+  // The reaper the native launcher registers jobs' groups with, if it was given one.
+  #reaper: number | undefined;
   #answered = false;
   #unavailableUntil = 0;
   #nextId = 1;
@@ -185,9 +208,21 @@ export class JobLauncher {
         child.kill("SIGKILL");
       }, this.#options.launchTimeoutMs ?? 10_000);
       const stdin = spec.stdin ?? true;
-      this.#pending.set(id, { resolve, timer, handles: [], stdin, pid: undefined });
+      const stdout = spec.stdout ?? true;
+      this.#pending.set(id, { resolve, timer, handles: [], stdin, stdout, pid: undefined });
       this.#refresh();
-      const message = { t: "spawn", id, file: spec.file, args: spec.args, cwd: spec.cwd, env: spec.env, stdin, ...(spec.dir ? { dir: true } : {}), ...this.#takeRemovals() };
+      const message = {
+        t: "spawn",
+        id,
+        file: spec.file,
+        args: spec.args,
+        cwd: spec.cwd,
+        env: spec.env,
+        stdin,
+        ...(stdout ? {} : { stdout }),
+        ...(spec.dir ? { dir: true } : {}),
+        ...this.#takeRemovals(),
+      };
       child.send(message, (err) => {
         // A failed send means the channel is closing: the disconnect fails this launch.
         if (err) this.#log.debug({ err }, "cannot send to the job launcher");
@@ -283,16 +318,20 @@ export class JobLauncher {
     if (this.#child) return this.#child;
     if (Date.now() < this.#unavailableUntil) return undefined;
     let child: ChildProcess;
+    let reaper: ReturnType<typeof reaperPipe>;
     try {
       const native = this.#options.native ?? nativeLauncherPath();
       const flags = this.#options.nodeFlags ?? DEFAULT_NODE_FLAGS;
       // No execArgv, no NODE_OPTIONS (env is empty): plain node, nothing of tsx or loaders.
       const [file, args] = native ? [native, []] : [process.execPath, [...flags, "-e", this.#options.script ?? LAUNCHER_SCRIPT]];
+      // The native launcher registers each job's group with the reaper itself (the Node
+      // one could not keep the pipe out of the jobs it spawns).
+      reaper = native ? reaperPipe((err) => this.#log.warn({ err }, "cannot start the job reaper")) : undefined;
       child = spawn(file, args, {
         argv0: native ? LAUNCHER_NAME : undefined,
         // stdin: a pipe nobody writes; its EOF tells the launcher the execserver is gone.
-        stdio: ["pipe", "ignore", "inherit", "ipc"],
-        env: {},
+        stdio: reaper ? ["pipe", "ignore", "inherit", "ipc", reaper.stream] : ["pipe", "ignore", "inherit", "ipc"],
+        env: reaper ? { SLOTBROKER_REAPER_FD: String(REAPER_FD) } : {},
         serialization: "json",
       });
     } catch (err) {
@@ -311,6 +350,7 @@ export class JobLauncher {
     (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
     child.unref();
     this.#child = child;
+    this.#reaper = reaper?.generation;
     this.#answered = false;
     this.#refresh();
     return child;
@@ -338,14 +378,14 @@ export class JobLauncher {
         if (child?.connected) child.send({ t: "drop", id }, () => undefined);
         this.#refresh();
       };
-      job.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null, stderrBytes(m.err), open, drop);
+      job.exited(typeof m.code === "number" ? m.code : null, typeof m.signal === "string" ? (m.signal as NodeJS.Signals) : null, outputOf(m), open, drop);
       this.#refresh();
       return;
     }
     if (m.t === "stderr") {
       const job = this.#stderrOpen.get(id);
       this.#stderrOpen.delete(id);
-      job?.stderrEnded(stderrBytes(m.err));
+      job?.ended(outputOf(m));
       this.#refresh();
       return;
     }
@@ -360,18 +400,32 @@ export class JobLauncher {
       this.#settle(id, m.dir === true ? { error, dir: true } : { error });
       return;
     }
-    if (m.t !== "fd" || (m.n !== 0 && m.n !== 1) || typeof m.pid !== "number" || !handle) {
+    if (typeof m.pid !== "number") {
+      handle?.destroy();
+      return;
+    }
+    // "started": the job runs and no handle was due; "fd": one of its handles.
+    if (m.t === "started" && !pending.stdin && !pending.stdout) {
+      this.#started(id, pending, m.pid, m.watched === true);
+      return;
+    }
+    if (m.t !== "fd" || (m.n !== 0 && m.n !== 1) || !handle) {
       handle?.destroy();
       return;
     }
     pending.handles[m.n]?.destroy();
     pending.pid = m.pid;
     pending.handles[m.n] = handle;
+    if ((pending.stdout && !pending.handles[1]) || (pending.stdin && !pending.handles[0])) return;
+    this.#started(id, pending, m.pid, m.watched === true);
+  }
+
+  #started(id: number, pending: PendingLaunch, pid: number, watched: boolean): void {
     const [stdin, stdout] = pending.handles;
-    if (!stdout || (pending.stdin && !stdin)) return;
-    // A launcher that passed a stdin nobody asked for: the job reads nothing from it.
+    // A launcher that passed a handle nobody asked for: nothing is read from or written to it.
     if (!pending.stdin) stdin?.destroy();
-    const job = new LaunchedProcess(m.pid, pending.stdin ? stdin! : null, stdout);
+    if (!pending.stdout) stdout?.destroy();
+    const job = new LaunchedProcess(pid, pending.stdin ? stdin! : null, pending.stdout ? stdout! : null, watched ? this.#reaper : undefined);
     this.#running.set(id, job);
     this.#settle(id, { process: job });
   }

@@ -7,21 +7,26 @@
  * the execserver's event loop keeps serving other jobs meanwhile.
  *
  * Protocol over the IPC channel (JSON):
- * - in:  {t:"spawn", id, file, args, cwd, env, stdin, dir?, rm?, rmn?}
- * - out: {t:"fd", id, n, pid} with the job's stdin (n=0) and stdout (n=1) as the passed
- *        handle, so the execserver reads and writes those pipes itself; with stdin: false
- *        the job reads /dev/null and only n=1 comes (a passed handle costs a message, its
- *        ack and a socket on either side)
+ * - in:  {t:"spawn", id, file, args, cwd, env, stdin, stdout?, dir?, rm?, rmn?}
+ * - out: {t:"fd", id, n, pid, watched?} with the job's stdin (n=0) and stdout (n=1) as the
+ *        passed handle, so the execserver reads and writes those pipes itself; with stdin:
+ *        false the job reads /dev/null and only n=1 comes (a passed handle costs a message,
+ *        its ack and a socket on either side); with stdout: false stdout is read here
+ *        (below) and n=1 does not come; when no handle comes at all, {t:"started", id, pid,
+ *        watched?} does. watched: true says the job's process group is registered with
+ *        the reaper already (the native launcher, given the reaper's pipe; never here)
+ * - stdout read here (stdout: false): its first STDOUT_BUFFER_LIMIT bytes are kept and all
+ *        counted, sent as "out" (hex; absent: none) and "outn" (the count) where "err" goes
  * - stderr stays here: the launcher reads it and keeps its last non-empty line as
  *        LastLineTracker does (stderr-line.ts; at most STDERR_LINE_LIMIT bytes, the first
  *        ones of a longer line), sent as "err", the line's raw bytes in hex (absent: none);
  *        the execserver trims it and cuts a partial character
- * - out: {t:"exit", id, code, signal, err?, rmn?} once the job is reaped and its stderr
- *        read to its end; when another process (a background child) still holds stderr
- *        open at the reap: {t:"exit", id, code, signal, err?, open: true, rmn?} at once
- *        (err: the line so far), then {t:"stderr", id, err?} when it closes; in:
- *        {t:"drop", id} stops reading it (the execserver gave up on the job's pipes), and
- *        no {t:"stderr"} comes
+ * - out: {t:"exit", id, code, signal, err?, out?, outn?, rmn?} once the job is reaped and
+ *        its pipes read here are read to their end; when another process (a background
+ *        child) still holds one open at the reap: {t:"exit", ..., open: true, rmn?} at
+ *        once (err, out: what came so far), then {t:"stderr", id, err?, out?, outn?} when
+ *        they close; in: {t:"drop", id} stops reading them (the execserver gave up on the
+ *        job's pipes), and no {t:"stderr"} comes
  * - with dir: true in the spawn, the launcher makes cwd (mode 0700) before the job. A
  *        failed mkdir is answered {t:"failed", id, code, message, dir: true}; a failed spawn
  *        removes the directory again.
@@ -45,6 +50,19 @@ const running = new Map();
 const send = (message, handle) => { if (process.connected) process.send(message, handle, () => {}); };
 for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => {});
 const LIMIT = 1000; // STDERR_LINE_LIMIT
+const OUT_LIMIT = 4000; // STDOUT_BUFFER_LIMIT
+// stdout read here: its first OUT_LIMIT bytes and how many in all.
+function keeper() {
+  let kept = null, keptLen = 0, total = 0;
+  return {
+    push(chunk) {
+      if (!kept) kept = Buffer.alloc(OUT_LIMIT);
+      if (keptLen < OUT_LIMIT) keptLen += chunk.copy(kept, keptLen, 0, Math.min(chunk.length, OUT_LIMIT - keptLen));
+      total += chunk.length;
+    },
+    fields() { return total === 0 ? {} : { out: kept.toString("hex", 0, keptLen), outn: total }; },
+  };
+}
 // stderr's last non-empty line, as LastLineTracker keeps it: the raw bytes, hex.
 function tracker() {
   let cur = null, curLen = 0, last = null, lastLen = 0;
@@ -87,8 +105,8 @@ process.on("message", (m) => {
   if (!m) return;
   if (m.t === "rm") return removeDirs(m.rm, m.rmn, true);
   if (m.t === "drop") {
-    const s = stderrs.get(m.id);
-    if (s) { stderrs.delete(m.id); s.destroy(); }
+    const streams = stderrs.get(m.id);
+    if (streams) { stderrs.delete(m.id); for (const s of streams) s.destroy(); }
     return;
   }
   if (m.t !== "spawn") return;
@@ -120,32 +138,41 @@ function spawnJob(m) {
     return;
   }
   child.on("error", () => {});
-  // stdin and stdout now belong to the execserver: take them from the ChildProcess (which
-  // would close stdin at exit) and never read them here. stderr is read here.
-  const streams = [child.stdin, child.stdout];
-  const stderr = child.stderr;
-  child.stdin = child.stdout = null;
-  child.stdio[0] = child.stdio[1] = null;
-  streams[1]._handle.readStop();
+  // stdin and stdout (unless read here) now belong to the execserver: take them from the
+  // ChildProcess (which would close stdin at exit) and never read them here. stderr is read here.
+  const readOut = m.stdout === false;
+  const streams = [child.stdin, readOut ? null : child.stdout];
+  const here = readOut ? [child.stderr, child.stdout] : [child.stderr];
+  child.stdin = null;
+  child.stdio[0] = null;
+  if (!readOut) {
+    child.stdout = null;
+    child.stdio[1] = null;
+    streams[1]._handle.readStop();
+  }
   const line = tracker();
-  let stderrClosed = false;
+  const out = keeper();
+  let open = here.length;
   let exitSent = false;
-  stderr.on("data", (chunk) => line.push(chunk));
-  stderr.on("error", () => {});
-  stderr.once("close", () => {
-    stderrClosed = true;
-    if (exitSent && stderrs.delete(m.id)) send({ t: "stderr", id: m.id, err: line.hex() });
-  });
+  here[0].on("data", (chunk) => line.push(chunk));
+  if (readOut) here[1].on("data", (chunk) => out.push(chunk));
+  for (const s of here) {
+    s.on("error", () => {});
+    s.once("close", () => {
+      if (--open === 0 && exitSent && stderrs.delete(m.id)) send({ t: "stderr", id: m.id, err: line.hex(), ...out.fields() });
+    });
+  }
   running.set(m.id, child.pid);
   streams.forEach((s, n) => { if (s) send({ t: "fd", id: m.id, n, pid: child.pid }, s); });
+  if (!streams[0] && !streams[1]) send({ t: "started", id: m.id, pid: child.pid });
   child.once("exit", (code, signal) => {
     running.delete(m.id);
     // What the job wrote before it exited is read within this turn of the loop or the next.
     setImmediate(() => {
       exitSent = true;
-      if (stderrClosed) return send({ t: "exit", id: m.id, code, signal, err: line.hex(), rmn: rmDone });
-      stderrs.set(m.id, stderr);
-      send({ t: "exit", id: m.id, code, signal, err: line.hex(), open: true, rmn: rmDone });
+      if (open === 0) return send({ t: "exit", id: m.id, code, signal, err: line.hex(), ...out.fields(), rmn: rmDone });
+      stderrs.set(m.id, here);
+      send({ t: "exit", id: m.id, code, signal, err: line.hex(), ...out.fields(), open: true, rmn: rmDone });
     });
   });
 }

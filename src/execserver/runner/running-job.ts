@@ -13,6 +13,8 @@ import { StdoutUpload } from "./stdout-upload.js";
 import { pipeStdinStream, StreamSink } from "./stream-stdio.js";
 import type { JobProcess, RunRequest, StdoutSink } from "./types.js";
 
+const NO_STDOUT = { prefix: new Uint8Array(0), total: 0 };
+
 /** Default delay between SIGTERM and SIGKILL. */
 export const DEFAULT_KILL_GRACE_MS = 2000;
 
@@ -42,7 +44,7 @@ export class RunningJob {
     this.#parentLog = log;
     this.#bindings = bindings;
     this.#group = new ProcessGroup(child.pid, request.killGraceMs ?? DEFAULT_KILL_GRACE_MS, () => this.#abandonPipes());
-    this.#watchdog = new GroupWatchdog(child.pid, (err) => this.#log.warn({ err }, "cannot watch the job's process group"));
+    this.#watchdog = new GroupWatchdog(child.pid, (err) => this.#log.warn({ err }, "cannot watch the job's process group"), child.watchedBy);
     const stdoutUrl = request.stdoutUrl ? parsePipeUrl(request.stdoutUrl) : undefined;
     const onFail = (message: string): void => this.fail(ErrorKind.PIPE_FAILED, message);
     this.#upload = stdoutUrl ? new StdoutUpload(stdoutUrl, onFail, request.pipeCa) : request.stdout && new StreamSink(request.stdout, onFail);
@@ -83,6 +85,7 @@ export class RunningJob {
       this.#startStdin();
       if (signal.aborted) onAbort();
       const [[exitCode, exitSignal]] = await Promise.all([closed, this.#drainStdout()]);
+      const stdout = this.#child.stdout ? { prefix: this.#stdout.prefix(), total: this.#stdout.total } : (this.#child.stdoutKept?.() ?? NO_STDOUT);
       // The leader is reaped: kill stragglers now, while its group id is still the job's
       // (the watchdog first, so it never signals a group id that could be reused later).
       this.#watchdog.stop();
@@ -95,8 +98,8 @@ export class RunningJob {
         durationMs: (exitedAt ?? performance.now()) - startedAt,
         ...(this.#failure ? { failure: this.#failure } : {}),
         stderrLine: this.#child.stderr ? this.#stderr.line() : (this.#child.stderrLine?.() ?? ""),
-        stdoutPrefix: this.#stdout.prefix(),
-        stdoutBytes: this.#stdout.total,
+        stdoutPrefix: stdout.prefix,
+        stdoutBytes: stdout.total,
         stdoutStreamed: this.#upload?.started ?? false,
         uploadAborted: this.#upload?.aborted ?? false,
       });
@@ -150,8 +153,8 @@ export class RunningJob {
   #drainStdout(): Promise<void> {
     const stdout = this.#child.stdout;
     const upload = this.#upload;
-    // Only after #abandonPipes, or (launcher) an empty output that ended before it arrived.
-    if (stdout.destroyed || stdout.readableEnded) return Promise.resolve();
+    // Read by the launcher; only after #abandonPipes; or (launcher) an empty output that ended before it arrived.
+    if (!stdout || stdout.destroyed || stdout.readableEnded) return Promise.resolve();
     let writing: Promise<void> = Promise.resolve();
     return new Promise((resolve) => {
       let ended = false;
@@ -196,9 +199,9 @@ export class RunningJob {
   /** Stops waiting for pipes held open by processes that escaped the group's kill. */
   #abandonPipes(): void {
     this.#child.stdin?.destroy();
-    this.#child.stdout.destroy();
+    this.#child.stdout?.destroy();
     this.#child.stderr?.destroy();
-    this.#child.abandonStderr?.();
+    this.#child.abandonPipes?.();
   }
 }
 

@@ -68,11 +68,16 @@ export interface JobProcess extends EventEmitter {
   readonly pid: number;
   /** null when the job has no stdin at all: it reads /dev/null (spawned here without a source). */
   readonly stdin: Writable | null;
-  readonly stdout: Readable;
+  /** null when the job launcher reads stdout itself and tells its first bytes (stdoutKept). */
+  readonly stdout: Readable | null;
   /** null when the job launcher reads stderr itself and tells its last line (stderrLine). */
   readonly stderr: Readable | null;
   /** The stderr line of a job whose `stderr` is null, once "close" was emitted. */
   stderrLine?(): string;
-  /** Stops waiting for a stderr the runner does not hold (see `stderr`); idempotent. */
-  abandonStderr?(): void;
+  /** Stops waiting for the pipes the runner does not hold (see `stderr`, `stdout`); idempotent. */
+  abandonPipes?(): void;
+  /** The stdout of a job whose `stdout` is null, once "close" was emitted: first bytes, count. */
+  stdoutKept?(): { readonly prefix: Uint8Array; readonly total: number };
+  /** The reaper that was told of the job's process group already (see GroupWatchdog). */
+  readonly watchedBy?: number;
 }

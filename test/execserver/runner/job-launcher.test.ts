@@ -167,18 +167,21 @@ describe(`runner: the job launcher (${kind})`, function () {
 
 describe("runner: the job launcher's messages are untrusted", function () {
   this.timeout(20_000);
-  // A launcher that starts the job, passes its stdout, and says everything else wrong.
+  // A launcher that starts the job, passes its stdout (or, asked to read it, says what it
+  // read), and says everything else wrong.
   const script = String.raw`
     const { spawn } = require("node:child_process");
     process.on("message", (m) => {
       if (!m || m.t !== "spawn") return;
       for (const bad of ["text", [1, 2], 5, { t: "exit" }, { t: "exit", id: "1" }, { t: "stderr", id: m.id, err: {} }, { t: "fd", id: m.id, n: 9, pid: 1 },
-        { t: "rm", rmn: "x", left: [1, null, {}] }, { t: "rm", rmn: 1e300, left: "nope" }, { t: "failed", id: 12345 }])
+        { t: "rm", rmn: "x", left: [1, null, {}] }, { t: "rm", rmn: 1e300, left: "nope" }, { t: "failed", id: 12345 }, { t: "started", id: m.id, pid: "1" }])
         process.send(bad);
       const child = spawn("sh", ["-c", "echo out"], { stdio: ["ignore", "pipe", "ignore"], detached: true });
       child.stdout._handle.readStop(); // the output is the execserver's to read
-      process.send({ t: "fd", id: m.id, n: 1, pid: child.pid }, child.stdout);
-      child.on("exit", () => process.send({ t: "exit", id: m.id, code: "0", signal: 7, err: "zz-not-hex", open: "yes", rmn: -1 }));
+      if (m.stdout === false) process.send({ t: "started", id: m.id, pid: child.pid, watched: "yes" });
+      else process.send({ t: "fd", id: m.id, n: 1, pid: child.pid }, child.stdout);
+      const out = m.stdout === false ? { out: "6f75740a", outn: -3 } : { out: "6f75740a", outn: 4 };
+      child.on("exit", () => process.send({ t: "exit", id: m.id, code: "0", signal: 7, err: "zz-not-hex", open: "yes", rmn: -1, ...out }));
     });
     process.stdin.on("end", () => process.exit(0));
     process.stdin.resume();
@@ -189,6 +192,7 @@ describe("runner: the job launcher's messages are untrusted", function () {
     const runJob = createRunJob({ launcher });
     const receipt = await runWith(runJob, { command: ["ignored"] });
     expect(Buffer.from(receipt.stdoutPrefix).toString()).to.equal("out\n");
+    expect(receipt.stdoutBytes).to.equal(4n);
     expect(receipt.stderrLine).to.equal("");
     expect(receipt.exitCode).to.equal(undefined);
   });

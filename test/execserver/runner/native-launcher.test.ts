@@ -21,10 +21,12 @@ interface Wire {
   readonly exited: Promise<number | null>;
 }
 
-function startLauncher(path: string): Wire {
+function startLauncher(path: string, withReaper = false): Wire {
   // fd 3 is a socketpair like Node's IPC channel, read here as plain bytes (a handle sent
-  // along is dropped by the kernel: this side never accepts it).
-  const child = spawn(path, [], { stdio: ["pipe", "ignore", "inherit", "pipe"], env: { NODE_CHANNEL_FD: "3", NODE_CHANNEL_SERIALIZATION_MODE: "json" } });
+  // along is dropped by the kernel: this side never accepts it). withReaper: fd 4 stands
+  // for the reaper's pipe (child.stdio[4]).
+  const env = { NODE_CHANNEL_FD: "3", NODE_CHANNEL_SERIALIZATION_MODE: "json", ...(withReaper ? { SLOTBROKER_REAPER_FD: "4" } : {}) };
+  const child = spawn(path, [], { stdio: ["pipe", "ignore", "inherit", "pipe", ...(withReaper ? ["pipe" as const] : [])], env });
   const channel = child.stdio[3] as Socket;
   const lines: string[] = [];
   const waiting: ((line: string) => void)[] = [];
@@ -93,7 +95,7 @@ describe("runner: the native job launcher on the wire", function () {
   });
 
   it("answers --check (the execserver's test whether the binary runs here), and refuses to run without an IPC channel", () => {
-    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok protocol 3\n");
+    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok protocol 4\n");
     const run = spawnSync(path, [], { encoding: "utf8", env: {} });
     expect(run.status).to.equal(2);
     expect(run.stderr).to.contain("no IPC channel (NODE_CHANNEL_FD)");
@@ -179,6 +181,38 @@ describe("runner: the native job launcher on the wire", function () {
     }
   });
 
+  it('registers each job\'s group with the reaper ("+PGID") before it tells of the job, says so ("watched"), and leaves that to the execserver once the reaper is gone', async () => {
+    wire = startLauncher(path, true);
+    const reaper = wire.child.stdio[4] as Socket;
+    let lines = "";
+    reaper.setEncoding("utf8");
+    reaper.on("data", (chunk: string) => (lines += chunk));
+    wire.write(spawnLine({ id: 1, file: "true", stdin: false }));
+    const fd = await wire.next();
+    const pid = (fd.msg as { pid: number }).pid;
+    expect(fd.msg).to.deep.equal({ t: "fd", id: 1, n: 1, pid, watched: true });
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+    expect(await wire.next()).to.deep.include({ t: "exit", id: 1, code: 0 });
+    // Written before the fd message: it is here by now, whatever the order of reads here.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(lines).to.equal(`+${pid}\n`);
+    reaper.destroy(); // the reaper died: nobody reads its pipe
+    for (const id of [2, 3]) {
+      wire.write(spawnLine({ id, file: "true", stdin: false }));
+      const next = await wire.next();
+      expect(next.msg).to.not.have.property("watched");
+      wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+      expect(await wire.next()).to.deep.include({ t: "exit", id, code: 0 });
+    }
+  });
+
+  it("says no job is watched when it was given no reaper", async () => {
+    wire = startLauncher(path);
+    wire.write(spawnLine({ id: 1, file: "true", stdin: false }));
+    const fd = await wire.next();
+    expect(fd.msg).to.not.have.property("watched");
+  });
+
   it('makes the job\'s directory with "dir":true, never an existing one, and removes it again when the spawn fails', async () => {
     const root = await mkdtemp(join(tmpdir(), "native-launcher-"));
     try {
@@ -222,6 +256,32 @@ describe("runner: the native job launcher on the wire", function () {
       const exit = await wire.next();
       expect(exit).to.deep.equal({ t: "exit", id: i + 1, code: 0, signal: null, ...(line === undefined ? {} : { err: hex(line) }) });
     }
+  });
+
+  it('reads stdout itself with "stdout":false: says "started" (no handle), and sends its first 4000 bytes and its length with the exit, or after it while stdout is held open', async () => {
+    wire = startLauncher(path);
+    const cases: [string, string | undefined, number][] = [
+      ["printf 'some output\\n'; echo oops >&2", "some output\n", 12],
+      ["head -c 70000 /dev/zero | tr '\\0' y", "y".repeat(4000), 70000],
+      ["true", undefined, 0],
+    ];
+    for (const [i, [script, out, outn]] of cases.entries()) {
+      wire.write(spawnLine({ id: i + 1, file: "sh", args: ["-c", script], stdin: false, stdout: false }));
+      const start = await wire.next();
+      expect(start).to.deep.equal({ t: "started", id: i + 1, pid: start.pid });
+      expect(await wire.next()).to.deep.equal({ t: "exit", id: i + 1, code: 0, signal: null, ...(i === 0 ? { err: hex("oops") } : {}), ...(out === undefined ? {} : { out: hex(out), outn }) });
+    }
+    // With stdin, only its handle is passed.
+    wire.write(spawnLine({ id: 4, file: "sh", args: ["-c", "cat"], stdout: false }));
+    const m = await wire.next();
+    expect(m.msg).to.deep.include({ t: "fd", id: 4, n: 0 });
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+    expect(await wire.next()).to.deep.include({ t: "exit", id: 4 }); // its stdin closed here: the handle was not accepted
+    // A background child holds stdout: the exit comes at once, "open", the rest when it closes.
+    wire.write(spawnLine({ id: 5, file: "sh", args: ["-c", "echo before; (sleep 0.3; echo after) &"], stdin: false, stdout: false }));
+    await wire.next();
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 5, code: 0, signal: null, out: hex("before\n"), outn: 7, open: true });
+    expect(await wire.next()).to.deep.equal({ t: "stderr", id: 5, out: hex("before\nafter\n"), outn: 13 });
   });
 
   it("sends the exit at once when a background child holds stderr open, its line when stderr closes, and nothing after a drop", async () => {
