@@ -4,7 +4,7 @@
 // statement. Real Postgres.
 import { expect } from "chai";
 import pg from "pg";
-import { namedQuery, parseTimestamptz } from "../../src/dispatcher/queue/named-query.js";
+import { namedQuery, parseTimestamptz, statementName } from "../../src/dispatcher/queue/named-query.js";
 import { createTestDatabase } from "../support/postgres.js";
 import { closeAll, openPool } from "./support.js";
 
@@ -43,6 +43,18 @@ describe("named statements' rows", () => {
       } finally {
         await zoned.end();
       }
+    }
+  });
+
+  it("prepares each text once per connection, under its statement name", async () => {
+    const one = new pg.Pool({ connectionString: url, max: 1 });
+    try {
+      const text = "SELECT $1::int + 1 AS n";
+      for (let i = 0; i < 3; i++) expect((await namedQuery<{ n: number }>(one, text, [i])).rows).to.deep.equal([{ n: i + 1 }]);
+      const prepared = await one.query<{ name: string; statement: string }>("SELECT name, statement FROM pg_prepared_statements");
+      expect(prepared.rows).to.deep.equal([{ name: statementName(text), statement: text }]);
+    } finally {
+      await one.end();
     }
   });
 
