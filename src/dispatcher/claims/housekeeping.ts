@@ -16,7 +16,8 @@ import type { DispatcherConfig } from "../config.js";
 import type { DispatcherEvents } from "../events.js";
 import type { DispatcherCounters } from "../items/settle.js";
 import { finishedSweepBatch, type QueueConfig } from "../queue/queue-config.js";
-import { statementName, type QueueStore } from "../queue/queue-store.js";
+import { namedQuery } from "../queue/named-query.js";
+import type { QueueStore } from "../queue/queue-store.js";
 import type { WriteHealth } from "./write-health.js";
 import { fromPgError } from "../queue/pg-errors.js";
 import type { Fence } from "../types.js";
@@ -271,7 +272,7 @@ export async function releaseLostClaims(queue: QueueStore, fylrId: string, ageMs
   let rows: Fence[];
   try {
     type Row = { id: string; claimed_by: string; lease: string };
-    const result = await queue.pool.query<Row>({ name: statementName(claimsOlderThan), text: claimsOlderThan, values: [fylrId, ageMs] });
+    const result = await namedQuery<Row>(queue.pool, claimsOlderThan, [fylrId, ageMs]);
     rows = result.rows.map((r) => ({ id: r.id, claimedBy: r.claimed_by, lease: Number(r.lease) }));
   } catch (err) {
     throw fromPgError(err, "audit of held claims");

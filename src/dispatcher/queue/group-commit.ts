@@ -14,7 +14,8 @@ import type { ItemOutput } from "../blobs/output-sink.js";
 import type { CallResult, ClaimedItem, Fence, QueueItem } from "../types.js";
 import { insertedItem, itemFromRow, type InsertedRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
 import { fromPgError, isTransient, sqlState } from "./pg-errors.js";
-import { claimOrder, completeManyParams, completeParams, statementName, type QueueStore } from "./queue-store.js";
+import { namedQuery } from "./named-query.js";
+import { claimOrder, completeManyParams, completeParams, type QueueStore } from "./queue-store.js";
 import * as sql from "./sql.js";
 
 interface Pending<T> {
@@ -144,7 +145,7 @@ export async function completeAndClaim(pool: pg.Pool, entries: readonly Completi
   ];
   let rows: Row[];
   try {
-    rows = (await pool.query<Row>({ name: statementName(text), text, values: params })).rows;
+    rows = (await namedQuery<Row>(pool, text, params)).rows;
   } catch (err) {
     throw fromPgError(err, "complete and claim");
   }
@@ -335,7 +336,7 @@ export class SubmitBatcher {
       entries.map((e) => e.n.fairnessWeight ?? 1),
       entries.map((e) => e.n.fairnessLimit ?? null),
     ];
-    const { rows } = await this.queue.pool.query<InsertedRow>({ name: statementName(sql.insertQueuedItems), text: sql.insertQueuedItems, values });
+    const { rows } = await namedQuery<InsertedRow>(this.queue.pool, sql.insertQueuedItems, values);
     const submits = new Map(entries.map((e) => [e.id, e.n]));
     return new Map(rows.map((row) => [row.id, insertedItem(row, submits.get(row.id)!)]));
   }

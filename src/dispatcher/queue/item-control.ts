@@ -9,7 +9,8 @@ import { encodePageToken, listQuery, type ListFilter } from "./item-list.js";
 import { itemFromRow, type ItemRow } from "./payload.js";
 import { fromPgError } from "./pg-errors.js";
 import * as sql from "./sql.js";
-import { checkItemId, statementName } from "./queue-store.js";
+import { checkItemId } from "./queue-store.js";
+import { namedQuery } from "./named-query.js";
 import type { ItemEvent, ItemEventKind, ItemHistory, ItemState, QueueItem } from "../types.js";
 
 /** What Cancel did. */
@@ -34,7 +35,7 @@ export class ItemControlStore {
 
   private async query<R extends pg.QueryResultRow>(what: string, text: string, params: unknown[] = []): Promise<pg.QueryResult<R>> {
     try {
-      return await this.pool.query<R>({ name: statementName(text), text, values: params });
+      return await namedQuery<R>(this.pool, text, params);
     } catch (err) {
       throw fromPgError(err, what);
     }

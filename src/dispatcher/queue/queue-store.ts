@@ -3,11 +3,11 @@
  * every error leaves it translated (pg-errors.ts). Text from peers is made storable first
  * (storableText, below).
  */
-import { createHash } from "node:crypto";
 import type pg from "pg";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { encodeResults, insertedItem, itemFromRow, type InsertedRow, type ItemRow, type NormalizedSubmit } from "./payload.js";
 import { fromPgError } from "./pg-errors.js";
+import { namedQuery } from "./named-query.js";
 import * as blobSql from "../blobs/blob-sql.js";
 import * as sql from "./sql.js";
 import type { ItemOutput } from "../blobs/output-sink.js";
@@ -122,9 +122,7 @@ export class QueueStore {
 
   private async query<R extends pg.QueryResultRow>(what: string, text: string, params: unknown[] = []): Promise<pg.QueryResult<R>> {
     try {
-      // Named, so each connection parses and plans every query once (a prepared statement)
-      // instead of on every call: the hot claim/complete path runs thousands of times a second.
-      return await this.pool.query<R>({ name: statementName(text), text, values: params });
+      return await namedQuery<R>(this.pool, text, params);
     } catch (err) {
       throw fromPgError(err, what);
     }
@@ -424,18 +422,6 @@ export class QueueStore {
       held: r.held,
     }));
   }
-}
-
-const statementNames = new Map<string, string>();
-
-/** A stable prepared-statement name per query text (pg requires one text per name). */
-export function statementName(text: string): string {
-  let name = statementNames.get(text);
-  if (!name) {
-    name = `slotbroker_${createHash("sha1").update(text).digest("hex").slice(0, 16)}`;
-    statementNames.set(text, name);
-  }
-  return name;
 }
 
 /** $1–$8 of completeItem (sql.ts). */
