@@ -16,6 +16,11 @@ tools=(
   "promtool github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
 )
 mkdir -p "$bin"
+# Test files run in parallel and each asks for the tools: one builds, the others wait for
+# it and then find every tool there (three builds of the same modules at once on a cold Go
+# cache took longer than the tests wait).
+exec 9>"$bin/.build.lock"
+flock 9
 for entry in "${tools[@]}"; do
   name=${entry%% *}
   pkg=${entry#* }
