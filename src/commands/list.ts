@@ -86,12 +86,18 @@ export async function run(argv: string[]): Promise<number> {
       pageToken: values.page ?? "",
     });
     process.stdout.write(formatList(page.items));
+    // stdout stays empty for scripts; a person still learns the call worked.
+    if (page.items.length === 0) process.stderr.write(`slotbroker list: no items${filtered(values, wanted) ? " match these filters" : " in the queue"}\n`);
     if (page.nextPageToken) process.stderr.write(`more: slotbroker list … --page ${page.nextPageToken}\n`);
     return 0;
   } catch (err) {
     process.stderr.write(`slotbroker list: ${describeApiError(err, target)}\n`);
     return 1;
   }
+}
+
+function filtered(values: { service?: string; "fairness-key"?: string; "min-priority"?: string; page?: string }, states: ItemState[]): boolean {
+  return states.length > 0 || values.service !== undefined || values["fairness-key"] !== undefined || values["min-priority"] !== undefined || values.page !== undefined;
 }
 
 /** The listing as aligned columns (pure; the header only when there are items). */

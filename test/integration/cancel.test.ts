@@ -247,6 +247,10 @@ describe("cancel, retry, delete across fylr processes", function () {
     const lines = list.stdout.toString().trim().split("\n");
     expect(lines[0]).to.match(/^ID\s+STATE\s+PRIO\s+KEY\s+SERVICE\s+ATTEMPTS\s+CREATED$/);
     expect(lines.slice(1).map((l) => l.split(/\s+/).slice(0, 5))).to.deep.equal([[id, "cancelled", "7", "-", "noop"]]);
+    const none = await slotbroker(["list", "--state", "failed", ...api]);
+    expect(none.code, none.stderr).to.equal(0);
+    expect(none.stdout.toString()).to.equal("");
+    expect(none.stderr).to.equal("slotbroker list: no items match these filters\n");
     const refused = await slotbroker(["delete", "not-a-uuid", ...api]);
     expect(refused.code).to.equal(1);
     expect(refused.stderr).to.match(/not a UUID/);
