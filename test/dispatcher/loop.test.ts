@@ -222,7 +222,9 @@ describe("dispatcher loop", () => {
       }
       return { receipt: receiptFor({ exitCode: 0, stdout: Buffer.from("ok") }), stdout: Buffer.from("ok") };
     });
-    const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([one]), backend, config: fast });
+    // Only the sibling below declares this fylr dead: with the short staleAfter of `fast`, a
+    // loaded machine let this fylr's own sweeps and claim audits abandon the run first.
+    const d = await startDispatcher({ pool, capacity: new ManualCapacitySource([one]), backend, config: { ...fast, staleAfterMs: 60_000 } });
     const { item } = await d.submit({ calls: [{ service: "cat", args: [], env: {} }] });
     const started = new EventMonitor(d.events, "item:started");
     await until(d, item.id, ["running"]);
