@@ -38,13 +38,18 @@ async function slotBoxes(page: Page, waitgroup: string): Promise<Record<string, 
   return { total: await boxes.count(), running: await count("running"), offered: await count("offered"), free: await count("free") };
 }
 
+/**
+ * Reads every bar of a chart in one evaluation: the page redraws itself on each live poll,
+ * and measuring the rows one round trip at a time could catch a row between two drawings.
+ */
 async function barRows(page: Page, selector: string): Promise<{ key: string; value: number; width: number }[]> {
-  const out = [];
-  for (const row of await page.locator(`${selector} .bar-row`).all()) {
-    const box = await row.locator(".bar-fill").first().boundingBox();
-    out.push({ key: (await row.getAttribute("data-key")) ?? "", value: Number(await row.getAttribute("data-value")), width: box?.width ?? -1 });
-  }
-  return out;
+  return page.locator(`${selector} .bar-row`).evaluateAll((rows) =>
+    rows.map((row) => ({
+      key: row.getAttribute("data-key") ?? "",
+      value: Number(row.getAttribute("data-value")),
+      width: row.querySelector(".bar-fill")?.getBoundingClientRect().width ?? -1,
+    })),
+  );
 }
 
 /** Waits (bounded) until a page expression is true; the expression is a string: tests have no DOM types. */
