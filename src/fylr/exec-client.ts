@@ -155,10 +155,11 @@ export class ExecClient {
     let outPipe: PipeHandle | undefined;
     try {
       const host = await this.pipeHost(slot);
-      const sink = new ForwardingSink(options.stdout ?? collector!);
+      // Made when the execserver opens the out-pipe; most output comes whole in the receipt.
+      let sink: ForwardingSink | undefined;
       const inline = inlineStdin(options.stdin, slot);
       inPipe = options.stdin === undefined || inline ? undefined : this.options.pipes.createInPipe(options.stdin);
-      outPipe = this.options.pipes.createOutPipe(sink);
+      outPipe = this.options.pipes.createOutPipe(() => (sink = new ForwardingSink(options.stdout ?? collector!)));
       const urls = pipeUrls(host, this.options.pipePort, { in: inPipe?.id, out: outPipe.id }, this.options.pipeScheme);
       // The message as create() would make it, written out: one per job.
       const spec: JobSpec = {
@@ -177,11 +178,13 @@ export class ExecClient {
       const receipt = await receiptPromise;
       if (inPipe?.state === "waiting") inPipe.cancel("the job ended without reading stdin");
       if (!receipt.stdoutStreamed) outPipe.retire(); // the output fit into the receipt
-      if (!receipt.stdoutStreamed && !sink.existing) {
+      // The caller's stream when it exists: made by the sink, or given as a stream.
+      const existing = sink ? sink.existing : typeof options.stdout === "function" ? undefined : (options.stdout ?? collector);
+      if (!receipt.stdoutStreamed && !existing) {
         const prefix = receipt.stdoutPrefix;
         return { ...started, receipt, stdout: Buffer.from(prefix.buffer, prefix.byteOffset, prefix.byteLength), stdoutError: undefined };
       }
-      const stdoutError = await this.settleStdout(receipt, outPipe, sink, slot.jobId);
+      const stdoutError = await this.settleStdout(receipt, outPipe, sink?.forwarding ?? false, existing, slot.jobId);
       return { ...started, receipt, stdout: collector?.toBuffer(), stdoutError };
     } catch (err) {
       if (slot.state === "offered") slot.decline();
@@ -221,13 +224,19 @@ export class ExecClient {
   // Delivers stdout to the caller: the receipt's prefix when nothing streamed, otherwise
   // the out-pipe's outcome. Returns the upload error of a failed job; throws when a job
   // that reports success did not deliver its stdout completely.
-  private async settleStdout(receipt: Receipt, outPipe: PipeHandle, sink: ForwardingSink, jobId: string): Promise<Error | undefined> {
-    if (!receipt.stdoutStreamed && !sink.forwarding) {
-      await writeAndEnd(sink.existing!, receipt.stdoutPrefix);
+  private async settleStdout(
+    receipt: Receipt,
+    outPipe: PipeHandle,
+    forwarding: boolean,
+    existing: Writable | undefined,
+    jobId: string,
+  ): Promise<Error | undefined> {
+    if (!receipt.stdoutStreamed && !forwarding) {
+      await writeAndEnd(existing!, receipt.stdoutPrefix);
       return undefined;
     }
     // Streamed (or begun): the target was made by the first byte forwarded, unless none came.
-    const target = sink.existing;
+    const target = existing;
     let error: Error | undefined;
     try {
       const bytes = await settleWithin(outPipe, this.options.settleTimeoutMs ?? 30_000);

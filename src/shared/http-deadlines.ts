@@ -96,11 +96,14 @@ export class BodyDeadlines {
     // Timed until the body is complete, not until the answer: a handler may answer early
     // (404, 401) while the client goes on trickling the body Node then reads to discard.
     const carrier: net.Socket | http2.ServerHttp2Stream = stream ?? socket;
+    // The request's own close, not the keep-alive socket's: a listener per body on a socket
+    // that serves thousands of requests piled up until each timer's next tick.
+    const closer: http.IncomingMessage | http2.ServerHttp2Stream = stream ?? (req as http.IncomingMessage);
     const stop = (): void => {
       clearInterval(timer);
       // The instance's own push goes; the prototype's shows through again.
       if (stream) Reflect.deleteProperty(stream, "push");
-      carrier.off("close", stop);
+      closer.off("close", stop);
     };
     const serverBusy = (): boolean =>
       carrier.isPaused() || req.readableLength >= req.readableHighWaterMark || (stream !== undefined && stream.readableLength >= stream.readableHighWaterMark);
@@ -128,7 +131,7 @@ export class BodyDeadlines {
       cut(req, res, bodyTimeoutMs, bodyMinRate);
     }, tickMs);
     timer.unref();
-    carrier.once("close", stop);
+    closer.once("close", stop);
   }
 }
 

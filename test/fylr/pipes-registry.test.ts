@@ -186,6 +186,22 @@ describe("pipe registry", () => {
     expect(await writer.finish()).to.equal(15);
   });
 
+  it("makes a sink given as a function only when its writer arrives", async () => {
+    let made = 0;
+    const retired = registry.createOutPipe(() => (made++, new HashingSink()));
+    retired.retire();
+    expect((await rejection(retired.done)).kind).to.equal("cancelled");
+    expect(made).to.equal(0);
+    let sink: HashingSink | undefined;
+    const used = registry.createOutPipe(() => (made++, (sink = new HashingSink())));
+    const writer = registry.openOut(used.id);
+    expect(made).to.equal(1);
+    await writer.write(Buffer.from("bytes"));
+    expect(await writer.finish()).to.equal(5);
+    expect(await used.done).to.equal(5);
+    expect(sink!.bytes).to.equal(5);
+  });
+
   it("closing the registry fails everything pending and refuses new pipes", async () => {
     const source = new PassThrough();
     const sink = new HashingSink();

@@ -7,6 +7,7 @@ import { lengthFieldSize, stringFieldSize, varintSize, writeVarint } from "../..
 import { retry, retryDelayMs } from "../../src/shared/retry.js";
 import { drained } from "../../src/shared/streams.js";
 import { lazyChild } from "../../src/shared/log.js";
+import { HookedAbortController, onAbort } from "../../src/shared/abort.js";
 import { pino } from "pino";
 
 describe("shared helpers", () => {
@@ -146,6 +147,32 @@ describe("shared helpers", () => {
       );
     });
   });
+  describe("onAbort", () => {
+    it("runs a hooked controller's callbacks once at abort, not those taken off, and still fires its listeners", () => {
+      const controller = new HookedAbortController();
+      const calls: string[] = [];
+      onAbort(controller.signal, () => calls.push(`a:${String(controller.signal.reason)}`));
+      const off = onAbort(controller.signal, () => calls.push("b"));
+      controller.signal.addEventListener("abort", () => calls.push("listener"));
+      off();
+      controller.abort("why");
+      controller.abort("again");
+      expect(calls).to.deep.equal(["listener", "a:why"]);
+      onAbort(controller.signal, () => calls.push("late"));
+      expect(calls).to.have.length(2);
+    });
+
+    it("uses a listener on any other signal and takes it off", () => {
+      const controller = new AbortController();
+      let calls = 0;
+      const off = onAbort(controller.signal, () => calls++);
+      onAbort(controller.signal, () => calls++);
+      off();
+      controller.abort();
+      expect(calls).to.equal(1);
+    });
+  });
+
   describe("lazyChild", () => {
     it("logs the lines a child would, with its bindings, and makes the child only for a line let through", () => {
       const lines: Record<string, unknown>[] = [];

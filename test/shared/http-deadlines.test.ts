@@ -56,6 +56,27 @@ describe("BodyDeadlines", () => {
     }
   });
 
+  it("adds nothing per request to a keep-alive connection whose bodies come after their headers", async () => {
+    closeListeners.length = 0;
+    const socket = connect(port, "127.0.0.1");
+    try {
+      let text = "";
+      socket.on("data", (d: Buffer) => (text += d.toString()));
+      for (let i = 0; i < 15; i++) {
+        const body = JSON.stringify({ i });
+        socket.write(`POST / HTTP/1.1\r\nhost: x\r\ncontent-length: ${body.length}\r\n\r\n`);
+        // Later than the turn the deadline waits for, so every body is timed.
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        socket.write(body);
+        while (!text.endsWith(body)) await new Promise((resolve) => setTimeout(resolve, 1));
+      }
+      expect(closeListeners).to.have.length(15);
+      expect(Math.max(...closeListeners)).to.equal(closeListeners[0]);
+    } finally {
+      socket.destroy();
+    }
+  });
+
   it("still cuts a body that stalls after its headers", async () => {
     const socket = connect(port, "127.0.0.1");
     const answer = new Promise<string>((resolve) => {

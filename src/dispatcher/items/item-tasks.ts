@@ -5,7 +5,7 @@
  * listener on the parent for as long as the parent lives). Also when an exec item is
  * written 'running', and how a cancel reaches the task of an item held here.
  */
-import { AbortReason, linkedAbortController, sleep } from "../../shared/abort.js";
+import { AbortReason, HookedAbortController, linkedAbortController, sleep } from "../../shared/abort.js";
 import type { Events } from "../../shared/typed-events.js";
 import { lazyChild, type Logger } from "../../shared/log.js";
 import type { BlobStore } from "../blobs/blob-store.js";
@@ -107,7 +107,7 @@ export class ItemTasks {
     const traced = startItemTrace(item);
     const bindings = { itemId: item.id, lease: item.lease, kind: item.kind };
     const log = lazyChild(this.deps.log, traced ? { ...bindings, ...traced.logFields() } : bindings);
-    const controller = new AbortController();
+    const controller = new HookedAbortController();
     this.controllers.add(controller);
     this.byItem.set(item.id, { lease: item.lease, controller });
     live.add({ id: item.id, kind: item.kind, priority: item.priority, lease: item.lease, callCount: item.calls.length });

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { RejectCode, type Offer, type Position, type Reject } from "../../../gen/slotbroker/v1/broker_pb.js";
+import { onAbort } from "../../shared/abort.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { fairnessLimits } from "../../shared/job-limits.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
@@ -198,11 +199,9 @@ export class BrokerClient {
       }
       const signal = options.signal;
       if (signal) {
-        const onAbort = (): void => {
+        acq.detach = onAbort(signal, () => {
           if (this.giveUp(acq)) reject(signal.reason as Error);
-        };
-        signal.addEventListener("abort", onAbort, { once: true });
-        acq.detach = () => signal.removeEventListener("abort", onAbort);
+        });
       }
     });
   }

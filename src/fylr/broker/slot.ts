@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { ReceiptSchema, type JobSpec, type Offer, type Receipt } from "../../../gen/slotbroker/v1/broker_pb.js";
-import { AbortReason } from "../../shared/abort.js";
+import { AbortReason, onAbort } from "../../shared/abort.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { Transitions } from "../../shared/lifecycle.js";
 import type { BrokerConnection } from "./connection.js";
@@ -100,7 +100,7 @@ export class Slot {
     }
     if (!signal) return receipt;
     let waitTimer: NodeJS.Timeout | undefined;
-    const onAbort = (): void => {
+    const detach = onAbort(signal, () => {
       const reason = signal.reason as Error;
       const sent = this.connection.cancel(this.jobId);
       if (sent && reason instanceof AbortReason && reason.kind === "cancel-requested") {
@@ -108,11 +108,10 @@ export class Slot {
         return;
       }
       this.jobs.forget(this.connection, this.jobId, reason);
-    };
-    signal.addEventListener("abort", onAbort, { once: true });
+    });
     const cleanup = (): void => {
       clearTimeout(waitTimer);
-      signal.removeEventListener("abort", onAbort);
+      detach();
     };
     receipt.then(cleanup, cleanup);
     return receipt;

@@ -15,25 +15,40 @@ export interface OutPipeWriter {
   abort(cause: unknown): void;
 }
 
+/** An out-pipe's sink, or the function that makes it when the writer arrives. */
+export type OutPipeSink = Writable | (() => Writable);
+
 /** An out-pipe: takes one job's stdout from exactly one writer into the owner's sink. */
 export class OutPipe extends PipeBase {
   private sinkError: unknown;
+  private made: Writable | undefined;
 
   constructor(
-    private readonly sink: Writable,
+    private readonly target: OutPipeSink,
     context: PipeContext,
   ) {
     super("out", context);
-    // Remembered for the writer, and so that destroying the sink with an error never
-    // becomes an uncaught exception when the owner has no 'error' listener of its own.
+    if (typeof target !== "function") this.watch(target);
+  }
+
+  private get sink(): Writable {
+    return (this.made ??= this.watch((this.target as () => Writable)()));
+  }
+
+  // Remembered for the writer, and so that destroying the sink with an error never
+  // becomes an uncaught exception when the owner has no 'error' listener of its own.
+  private watch(sink: Writable): Writable {
+    this.made = sink;
     sink.on("error", (err) => {
       this.sinkError ??= err;
     });
+    return sink;
   }
 
-  /** waiting → streaming: hands the pipe to its one writer. */
+  /** waiting → streaming: hands the pipe to its one writer (a sink made on demand is made now). */
   open(): OutPipeWriter {
     this.markOpened();
+    void this.sink;
     return {
       id: this.id,
       write: (chunk) => this.write(chunk),
@@ -42,8 +57,9 @@ export class OutPipe extends PipeBase {
     };
   }
 
+  // A sink never made (the pipe was not opened) has nothing to release.
   protected override release(error: PipeError | undefined): void {
-    this.sink.destroy(error);
+    this.made?.destroy(error);
   }
 
   private async write(chunk: Uint8Array): Promise<void> {

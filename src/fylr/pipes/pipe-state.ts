@@ -76,31 +76,47 @@ export interface PipeHandle {
  */
 export abstract class PipeBase implements PipeHandle {
   readonly id: string;
-  readonly done: Promise<number>;
-  readonly events = new Events<PipeEvents>();
   protected bytes = 0;
   private childLogger: Logger | undefined;
   private current: PipeState = "waiting";
   private opened = false;
   private failure: PipeError | undefined;
   private timer: NodeJS.Timeout | undefined;
-  private resolveDone!: (bytes: number) => void;
-  private rejectDone!: (err: PipeError) => void;
+  // `done` and `events` are made when first asked for: most out-pipes are retired unused
+  // and nobody awaits or watches them.
+  private donePromise: Promise<number> | undefined;
+  private resolveDone: ((bytes: number) => void) | undefined;
+  private rejectDone: ((err: PipeError) => void) | undefined;
+  private stateEvents: Events<PipeEvents> | undefined;
 
   protected constructor(
     readonly direction: PipeDirection,
     private readonly context: PipeContext,
   ) {
     this.id = context.id;
-    this.done = new Promise<number>((resolve, reject) => {
-      this.resolveDone = resolve;
-      this.rejectDone = reject;
-    });
-    // An owner that never awaits `done` must not crash the process with an unhandled
-    // rejection; the failure also reaches the owner's stream itself.
-    this.done.catch(() => undefined);
     this.timer = setTimeout(() => this.expire(), context.ttlMs);
     this.timer.unref();
+  }
+
+  /** Resolves with the bytes moved on a clean end; rejects with a PipeError otherwise. */
+  get done(): Promise<number> {
+    if (this.donePromise) return this.donePromise;
+    if (this.current === "done") return (this.donePromise = Promise.resolve(this.bytes));
+    this.donePromise = isTerminal(this.current)
+      ? Promise.reject(this.failure!)
+      : new Promise<number>((resolve, reject) => {
+          this.resolveDone = resolve;
+          this.rejectDone = reject;
+        });
+    // An owner that never awaits `done` must not crash the process with an unhandled
+    // rejection; the failure also reaches the owner's stream itself.
+    this.donePromise.catch(() => undefined);
+    return this.donePromise;
+  }
+
+  /** Lifecycle events: `state` on every move. */
+  get events(): Events<PipeEvents> {
+    return (this.stateEvents ??= new Events<PipeEvents>());
   }
 
   // Made at the first line logged: there is a pipe per job, and its lines are debug ones,
@@ -139,7 +155,7 @@ export abstract class PipeBase implements PipeHandle {
     this.failure = error;
     this.setState(error.kind === "expired" ? "expired" : "aborted");
     this.release(options.quiet ? undefined : error);
-    this.rejectDone(error);
+    this.rejectDone?.(error);
     this.debug({ bytes: this.bytes, err: error.message }, "pipe failed");
     this.settle();
   }
@@ -159,7 +175,7 @@ export abstract class PipeBase implements PipeHandle {
   /** streaming → done, resolving `done` with the byte count. */
   protected markDone(): void {
     this.setState("done");
-    this.resolveDone(this.bytes);
+    this.resolveDone?.(this.bytes);
     this.debug({ bytes: this.bytes }, "pipe done");
     this.settle();
   }
@@ -177,7 +193,7 @@ export abstract class PipeBase implements PipeHandle {
 
   private setState(next: PipeState): void {
     this.current = transitions.check(this.current, next);
-    this.events.emit("state", next);
+    this.stateEvents?.emit("state", next);
   }
 
   private settle(): void {

@@ -1,8 +1,7 @@
-import type { Writable } from "node:stream";
 import { silentLogger, type Logger } from "../../shared/log.js";
 import { PipeError } from "./errors.js";
 import { InPipe, type InPipeReader, type InPipeSource } from "./in-pipe.js";
-import { OutPipe, type OutPipeWriter } from "./out-pipe.js";
+import { OutPipe, type OutPipeSink, type OutPipeWriter } from "./out-pipe.js";
 import { newPipeId } from "./pipe-id.js";
 import type { PipeContext, PipeHandle, PipeSettlement } from "./pipe-state.js";
 import { SpentIds, type SpentReason } from "./spent-ids.js";
@@ -61,8 +60,10 @@ export class PipeRegistry {
    * A pipe whose one PUT / Write streams into `sink` (the job's stdout). Its `done`
    * resolves with the byte count once the sink finished; when the upload is aborted or
    * the pipe expires, `done` rejects and the sink is destroyed with the same PipeError.
+   * A function is called for the sink only when the writer arrives: a pipe retired unused
+   * never makes one.
    */
-  createOutPipe(sink: Writable, options: CreatePipeOptions = {}): PipeHandle {
+  createOutPipe(sink: OutPipeSink, options: CreatePipeOptions = {}): PipeHandle {
     return this.add((context) => new OutPipe(sink, context), options);
   }
 

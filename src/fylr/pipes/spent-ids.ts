@@ -13,11 +13,16 @@ export interface SpentIdsOptions {
 
 /**
  * Remembers ids of pipes that were used or expired, so a late or repeated request gets
- * "gone" (410) instead of "unknown" (404). Bounded in count and age: a Map keeps
- * insertion order, so the oldest entries sit at the front and pruning is O(evicted).
+ * "gone" (410) instead of "unknown" (404). Bounded in count and age. The order of adding
+ * is kept in a queue beside the lookup map: a Map whose oldest entries are deleted keeps
+ * their holes at its front for a while, and iterating it from the front to find the
+ * oldest walked over all of them on every add (tens of µs per pipe once it was full).
  */
 export class SpentIds {
   private readonly entries = new Map<string, { reason: SpentReason; at: number }>();
+  // Every add in order, oldest from `head` on; ids re-added or forgotten stay until pruned.
+  private order: { id: string; at: number }[] = [];
+  private head = 0;
   private readonly capacity: number;
   private readonly retainMs: number;
   private readonly now: () => number;
@@ -30,8 +35,9 @@ export class SpentIds {
 
   /** Records `id` as spent. */
   add(id: string, reason: SpentReason): void {
-    this.entries.delete(id);
-    this.entries.set(id, { reason, at: this.now() });
+    const at = this.now();
+    this.entries.set(id, { reason, at });
+    this.order.push({ id, at });
     this.prune();
   }
 
@@ -49,13 +55,25 @@ export class SpentIds {
   /** Forgets everything. */
   clear(): void {
     this.entries.clear();
+    this.order = [];
+    this.head = 0;
   }
 
   private prune(): void {
     const cutoff = this.now() - this.retainMs;
-    for (const [id, entry] of this.entries) {
-      if (this.entries.size <= this.capacity && entry.at > cutoff) break;
-      this.entries.delete(id);
+    const order = this.order;
+    while (this.head < order.length) {
+      const oldest = order[this.head]!;
+      const entry = this.entries.get(oldest.id);
+      // A queue slot of an id added again later, or already forgotten: only skipped.
+      const current = entry !== undefined && entry.at === oldest.at;
+      if (current && this.entries.size <= this.capacity && oldest.at > cutoff) break;
+      if (current) this.entries.delete(oldest.id);
+      this.head++;
+    }
+    if (this.head > 1024 && this.head * 2 > order.length) {
+      this.order = order.slice(this.head);
+      this.head = 0;
     }
   }
 }
