@@ -130,7 +130,7 @@ describe("dispatcher migrations", () => {
       const ids = [await submit(), await submit(), await submit(), await submit()];
       const held = await queue.claim("f", "exec", lowest, 2);
       expect(await queue.complete(held[0]!, [], undefined)).to.equal(true);
-      expect((await migrate(pool)).applied).to.deep.equal([14]);
+      expect((await migrate(pool, { migrations: loadMigrations().filter((m) => m.version <= 14) })).applied).to.deep.equal([14]);
       // The claim held across the migration settles under its fence; the rest are claimed and settle too.
       expect(await queue.complete({ ...held[1]!, lease: held[1]!.lease - 1 }, [], undefined)).to.equal(false);
       expect(await queue.complete(held[1]!, [], undefined)).to.equal(true);
