@@ -70,7 +70,7 @@ describe("dispatcher migrations", () => {
       // What a test resetting its tables does: the trigger functions outlive them.
       await pool.query("DROP TABLE item_events, blob_reservations, blob_usage, blob_chunks, blobs, queue_keys, queue_items, fylrs, slotbroker_migrations CASCADE");
       // slotbroker_claim_exec returns queue_items rows: it went with the table.
-      expect((await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'slotbroker_%'")).rows[0]).to.deep.equal({ n: 7 });
+      expect((await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'slotbroker_%'")).rows[0]).to.deep.equal({ n: 8 });
       expect((await migrate(pool)).applied).to.deep.equal(loadMigrations().map((m) => m.version));
       // …and the notify trigger is back in place.
       await listener.connect();

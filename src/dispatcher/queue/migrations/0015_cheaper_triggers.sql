@@ -10,6 +10,10 @@
 -- UPDATE statement (a join for "queued", another for "queued local", a window for the
 -- "changed" ids); one pass over the changed rows now gives all three. Same notifications,
 -- still one per statement (the "changed" ids in chunks of 100).
+--
+-- On INSERT it kept a transition table and ran a PL/pgSQL call for every statement, also
+-- for an item inserted already claimed, which notifies nothing. A row trigger on queued
+-- rows says the same: Postgres delivers one of identical notifications of a transaction.
 
 DROP TRIGGER queue_items_blobs ON queue_items;
 CREATE TRIGGER queue_items_blobs AFTER UPDATE OF output_blob, finished_at ON queue_items
@@ -64,3 +68,17 @@ BEGIN
   RETURN NULL;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION slotbroker_notify_queued() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('slotbroker_queue', 'queued');
+  IF NEW.kind = 'local' THEN
+    PERFORM pg_notify('slotbroker_queue', 'queued local');
+  END IF;
+  RETURN NULL;
+END
+$$;
+
+DROP TRIGGER queue_items_notify_insert ON queue_items;
+CREATE TRIGGER queue_items_notify_insert AFTER INSERT ON queue_items
+  FOR EACH ROW WHEN (NEW.state = 'queued') EXECUTE FUNCTION slotbroker_notify_queued();
