@@ -12,8 +12,10 @@
 //
 // With SUBMIT_ONLY=1 each submitter waits only for its Submit's answer before the next (the
 // end-to-end bench's throughput load exactly), and the run waits for every item at the end.
+// With PG_STATS=1 the server runs with pg_stat_statements and the run also prints, per item
+// and statement (nested ones too), the executor and planning ms Postgres spent.
 //
-//   [RUNNING_MARK_DELAY=100ms] [SUBMIT_ONLY=1] node --import tsx bench/e2e-statements.ts [true|sha256] [N] [CONCURRENCY]
+//   [RUNNING_MARK_DELAY=100ms] [SUBMIT_ONLY=1] [PG_STATS=1] node --import tsx bench/e2e-statements.ts [true|sha256] [N] [CONCURRENCY]
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,6 +25,7 @@ import { compileFylrConfig, startExecserver, startFylr, type FylrHandle } from "
 import { migrate } from "../src/dispatcher/index.js";
 import { compileExecserverConfig } from "../src/execserver/index.js";
 import { startEmbeddedPostgres } from "../src/shared/embedded-postgres.js";
+import { printStatements, resetStatements, startPostgresWithStatements } from "./lib/pg-stat-statements.js";
 import { CpuMeter, postgresBackends } from "./lib/proc-cpu.js";
 
 const service = process.argv[2] === "sha256" ? "sha256" : "true";
@@ -32,7 +35,10 @@ const concurrency = Number(process.argv[4] ?? 1);
 const markDelay = process.env.RUNNING_MARK_DELAY ? { dispatcher: { runningMarkDelay: process.env.RUNNING_MARK_DELAY } } : {};
 const dir = mkdtempSync(join(tmpdir(), "e2e-statements-"));
 chmodSync(dir, 0o755); // as root the embedded server runs as the "postgres" user
-const server = await startEmbeddedPostgres({ dataDir: join(dir, "pg"), persistent: false });
+const pgStats = process.env.PG_STATS === "1";
+const server = pgStats
+  ? await startPostgresWithStatements(join(dir, "pg"))
+  : await startEmbeddedPostgres({ dataDir: join(dir, "pg"), persistent: false });
 await migrate(server.url);
 const execConfig = compileExecserverConfig({
   listen: "127.0.0.1:0",
@@ -91,6 +97,7 @@ async function run(items: number): Promise<void> {
 }
 await run(10); // warm-up
 counts.clear();
+if (pgStats) await resetStatements(server.url);
 const database = new URL(server.url).pathname.slice(1) || "postgres";
 const meter = new CpuMeter({ process: () => [process.pid], postgres: () => postgresBackends(database) });
 meter.start();
@@ -105,6 +112,7 @@ const how = concurrency === 1 ? "one at a time" : `${concurrency} submitters${su
 process.stdout.write(`statements per item (${service}, two fylrs, ${how}, ${n} items): ${(total / n).toFixed(2)}\n`);
 const commands = cpu["process(children)"] ?? 0;
 process.stdout.write(`CPU ms per item: this process ${((cpu.process! - commands) / n).toFixed(2)} (its commands ${(commands / n).toFixed(2)}), Postgres backends ${(cpu.postgres! / n).toFixed(2)}\n`);
+if (pgStats) await printStatements(server.url, n, (line) => process.stdout.write(line));
 for (const fylr of fylrs) await fylr.close();
 await exec.close();
 await server.stop();

@@ -9,7 +9,7 @@ import { Readable } from "node:stream";
 import { finished, pipeline } from "node:stream/promises";
 import { expect } from "chai";
 import type pg from "pg";
-import { BlobStore, CopyBinaryDecoder, migrate, OutputSink, QueueStore, StoreLimitError, normalizeSubmit, createDefaultActions, storeConfig, inlineOutput, type StoreConfig } from "../../src/dispatcher/index.js";
+import { BlobStore, CopyBinaryDecoder, ItemControlStore, migrate, OutputSink, QueueStore, StoreLimitError, normalizeSubmit, createDefaultActions, storeConfig, inlineOutput, type StoreConfig } from "../../src/dispatcher/index.js";
 import { ifRangeHolds, parseRange } from "../../src/app/index.js";
 import { waitFor } from "../../harness/execserver-process.js";
 import { createTestDatabase } from "../support/postgres.js";
@@ -264,6 +264,28 @@ describe("blob store", () => {
     // Deleting the item deletes its stored data.
     await pool.query("DELETE FROM queue_items WHERE id = $1", [item.id]);
     expect(await store.info(adopted)).to.equal(undefined);
+  });
+
+  it("an adopted upload learns when its item finished and that a retry runs it again; an unadopted blob of the item never does", async () => {
+    const store = make();
+    const queue = new QueueStore(pool);
+    const control = new ItemControlStore(pool);
+    await pool.query("INSERT INTO fylrs (id, hostname, pid) VALUES ('f', 'h', 1)");
+    const input = await write(store, randomBytes(10 * KiB));
+    const opts = { maxInputBytes: 1024, defaultMaxAttempts: 1 };
+    const { item } = await queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {}, stdin: { kind: "upload", id: input } }] }, createDefaultActions(), opts));
+    const { item: plain } = await queue.submit(normalizeSubmit({ calls: [{ service: "cat", args: [], env: {} }] }, createDefaultActions(), opts));
+    const loose = await write(store, randomBytes(1 * KiB), { role: "intermediate", itemId: item.id });
+    const finishedAt = async (id: string): Promise<Date | null> =>
+      (await pool.query<{ at: Date | null }>("SELECT item_finished_at AS at FROM blobs WHERE id = $1", [id])).rows[0]!.at;
+    for (const claimed of await queue.claim("f", "exec", -1000, 2)) expect(await queue.failAttempt(claimed, [], "no", 0, true)).to.equal("failed");
+    const row = (await queue.get(item.id))!;
+    expect(row.state).to.equal("failed");
+    expect((await finishedAt(input))?.getTime()).to.equal(row.finishedAt!.getTime());
+    expect((await queue.get(plain.id))!.state).to.equal("failed");
+    expect(await finishedAt(loose)).to.equal(null);
+    await control.retry(item.id);
+    expect(await finishedAt(input)).to.equal(null);
   });
 
   it("keeps a recorded output until the retention after its item finished, then deletes it", async () => {

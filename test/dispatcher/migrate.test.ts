@@ -70,7 +70,7 @@ describe("dispatcher migrations", () => {
       // What a test resetting its tables does: the trigger functions outlive them.
       await pool.query("DROP TABLE item_events, blob_reservations, blob_usage, blob_chunks, blobs, queue_keys, queue_items, fylrs, slotbroker_migrations CASCADE");
       // slotbroker_claim_exec returns queue_items rows: it went with the table.
-      expect((await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'slotbroker_%'")).rows[0]).to.deep.equal({ n: 7 });
+      expect((await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'slotbroker_%'")).rows[0]).to.deep.equal({ n: 8 });
       expect((await migrate(pool)).applied).to.deep.equal(loadMigrations().map((m) => m.version));
       // …and the notify trigger is back in place.
       await listener.connect();
@@ -130,7 +130,7 @@ describe("dispatcher migrations", () => {
       const ids = [await submit(), await submit(), await submit(), await submit()];
       const held = await queue.claim("f", "exec", lowest, 2);
       expect(await queue.complete(held[0]!, [], undefined)).to.equal(true);
-      expect((await migrate(pool)).applied).to.deep.equal([14]);
+      expect((await migrate(pool, { migrations: loadMigrations().filter((m) => m.version <= 14) })).applied).to.deep.equal([14]);
       // The claim held across the migration settles under its fence; the rest are claimed and settle too.
       expect(await queue.complete({ ...held[1]!, lease: held[1]!.lease - 1 }, [], undefined)).to.equal(false);
       expect(await queue.complete(held[1]!, [], undefined)).to.equal(true);

@@ -29,6 +29,10 @@ const insertedColumns = "id, state, claimed_by, lease, start_after, attempts, cr
  * nothing), and no eligible exec item of its priority or higher is queued (it never goes
  * ahead of older work). Otherwise it is queued, exactly as without $7. Its events:
  * submitted, and claimed when it was.
+ *
+ * The sub-select keeps a plan made for given values from dropping the direct-claim checks:
+ * without it the plans for queued and for direct submits differ in cost, and Postgres,
+ * weighing the cached generic plan against their average, planned many calls afresh.
  */
 export const insertItem = `
 WITH inserted AS (
@@ -44,7 +48,7 @@ SELECT $1::text, $2::integer, $3::jsonb, d.start_after, $5::integer, $6::text, $
        $9::text, $10::integer, $11::integer
 FROM (
   SELECT s.start_after,
-         $7::text IS NOT NULL AND $1::text = 'exec' AND s.start_after <= now()
+         (SELECT $7::text IS NOT NULL AND $1::text = 'exec') AND s.start_after <= now()
            AND EXISTS (SELECT 1 FROM fylrs WHERE id = $7::text)
            AND NOT EXISTS (
              SELECT 1 FROM queue_items q
