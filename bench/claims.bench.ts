@@ -21,7 +21,8 @@ import { join } from "node:path";
 import { Logger as GraphileLogger, run as runGraphile, runMigrations as migrateGraphile } from "graphile-worker";
 import pg from "pg";
 import PgBoss from "pg-boss";
-import { Dispatcher, LocalActionRegistry, ManualCapacitySource, migrate, reservedForHigh, type ExecBackend } from "../src/dispatcher/index.js";
+import { migrate } from "../src/dispatcher/index.js";
+import { noopDrainDispatcher, noopPayload } from "./lib/noop-drain.js";
 import { startEmbeddedPostgres, type LocalPostgres } from "../src/shared/embedded-postgres.js";
 import { emit } from "./lib/figure.js";
 import { createPgPool } from "../src/shared/postgres.js";
@@ -39,31 +40,13 @@ async function until(check: () => boolean | Promise<boolean>): Promise<void> {
 
 // --- slotbroker dispatcher --------------------------------------------------------------
 
-const noExec: ExecBackend = { run: () => Promise.reject(new Error("no exec items in this benchmark")) };
-const actions = new LocalActionRegistry().register("noop", { summary: "does nothing", run: () => Promise.resolve(Buffer.alloc(0)) });
-const noopPayload = JSON.stringify({ local: { name: "noop", params: {}, input: "" } });
-
-/** Local slots whose normal-priority share is exactly `c` (the rest is the high-priority reserve). */
-function slotsForNormal(c: number): number {
-  let slots = c;
-  while (slots - reservedForHigh(slots) < c) slots += 1;
-  return slots;
-}
-
 async function dispatcherRound(url: string): Promise<number> {
   const pool = createPgPool({ connectionString: url, max: concurrency + 2 });
   try {
     await pool.query("TRUNCATE queue_items, fylrs CASCADE");
     await pool.query("INSERT INTO queue_items (kind, priority, payload) SELECT 'local', 0, $1 FROM generate_series(1, $2)", [noopPayload, items]);
     await pool.query("VACUUM ANALYZE queue_items");
-    const dispatcher = new Dispatcher({
-      pool,
-      capacity: new ManualCapacitySource(),
-      backend: noExec,
-      actions,
-      migrate: false,
-      config: { localSlots: slotsForNormal(concurrency), maxClaimBatch: concurrency },
-    });
+    const dispatcher = noopDrainDispatcher(pool, concurrency);
     const t0 = performance.now();
     await dispatcher.start();
     await until(() => dispatcher.stats().counters.succeeded >= items);

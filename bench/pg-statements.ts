@@ -9,7 +9,8 @@
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createDefaultActions, Dispatcher, LocalActionRegistry, ManualCapacitySource, migrate, normalizeSubmit, QueueStore, reservedForHigh, type ExecBackend } from "../src/dispatcher/index.js";
+import { createDefaultActions, migrate, normalizeSubmit, QueueStore } from "../src/dispatcher/index.js";
+import { noopDrainDispatcher } from "./lib/noop-drain.js";
 import { createPgPool } from "../src/shared/postgres.js";
 import { printStatements, resetStatements, startPostgresWithStatements } from "./lib/pg-stat-statements.js";
 import { CpuMeter } from "./lib/proc-cpu.js";
@@ -42,11 +43,6 @@ function serverPids(): number[] {
   return [];
 }
 
-const noExec: ExecBackend = { run: () => Promise.reject(new Error("no exec items here")) };
-const actions = new LocalActionRegistry().register("noop", { summary: "does nothing", run: () => Promise.resolve(Buffer.alloc(0)) });
-let slots = concurrency;
-while (slots - reservedForHigh(slots) < concurrency) slots += 1;
-
 // PG_SHAPE=exec: one exec item at a time on one connection through the statements the
 // end-to-end shape sends it (a submit claimed in its insert, the running mark, the
 // single-row completion), with no dispatcher around them: the fixed cost per statement.
@@ -65,14 +61,7 @@ async function execRound(items: number): Promise<void> {
 
 async function round(items: number): Promise<void> {
   if (shape === "exec") return execRound(items);
-  const dispatcher = new Dispatcher({
-    pool,
-    capacity: new ManualCapacitySource(),
-    backend: noExec,
-    actions,
-    migrate: false,
-    config: { localSlots: slots, maxClaimBatch: concurrency },
-  });
+  const dispatcher = noopDrainDispatcher(pool, concurrency);
   const submitting: Promise<unknown>[] = [];
   for (let i = 0; i < items; i++) {
     submitting.push(dispatcher.submit({ local: { name: "noop", params: {}, input: Buffer.alloc(0) } }));
