@@ -14,6 +14,11 @@
  *        group is registered with the reaper already (below)
  *   stdout read here ("stdout":false): its first OUT_LIMIT bytes are kept and all counted,
  *        sent as "out" (hex; absent: none) and "outn" (the count) where "err" goes
+ *   "stdout":"spill": read here as with false while it fits OUT_LIMIT bytes; once more came,
+ *        out: {"t":"spill","id":ID,"out":HEX} with the execserver's end of stdout attached
+ *        as a handle (HEX: the OUT_LIMIT + 1 bytes read so far; the rest stays unread in
+ *        the pipe), before the job's exit (or its "stderr") message; that one then
+ *        carries no "out"
  *   reaper: with SLOTBROKER_REAPER_FD=N in its environment, fd N is the write end of the
  *        execserver's reaper (src/execserver/runner/group-watchdog.ts): right after a job is
  *        spawned, before anyone hears of it, the launcher writes "+PGID" there, so no moment
@@ -81,8 +86,8 @@
 
 #define LAUNCHER_NAME "slotbroker-job-launcher"
 /* Said by --check: an execserver uses only a binary that speaks its protocol ("stdin", "dir",
- * stderr read here, "rm", "+PGID" to the reaper, "stdout":false). */
-#define PROTOCOL "protocol 4"
+ * stderr read here, "rm", "+PGID" to the reaper, "stdout":false and "spill"). */
+#define PROTOCOL "protocol 5"
 /* A request longer than this is answered E2BIG (exec itself refuses a few MB of args+env). */
 #define MAX_LINE (8u << 20)
 /* Nesting depth of JSON values skipped in a request (a spawn request nests two levels). */
@@ -109,19 +114,20 @@ struct job {
   pid_t pid;
   bool reaped;
   int err_fd; /* -1 once stderr is closed here */
-  int out_fd; /* stdout when read here ("stdout":false); -1 otherwise or once closed */
+  int out_fd; /* stdout when read here ("stdout":false); -1 otherwise or once closed or passed */
+  bool spill; /* "stdout":"spill": stdout goes to the execserver once it outgrows OUT_LIMIT */
   char id[MAX_ID];
   int cur;
   size_t len[2];
   char line[2][LINE_LIMIT];
   size_t out_len;          /* bytes of out kept */
   unsigned long long out_total; /* bytes of stdout read */
-  char out[OUT_LIMIT];
+  char out[OUT_LIMIT + 1];
 };
 static struct job *jobs;
 static size_t njobs, jobs_cap;
 
-static bool add_job(pid_t pid, const char *id, int err_fd, int out_fd) {
+static bool add_job(pid_t pid, const char *id, int err_fd, int out_fd, bool spill) {
   if (njobs == jobs_cap) {
     size_t cap = jobs_cap ? jobs_cap * 2 : 16;
     struct job *grown = realloc(jobs, cap * sizeof *jobs);
@@ -138,6 +144,7 @@ static bool add_job(pid_t pid, const char *id, int err_fd, int out_fd) {
   j->reaped = false;
   j->err_fd = err_fd;
   j->out_fd = out_fd;
+  j->spill = spill;
   snprintf(j->id, MAX_ID, "%s", id);
   j->cur = 0;
   j->len[0] = j->len[1] = 0;
@@ -216,9 +223,30 @@ static void read_pipe(struct job *j, int *fd, void (*eat)(struct job *, const ch
   }
 }
 
+static void spill_out(struct job *j);
+
+/* Reads a spilling job's stdout straight into out, never past OUT_LIMIT + 1 bytes: at that
+ * many the pipe goes to the execserver with them, the rest unread. */
+static void read_spill(struct job *j) {
+  while (j->out_fd >= 0) {
+    ssize_t n = read(j->out_fd, j->out + j->out_len, OUT_LIMIT + 1 - j->out_len);
+    if (n > 0) {
+      j->out_len += (size_t)n;
+      j->out_total += (unsigned long long)n;
+      if (j->out_len > OUT_LIMIT) spill_out(j);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    close(j->out_fd);
+    j->out_fd = -1;
+  }
+}
+
 static void read_pipes(struct job *j) {
   read_pipe(j, &j->err_fd, track);
-  read_pipe(j, &j->out_fd, keep_out);
+  if (j->spill) read_spill(j);
+  else read_pipe(j, &j->out_fd, keep_out);
 }
 
 /* ------------------------------------------------------------------ output -------------- */
@@ -378,20 +406,39 @@ static void buf_err(struct buf *b, const struct job *j) {
   buf_str(b, "\"");
 }
 
-/* ,"out":"HEX","outn":N with what stdout read here had: its first bytes and how many in all. */
-static void buf_out(struct buf *b, const struct job *j) {
-  if (j->out_total == 0) return;
+static void buf_hex(struct buf *b, const char *p, size_t n) {
   static const char digits[] = "0123456789abcdef";
-  buf_str(b, ",\"out\":\"");
-  buf_need(b, 2 * j->out_len);
-  for (size_t i = 0; i < j->out_len; i++) {
-    unsigned char c = (unsigned char)j->out[i];
+  buf_need(b, 2 * n);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)p[i];
     b->p[b->len++] = digits[c >> 4];
     b->p[b->len++] = digits[c & 15];
   }
+}
+
+/* ,"out":"HEX","outn":N with what stdout read here had: its first bytes and how many in all. */
+static void buf_out(struct buf *b, const struct job *j) {
+  if (j->out_total == 0) return;
+  buf_str(b, ",\"out\":\"");
+  buf_hex(b, j->out, j->out_len);
   char total[48];
   snprintf(total, sizeof total, "\",\"outn\":%llu", j->out_total);
   buf_str(b, total);
+}
+
+/* Passes a spilling job's stdout to the execserver with the bytes read of it so far; from
+ * here on stdout is the execserver's alone (no "out" in the job's later messages). */
+static void spill_out(struct job *j) {
+  buf_str(&msg, "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"t\":\"spill\",\"id\":");
+  buf_str(&msg, j->id);
+  buf_str(&msg, ",\"out\":\"");
+  buf_hex(&msg, j->out, j->out_len);
+  buf_str(&msg, "\"}}");
+  int fd = j->out_fd;
+  j->out_fd = -1;
+  j->out_len = 0;
+  j->out_total = 0;
+  send_line(&msg, fd);
 }
 
 /* The number of the last batch of removals done ("": none yet). */
@@ -648,7 +695,8 @@ struct request {
   struct strv args; /* args.v[0] is reserved for argv[0] (the file) */
   struct strv env;  /* key, value, key, value, ... */
   bool no_stdin;    /* "stdin":false: the job reads /dev/null, no stdin handle is sent */
-  bool no_stdout;   /* "stdout":false: stdout is read here, no stdout handle is sent */
+  bool no_stdout;   /* "stdout":false or "spill": stdout is read here, no stdout handle is sent */
+  bool spill;       /* "stdout":"spill": ... until it outgrows OUT_LIMIT (see spill_out) */
   bool make_dir;    /* "dir":true: make cwd before the job */
   struct strv rm;   /* "rm": directories to remove (one holding U+0000 is left out) */
   char rmn[MAX_ID]; /* "rmn": the number of that batch ("": none) */
@@ -772,7 +820,8 @@ static bool parse_request(char *line, size_t len, struct request *req) {
         ok = skip_value(&r, 1);
       } else if (!strcmp(key, "stdout")) {
         skip_ws(&r);
-        req->no_stdout = (size_t)(r.end - r.p) >= 5 && memcmp(r.p, "false", 5) == 0;
+        req->spill = (size_t)(r.end - r.p) >= 7 && memcmp(r.p, "\"spill\"", 7) == 0;
+        req->no_stdout = req->spill || ((size_t)(r.end - r.p) >= 5 && memcmp(r.p, "false", 5) == 0);
         ok = skip_value(&r, 1);
       } else if (!strcmp(key, "dir")) {
         skip_ws(&r);
@@ -923,7 +972,7 @@ static void spawn_job(struct request *req) {
   int last = req->no_stdout ? 0 : 1; /* the last handle passed */
   set_nonblock(pairs[2][0]);
   if (last == 0) set_nonblock(pairs[1][0]);
-  if (!add_job(pid, req->id, pairs[2][0], last == 0 ? pairs[1][0] : -1)) {
+  if (!add_job(pid, req->id, pairs[2][0], last == 0 ? pairs[1][0] : -1, req->spill)) {
     close(pairs[2][0]);
     if (last == 0) close(pairs[1][0]);
   }

@@ -116,8 +116,9 @@ async function runIn(dir: JobDir, request: RunRequest, log: Logger, hostPath: st
   const [file = "", ...fixedArgs] = request.command;
   // A job without stdin reads /dev/null: empty either way, and one pipe and its stream fewer.
   const stdin = request.stdin !== undefined || !!request.stdinUrl || !!request.stdinInline?.byteLength;
-  // Output with nowhere to go but the receipt is read by the launcher: no stdout handle to pass.
-  const stdout = request.stdout !== undefined || !!request.stdoutUrl;
+  // The launcher reads stdout: all of it when it has nowhere to go but the receipt, else until
+  // it outgrows the receipt (then it passes the pipe on): most jobs print little.
+  const stdout = request.stdout !== undefined || !!request.stdoutUrl ? ("spill" as const) : false;
   const args = [...fixedArgs, ...request.args];
   const env = childEnv(request.env, hostPath);
   const onWatchError = (err: Error): void => log.warn({ err }, "cannot watch the job's process group");
