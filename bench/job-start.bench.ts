@@ -17,8 +17,11 @@
 //   JOB_START_OUTPUT=short            the job prints one short line (`echo`) and carries a
 //                                     stdout URL, as every job of a fylr does (never opened:
 //                                     the line goes back in the receipt)
+//   JOB_START_STDIN=N                 with JOB_START_OUTPUT=short: the job is `sha256sum` of
+//                                     N random bytes of inline stdin (end-to-end's sha256 shape)
 //   JOB_START_BASELINE_TREE=DIR       the baseline is that checkout's execserver (its src/
 //                                     and dist/native/) with the job launcher, not forking
+import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -35,6 +38,7 @@ const perBlock = Number(process.env.JOB_START_PER_BLOCK ?? 100);
 const warmup = 50;
 const shortOutput = process.env.JOB_START_OUTPUT === "short";
 const baselineTree = process.env.JOB_START_BASELINE_TREE;
+const stdinBytes = shortOutput ? Number(process.env.JOB_START_STDIN ?? 0) : 0;
 
 interface Side {
   readonly name: string;
@@ -71,7 +75,10 @@ function launcherKind(pid: number): string {
 }
 
 async function runJobs(side: Side, service: string, n: number, record: boolean): Promise<void> {
-  const spec = create(JobSpecSchema, shortOutput && service === "t" ? { stdoutUrl: "http://127.0.0.1:9/never-opened" } : {});
+  const spec = create(
+    JobSpecSchema,
+    shortOutput && service === "t" ? { stdoutUrl: "http://127.0.0.1:9/never-opened", ...(stdinBytes > 0 ? { stdinInline: randomBytes(stdinBytes) } : {}) } : {},
+  );
   const before = cpuOf(side.pid);
   for (let i = 0; i < n; i++) {
     const slot = brokerSlot(await side.broker.acquire({ service }));
@@ -88,7 +95,7 @@ async function runJobs(side: Side, service: string, n: number, record: boolean):
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "bench-job-start-"));
   const cli = join(fileURLToPath(import.meta.url), "..", "..", "src", "cli.ts");
-  const command = shortOutput ? '["echo", "job-start: one short line of output"]' : '["true"]';
+  const command = stdinBytes > 0 ? '["sha256sum"]' : shortOutput ? '["echo", "job-start: one short line of output"]' : '["true"]';
   const services = `waitgroups: {w: {processes: 2}}\nservices: {noop: {waitgroup: w, builtin: noop}, t: {waitgroup: w, command: ${command}}}\n`;
   const sides: Side[] = [];
   const children: { kill: () => void }[] = [];
@@ -121,7 +128,7 @@ async function main(): Promise<void> {
     const n = blocks * perBlock;
     const [launcher, direct] = sides as [Side, Side];
     const params = {
-      service: shortOutput ? "`echo` (one short line) with a stdout URL, one job at a time" : "`true`, one job at a time",
+      service: stdinBytes > 0 ? `\`sha256sum\` of ${stdinBytes} B inline stdin with a stdout URL, one job at a time` : shortOutput ? "`echo` (one short line) with a stdout URL, one job at a time" : "`true`, one job at a time",
       jobs: n,
       blocks,
       launcher: launcherKind(launcher.pid),

@@ -27,6 +27,12 @@ export interface LaunchSpec {
    * so far (the process emits "spill"). The Node launcher passes the handle at once.
    */
   readonly stdout?: boolean | "spill";
+  /**
+   * The job's whole stdin: the native launcher writes it and closes stdin, and no stdin
+   * handle is passed (`process.stdin` null); any other launcher passes the handle as with
+   * `stdin` true, and the caller writes it.
+   */
+  readonly input?: Uint8Array;
   /** True: `cwd` does not exist yet; the launcher makes it (mode 0700) before the job. */
   readonly dir?: boolean;
 }
@@ -49,10 +55,11 @@ export interface JobLauncherOptions {
    */
   readonly native?: string | false;
   /**
-   * The launcher passes a job's stdout on only once it outgrew the receipt (LaunchSpec
-   * stdout "spill"); default: when it is the native one (tests give a script that does).
+   * The launcher speaks the native one's additions: it passes a job's stdout on only once
+   * it outgrew the receipt (LaunchSpec stdout "spill") and writes `input` to the job's
+   * stdin itself; default: when it is the native one (tests give a script that does).
    */
-  readonly spill?: boolean;
+  readonly nativeProtocol?: boolean;
   /** node flags of the Node launcher (default: a small young generation). */
   readonly nodeFlags?: readonly string[];
   /** Program of the Node launcher (tests use a broken one). */
@@ -170,8 +177,8 @@ export class JobLauncher {
   #child: ChildProcess | undefined;
   // The reaper the native launcher registers jobs' groups with, if it was given one.
   #reaper: number | undefined;
-  // The launcher running can spill stdout (the native one).
-  #spills = false;
+  // The launcher running speaks the native one's additions (stdout spill, input).
+  #native = false;
   #answered = false;
   #unavailableUntil = 0;
   #nextId = 1;
@@ -216,8 +223,9 @@ export class JobLauncher {
         this.#log.warn({ pid: child.pid }, "the job launcher did not answer; replacing it");
         child.kill("SIGKILL");
       }, this.#options.launchTimeoutMs ?? 10_000);
-      const stdin = spec.stdin ?? true;
-      const spill = spec.stdout === "spill" && this.#spills;
+      const input = spec.input && this.#native && (spec.stdin ?? true) ? spec.input : undefined;
+      const stdin = !input && (spec.stdin ?? true);
+      const spill = spec.stdout === "spill" && this.#native;
       const stdout = spec.stdout === "spill" ? !spill : (spec.stdout ?? true);
       this.#pending.set(id, { resolve, timer, handles: [], stdin, stdout, pid: undefined });
       this.#refresh();
@@ -228,7 +236,8 @@ export class JobLauncher {
         args: spec.args,
         cwd: spec.cwd,
         env: spec.env,
-        stdin,
+        stdin: stdin || !!input,
+        ...(input ? { input: Buffer.from(input.buffer, input.byteOffset, input.byteLength).toString("hex") } : {}),
         ...(spill ? { stdout: "spill" } : stdout ? {} : { stdout }),
         ...(spec.dir ? { dir: true } : {}),
         ...this.#takeRemovals(),
@@ -362,7 +371,7 @@ export class JobLauncher {
     child.unref();
     this.#child = child;
     this.#reaper = reaper?.generation;
-    this.#spills = this.#options.spill ?? !!native;
+    this.#native = this.#options.nativeProtocol ?? !!native;
     this.#answered = false;
     this.#refresh();
     return child;

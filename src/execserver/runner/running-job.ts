@@ -131,7 +131,7 @@ export class RunningJob {
 
   #startStdin(): void {
     const stdin = this.#child.stdin;
-    if (!stdin) return; // no source: the job reads /dev/null
+    if (!stdin) return; // no source (the job reads /dev/null), or the launcher writes it (input)
     // Writes to a child that has exited fail with EPIPE; never let that crash the process.
     stdin.on("error", (err) => this.#log.debug({ err }, "child stdin error"));
     const onFail = (message: string): void => this.fail(ErrorKind.PIPE_FAILED, message);
@@ -158,8 +158,9 @@ export class RunningJob {
   }
 
   /**
-   * Reads stdout to its end (after the bytes the launcher read of it, if it passed it on). Pausing while an upload write is pending is the backpressure:
-   * while the receiver is slow, stdout is not read and the child blocks on its full pipe.
+   * Reads stdout to its end, after the bytes the launcher read of it if it passed it on.
+   * Pausing while an upload write is pending is the backpressure: while the receiver is
+   * slow, stdout is not read and the child blocks on its full pipe.
    * Plain "data" events: an async iterator over the stream cost ~0.1 ms per job.
    */
   #drainStdout(): Promise<void> {

@@ -217,7 +217,7 @@ describe("runner: the job launcher's messages are untrusted", function () {
   `;
 
   it("takes a spilled stdout's first bytes before the rest, and fails the job when a spill cannot be right", async () => {
-    const launcher = new JobLauncher({ native: false, script: spiller, spill: true });
+    const launcher = new JobLauncher({ native: false, script: spiller, nativeProtocol: true });
     const runJob = createRunJob({ launcher });
     const receipt = await runWith(runJob, { command: ["good"], stdoutUrl: "http://127.0.0.1:9/never-opened" });
     expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED, receipt.errorMessage);

@@ -307,6 +307,17 @@ describe("runner: the native job launcher on the wire", function () {
     expect(await wire.next()).to.deep.equal({ t: "stderr", id: 3 });
   });
 
+  it('writes "input" to the job\'s stdin itself and passes no stdin handle; refuses input that is not hex', async () => {
+    wire = startLauncher(path);
+    wire.write(spawnLine({ id: 1, file: "cat", stdout: false, input: hex("in\u0000put\n") }));
+    expect(await wire.next()).to.deep.include({ t: "started", id: 1 });
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null, out: hex("in\u0000put\n"), outn: 7 });
+    for (const [id, input] of [[2, "abc"], [3, "zz"], [4, 5]] as const) {
+      wire.write(spawnLine({ id, file: "cat", stdout: false, input }));
+      expect(await wire.next()).to.deep.include({ t: "failed", id, code: "EINVAL", message: 'invalid spawn request: bad or missing field "input"' });
+    }
+  });
+
   it("sends the exit at once when a background child holds stderr open, its line when stderr closes, and nothing after a drop", async () => {
     wire = startLauncher(path);
     wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", "echo early >&2; (sleep 0.3; echo late >&2) &"], stdin: false }));

@@ -169,6 +169,22 @@ describe(`runner: runJob, ${mode}`, () => {
       }
     });
 
+    it("writes inline stdin byte-exact, to a slow reader too, and does not blame a job that reads none of it", async () => {
+      for (const size of [1, 4096, 65536, 1 << 20]) {
+        const body = randomBytes(size);
+        body[0] = 0;
+        const receipt = await run({ command: ["sh", "-c", "sleep 0.05; sha256sum"], stdinInline: body });
+        expect(receipt.error, `${size}`).to.equal(ErrorKind.UNSPECIFIED, receipt.errorMessage);
+        expect(Buffer.from(receipt.stdoutPrefix).toString().split(" ")[0], `${size}`).to.equal(sha256(body));
+      }
+      const unread = await run({ command: ["true"], stdinInline: randomBytes(1 << 20) });
+      expect(unread.error).to.equal(ErrorKind.UNSPECIFIED, unread.errorMessage);
+      expect(unread.exitCode).to.equal(0);
+      const partly = await run({ command: ["head", "-c", "10"], stdinInline: Buffer.alloc(1 << 20, "x") });
+      expect(partly.error).to.equal(ErrorKind.UNSPECIFIED, partly.errorMessage);
+      expect(Buffer.from(partly.stdoutPrefix).toString()).to.equal("x".repeat(10));
+    });
+
     it("aborts the upload when the command fails after passing 4000 bytes", async () => {
       // The command fails only once the upload has carried more than 4000 bytes (its stdin
       // ends then): otherwise, on a busy machine, it may fail before the upload's request is sent.
