@@ -14,6 +14,14 @@
 // process adds can be read off against it.
 // Both execservers idle their builtin noop first, so their heaps are alike.
 //   npm run bench -- job-start        JOB_START_BLOCKS=6 JOB_START_PER_BLOCK=100
+//   JOB_START_OUTPUT=short            the job prints one short line (`echo`) and carries a
+//                                     stdout URL, as every job of a fylr does (never opened:
+//                                     the line goes back in the receipt)
+//   JOB_START_STDIN=N                 with JOB_START_OUTPUT=short: the job is `sha256sum` of
+//                                     N random bytes of inline stdin (end-to-end's sha256 shape)
+//   JOB_START_BASELINE_TREE=DIR       the baseline is that checkout's execserver (its src/
+//                                     and dist/native/) with the job launcher, not forking
+import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -28,6 +36,9 @@ import { startChild } from "./lib/raw-grpc.js";
 const blocks = Number(process.env.JOB_START_BLOCKS ?? 6);
 const perBlock = Number(process.env.JOB_START_PER_BLOCK ?? 100);
 const warmup = 50;
+const shortOutput = process.env.JOB_START_OUTPUT === "short";
+const baselineTree = process.env.JOB_START_BASELINE_TREE;
+const stdinBytes = shortOutput ? Number(process.env.JOB_START_STDIN ?? 0) : 0;
 
 interface Side {
   readonly name: string;
@@ -64,7 +75,10 @@ function launcherKind(pid: number): string {
 }
 
 async function runJobs(side: Side, service: string, n: number, record: boolean): Promise<void> {
-  const spec = create(JobSpecSchema, {});
+  const spec = create(
+    JobSpecSchema,
+    shortOutput && service === "t" ? { stdoutUrl: "http://127.0.0.1:9/never-opened", ...(stdinBytes > 0 ? { stdinInline: randomBytes(stdinBytes) } : {}) } : {},
+  );
   const before = cpuOf(side.pid);
   for (let i = 0; i < n; i++) {
     const slot = brokerSlot(await side.broker.acquire({ service }));
@@ -81,17 +95,18 @@ async function runJobs(side: Side, service: string, n: number, record: boolean):
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "bench-job-start-"));
   const cli = join(fileURLToPath(import.meta.url), "..", "..", "src", "cli.ts");
-  const services = 'waitgroups: {w: {processes: 2}}\nservices: {noop: {waitgroup: w, builtin: noop}, t: {waitgroup: w, command: ["true"]}}\n';
+  const command = stdinBytes > 0 ? '["sha256sum"]' : shortOutput ? '["echo", "job-start: one short line of output"]' : '["true"]';
+  const services = `waitgroups: {w: {processes: 2}}\nservices: {noop: {waitgroup: w, builtin: noop}, t: {waitgroup: w, command: ${command}}}\n`;
   const sides: Side[] = [];
   const children: { kill: () => void }[] = [];
   try {
-    for (const [name, launcher] of [
-      ["launcher", true],
-      ["direct", false],
+    for (const [name, launcher, tree] of [
+      ["launcher", true, undefined],
+      ["direct", baselineTree !== undefined, baselineTree],
     ] as const) {
       const config = join(dir, `${name}.yaml`);
       writeFileSync(config, `jobLauncher: ${launcher}\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\n${services}`);
-      const exec = await startChild([cli, "execserver", "--config", config]);
+      const exec = await startChild([tree ? join(tree, "src", "cli.ts") : cli, "execserver", "--config", config]);
       children.push({ kill: () => exec.child.kill("SIGTERM") });
       const broker = new BrokerClient(compileBrokerConfig({ addresses: [exec.address], clientName: `bench-${name}`, maxConnectionsPerAddress: 1 }));
       broker.start();
@@ -109,12 +124,20 @@ async function main(): Promise<void> {
     await runJobs(direct0, "noop", perBlock * 4, false);
     const noopMs = (cpuOf(direct0.pid).own - noopBefore) / (perBlock * 4);
     process.stderr.write(`job-start: the direct execserver's own CPU per builtin noop job (no process): ${noopMs.toFixed(3)} ms\n`);
-    const [launcher, direct] = sides as [Side, Side];
     for (const side of sides) side.jobDone.sort((x, y) => x - y);
     const n = blocks * perBlock;
-    const params = { service: "`true`, one job at a time", jobs: n, blocks, launcher: launcherKind(launcher.pid), baseline_config: "jobLauncher: false", better: "lower" };
+    const [launcher, direct] = sides as [Side, Side];
+    const params = {
+      service: stdinBytes > 0 ? `\`sha256sum\` of ${stdinBytes} B inline stdin with a stdout URL, one job at a time` : shortOutput ? "`echo` (one short line) with a stdout URL, one job at a time" : "`true`, one job at a time",
+      jobs: n,
+      blocks,
+      launcher: launcherKind(launcher.pid),
+      baseline_config: baselineTree ? `${baselineTree}, jobLauncher: true (${launcherKind(direct.pid)})` : "jobLauncher: false",
+      better: "lower",
+    };
+    const baselineName = baselineTree ? "the other tree's execserver with its job launcher" : "the execserver forks the job itself";
     const figure = (metric: string, value: number, baseline: number, extra: Record<string, unknown> = {}): void => {
-      emit({ bench: "job-start", metric, value, baseline: "the execserver forks the job itself", baseline_value: baseline, params: { ...params, ...extra } });
+      emit({ bench: "job-start", metric, value, baseline: baselineName, baseline_value: baseline, params: { ...params, ...extra } });
     };
     figure("job_done_p50_us", percentile(launcher.jobDone, 50), percentile(direct.jobDone, 50));
     figure("job_done_p90_us", percentile(launcher.jobDone, 90), percentile(direct.jobDone, 90));

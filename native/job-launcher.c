@@ -3,7 +3,8 @@
  *
  * The execserver starts this program with stdio ["pipe", "ignore", "inherit", "ipc"] and
  * JSON serialization; it speaks the same protocol as the Node launcher script
- * (src/execserver/runner/launcher-script.ts), over Node's IPC channel:
+ * (src/execserver/runner/launcher-script.ts), over Node's IPC channel, and "input" and
+ * "stdout":"spill" besides (the script is never asked them):
  *
  *   in:  {"t":"spawn","id":ID,"file":F,"args":[...],"cwd":D,"env":{K:V,...},"stdin":B,"stdout":B}
  *   out: {"t":"fd","id":ID,"n":N,"pid":P}  twice (stdin n=0, stdout 1), each with the
@@ -14,6 +15,14 @@
  *        group is registered with the reaper already (below)
  *   stdout read here ("stdout":false): its first OUT_LIMIT bytes are kept and all counted,
  *        sent as "out" (hex; absent: none) and "outn" (the count) where "err" goes
+ *   "input":HEX in a spawn: the job's whole stdin, written here (as the job reads it) and
+ *        then closed; no stdin handle is sent (a job reaped before it read it all loses
+ *        the rest; one that stops reading is not an error)
+ *   "stdout":"spill": read here as with false while it fits OUT_LIMIT bytes; once more came,
+ *        out: {"t":"spill","id":ID,"out":HEX} with the execserver's end of stdout attached
+ *        as a handle (HEX: the OUT_LIMIT + 1 bytes read so far; the rest stays unread in
+ *        the pipe), before the job's exit (or its "stderr") message; that one then
+ *        carries no "out"
  *   reaper: with SLOTBROKER_REAPER_FD=N in its environment, fd N is the write end of the
  *        execserver's reaper (src/execserver/runner/group-watchdog.ts): right after a job is
  *        spawned, before anyone hears of it, the launcher writes "+PGID" there, so no moment
@@ -81,8 +90,8 @@
 
 #define LAUNCHER_NAME "slotbroker-job-launcher"
 /* Said by --check: an execserver uses only a binary that speaks its protocol ("stdin", "dir",
- * stderr read here, "rm", "+PGID" to the reaper, "stdout":false). */
-#define PROTOCOL "protocol 4"
+ * stderr read here, "rm", "+PGID" to the reaper, "stdout":false and "spill", "input"). */
+#define PROTOCOL "protocol 5"
 /* A request longer than this is answered E2BIG (exec itself refuses a few MB of args+env). */
 #define MAX_LINE (8u << 20)
 /* Nesting depth of JSON values skipped in a request (a spawn request nests two levels). */
@@ -109,19 +118,23 @@ struct job {
   pid_t pid;
   bool reaped;
   int err_fd; /* -1 once stderr is closed here */
-  int out_fd; /* stdout when read here ("stdout":false); -1 otherwise or once closed */
+  int out_fd; /* stdout when read here ("stdout":false); -1 otherwise or once closed or passed */
+  bool spill; /* "stdout":"spill": stdout goes to the execserver once it outgrows OUT_LIMIT */
+  int in_fd;  /* stdin while "input" is written here; -1 otherwise or once done */
+  char *in;   /* "input", malloc'd; in_off of in_len written */
+  size_t in_len, in_off;
   char id[MAX_ID];
   int cur;
   size_t len[2];
   char line[2][LINE_LIMIT];
   size_t out_len;          /* bytes of out kept */
   unsigned long long out_total; /* bytes of stdout read */
-  char out[OUT_LIMIT];
+  char out[OUT_LIMIT + 1];
 };
 static struct job *jobs;
 static size_t njobs, jobs_cap;
 
-static bool add_job(pid_t pid, const char *id, int err_fd, int out_fd) {
+static bool add_job(pid_t pid, const char *id, int err_fd, int out_fd, bool spill) {
   if (njobs == jobs_cap) {
     size_t cap = jobs_cap ? jobs_cap * 2 : 16;
     struct job *grown = realloc(jobs, cap * sizeof *jobs);
@@ -138,6 +151,10 @@ static bool add_job(pid_t pid, const char *id, int err_fd, int out_fd) {
   j->reaped = false;
   j->err_fd = err_fd;
   j->out_fd = out_fd;
+  j->spill = spill;
+  j->in_fd = -1;
+  j->in = NULL;
+  j->in_len = j->in_off = 0;
   snprintf(j->id, MAX_ID, "%s", id);
   j->cur = 0;
   j->len[0] = j->len[1] = 0;
@@ -148,7 +165,31 @@ static bool add_job(pid_t pid, const char *id, int err_fd, int out_fd) {
 
 static bool pipes_open(const struct job *j) { return j->err_fd >= 0 || j->out_fd >= 0; }
 
+static void input_done(struct job *j) {
+  if (j->in_fd >= 0) close(j->in_fd);
+  j->in_fd = -1;
+  free(j->in);
+  j->in = NULL;
+}
+
+/* Writes what the job's stdin takes of "input" (non-blocking); closes it when all is
+ * written or the job stopped reading (EPIPE and the like: its business). */
+static void write_input(struct job *j) {
+  while (j->in_fd >= 0 && j->in_off < j->in_len) {
+    ssize_t n = write(j->in_fd, j->in + j->in_off, j->in_len - j->in_off);
+    if (n > 0) {
+      j->in_off += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    break;
+  }
+  input_done(j);
+}
+
 static void remove_job(size_t i) {
+  input_done(&jobs[i]);
   if (jobs[i].err_fd >= 0) close(jobs[i].err_fd);
   if (jobs[i].out_fd >= 0) close(jobs[i].out_fd);
   if (i != njobs - 1) memcpy(&jobs[i], &jobs[njobs - 1], sizeof *jobs);
@@ -216,9 +257,30 @@ static void read_pipe(struct job *j, int *fd, void (*eat)(struct job *, const ch
   }
 }
 
+static void spill_out(struct job *j);
+
+/* Reads a spilling job's stdout straight into out, never past OUT_LIMIT + 1 bytes: at that
+ * many the pipe goes to the execserver with them, the rest unread. */
+static void read_spill(struct job *j) {
+  while (j->out_fd >= 0) {
+    ssize_t n = read(j->out_fd, j->out + j->out_len, OUT_LIMIT + 1 - j->out_len);
+    if (n > 0) {
+      j->out_len += (size_t)n;
+      j->out_total += (unsigned long long)n;
+      if (j->out_len > OUT_LIMIT) spill_out(j);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    close(j->out_fd);
+    j->out_fd = -1;
+  }
+}
+
 static void read_pipes(struct job *j) {
   read_pipe(j, &j->err_fd, track);
-  read_pipe(j, &j->out_fd, keep_out);
+  if (j->spill) read_spill(j);
+  else read_pipe(j, &j->out_fd, keep_out);
 }
 
 /* ------------------------------------------------------------------ output -------------- */
@@ -378,20 +440,39 @@ static void buf_err(struct buf *b, const struct job *j) {
   buf_str(b, "\"");
 }
 
-/* ,"out":"HEX","outn":N with what stdout read here had: its first bytes and how many in all. */
-static void buf_out(struct buf *b, const struct job *j) {
-  if (j->out_total == 0) return;
+static void buf_hex(struct buf *b, const char *p, size_t n) {
   static const char digits[] = "0123456789abcdef";
-  buf_str(b, ",\"out\":\"");
-  buf_need(b, 2 * j->out_len);
-  for (size_t i = 0; i < j->out_len; i++) {
-    unsigned char c = (unsigned char)j->out[i];
+  buf_need(b, 2 * n);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)p[i];
     b->p[b->len++] = digits[c >> 4];
     b->p[b->len++] = digits[c & 15];
   }
+}
+
+/* ,"out":"HEX","outn":N with what stdout read here had: its first bytes and how many in all. */
+static void buf_out(struct buf *b, const struct job *j) {
+  if (j->out_total == 0) return;
+  buf_str(b, ",\"out\":\"");
+  buf_hex(b, j->out, j->out_len);
   char total[48];
   snprintf(total, sizeof total, "\",\"outn\":%llu", j->out_total);
   buf_str(b, total);
+}
+
+/* Passes a spilling job's stdout to the execserver with the bytes read of it so far; from
+ * here on stdout is the execserver's alone (no "out" in the job's later messages). */
+static void spill_out(struct job *j) {
+  buf_str(&msg, "{\"cmd\":\"NODE_HANDLE\",\"type\":\"net.Socket\",\"msg\":{\"t\":\"spill\",\"id\":");
+  buf_str(&msg, j->id);
+  buf_str(&msg, ",\"out\":\"");
+  buf_hex(&msg, j->out, j->out_len);
+  buf_str(&msg, "\"}}");
+  int fd = j->out_fd;
+  j->out_fd = -1;
+  j->out_len = 0;
+  j->out_total = 0;
+  send_line(&msg, fd);
 }
 
 /* The number of the last batch of removals done ("": none yet). */
@@ -648,7 +729,10 @@ struct request {
   struct strv args; /* args.v[0] is reserved for argv[0] (the file) */
   struct strv env;  /* key, value, key, value, ... */
   bool no_stdin;    /* "stdin":false: the job reads /dev/null, no stdin handle is sent */
-  bool no_stdout;   /* "stdout":false: stdout is read here, no stdout handle is sent */
+  bool no_stdout;   /* "stdout":false or "spill": stdout is read here, no stdout handle is sent */
+  bool spill;       /* "stdout":"spill": ... until it outgrows OUT_LIMIT (see spill_out) */
+  char *input;      /* "input": the job's stdin, decoded in place (NULL: none) */
+  size_t input_len;
   bool make_dir;    /* "dir":true: make cwd before the job */
   struct strv rm;   /* "rm": directories to remove (one holding U+0000 is left out) */
   char rmn[MAX_ID]; /* "rmn": the number of that batch ("": none) */
@@ -747,6 +831,28 @@ static bool read_id(struct reader *r, char *out) {
   return skip_value(r, 1);
 }
 
+/* "input": hex, decoded in place; anything else makes the request invalid. */
+static bool read_input(struct reader *r, struct request *req) {
+  char *hex;
+  if (!read_string_field(r, &hex, "input", req)) return false;
+  if (!hex) return true;
+  size_t n = strlen(hex);
+  bool ok = n % 2 == 0;
+  for (size_t i = 0; ok && i < n; i += 2) {
+    char pair[5] = {'0', '0', hex[i], hex[i + 1], 0};
+    int v = hex4(pair);
+    if (v < 0) ok = false;
+    else hex[i / 2] = (char)v;
+  }
+  if (!ok) {
+    if (!req->invalid) req->invalid = "input";
+    return true;
+  }
+  req->input = hex;
+  req->input_len = n / 2;
+  return true;
+}
+
 /*
  * Parses a line (one JSON object) into req, reading the fields a message of the protocol
  * has and skipping any other. False when the line is not a well-formed JSON object.
@@ -772,7 +878,8 @@ static bool parse_request(char *line, size_t len, struct request *req) {
         ok = skip_value(&r, 1);
       } else if (!strcmp(key, "stdout")) {
         skip_ws(&r);
-        req->no_stdout = (size_t)(r.end - r.p) >= 5 && memcmp(r.p, "false", 5) == 0;
+        req->spill = (size_t)(r.end - r.p) >= 7 && memcmp(r.p, "\"spill\"", 7) == 0;
+        req->no_stdout = req->spill || ((size_t)(r.end - r.p) >= 5 && memcmp(r.p, "false", 5) == 0);
         ok = skip_value(&r, 1);
       } else if (!strcmp(key, "dir")) {
         skip_ws(&r);
@@ -782,6 +889,7 @@ static bool parse_request(char *line, size_t len, struct request *req) {
       else if (!strcmp(key, "id")) ok = read_id(&r, req->id);
       else if (!strcmp(key, "rmn")) ok = read_id(&r, req->rmn);
       else if (!strcmp(key, "rm")) ok = read_rm(&r, req);
+      else if (!strcmp(key, "input")) ok = read_input(&r, req);
       else ok = skip_value(&r, 1);
       if (!ok) return false;
     } while (take(&r, ','));
@@ -921,11 +1029,33 @@ static void spawn_job(struct request *req) {
   bool watched = tell_reaper(pid);
   /* stderr is read here: the job's line goes with its exit; so is stdout with "stdout":false. */
   int last = req->no_stdout ? 0 : 1; /* the last handle passed */
+  char *input = NULL;
+  if (req->input && !req->no_stdin) {
+    input = malloc(req->input_len ? req->input_len : 1);
+    if (!input) kill(-pid, SIGKILL); /* reaped and reported as killed, like any job */
+    else memcpy(input, req->input, req->input_len);
+  }
   set_nonblock(pairs[2][0]);
   if (last == 0) set_nonblock(pairs[1][0]);
-  if (!add_job(pid, req->id, pairs[2][0], last == 0 ? pairs[1][0] : -1)) {
+  bool added = add_job(pid, req->id, pairs[2][0], last == 0 ? pairs[1][0] : -1, req->spill);
+  if (!added) {
     close(pairs[2][0]);
     if (last == 0) close(pairs[1][0]);
+  }
+  if (req->input && !req->no_stdin) {
+    /* The job's stdin is written here: no handle for it. */
+    if (added && input) {
+      struct job *j = &jobs[njobs - 1];
+      j->in_fd = pairs[0][0];
+      j->in = input;
+      j->in_len = req->input_len;
+      set_nonblock(j->in_fd);
+      write_input(j);
+    } else {
+      close(pairs[0][0]);
+      free(input);
+    }
+    first = 1;
   }
   char tail[64];
   for (int n = first; n <= last; n++) {
@@ -1172,6 +1302,7 @@ static void report(size_t i, int status) {
   struct job *j = &jobs[i];
   if (!j->reaped) {
     j->reaped = true;
+    input_done(j); /* nobody of the job's is left to read it */
     read_pipes(j);
     buf_str(&msg, "{\"t\":\"exit\",\"id\":");
     buf_str(&msg, j->id);
@@ -1343,8 +1474,8 @@ int main(int argc, char **argv) {
   size_t fds_cap = 0;
   for (;;) {
     /* stdin, the channel, SIGCHLD, finished removals, then each job's pipes still open here. */
-    if (fds_cap < 4 + 2 * njobs) {
-      fds_cap = 4 + 2 * jobs_cap;
+    if (fds_cap < 4 + 3 * njobs) {
+      fds_cap = 4 + 3 * jobs_cap;
       fds = realloc(fds, fds_cap * sizeof *fds);
       if (!fds) orphaned();
     }
@@ -1356,6 +1487,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < njobs; i++) {
       if (jobs[i].err_fd >= 0) fds[nfds++] = (struct pollfd){.fd = jobs[i].err_fd, .events = POLLIN};
       if (jobs[i].out_fd >= 0) fds[nfds++] = (struct pollfd){.fd = jobs[i].out_fd, .events = POLLIN};
+      if (jobs[i].in_fd >= 0) fds[nfds++] = (struct pollfd){.fd = jobs[i].in_fd, .events = POLLOUT};
     }
     if (poll(fds, nfds, -1) < 0) {
       if (errno == EINTR) continue;
@@ -1364,7 +1496,10 @@ int main(int argc, char **argv) {
     for (nfds_t k = 4; k < nfds; k++) {
       if (!fds[k].revents) continue;
       for (size_t i = 0; i < njobs; i++)
-        if (jobs[i].err_fd == fds[k].fd || jobs[i].out_fd == fds[k].fd) {
+        if (jobs[i].in_fd == fds[k].fd) {
+          write_input(&jobs[i]);
+          break;
+        } else if (jobs[i].err_fd == fds[k].fd || jobs[i].out_fd == fds[k].fd) {
           read_pipes(&jobs[i]);
           if (jobs[i].reaped && !pipes_open(&jobs[i])) report(i, 0);
           break;

@@ -22,9 +22,17 @@ export interface LaunchSpec {
   readonly stdin?: boolean;
   /**
    * False: no stdout handle is passed; the launcher reads stdout and sends its first
-   * STDOUT_BUFFER_LIMIT bytes and its length with the exit (default true).
+   * STDOUT_BUFFER_LIMIT bytes and its length with the exit (default true). "spill": so
+   * while it fits those bytes; once it outgrows them, the handle comes with the bytes read
+   * so far (the process emits "spill"). The Node launcher passes the handle at once.
    */
-  readonly stdout?: boolean;
+  readonly stdout?: boolean | "spill";
+  /**
+   * The job's whole stdin: the native launcher writes it and closes stdin, and no stdin
+   * handle is passed (`process.stdin` null); any other launcher passes the handle as with
+   * `stdin` true, and the caller writes it.
+   */
+  readonly input?: Uint8Array;
   /** True: `cwd` does not exist yet; the launcher makes it (mode 0700) before the job. */
   readonly dir?: boolean;
 }
@@ -46,6 +54,12 @@ export interface JobLauncherOptions {
    * is one (see nativeLauncherPath); false runs the Node launcher script instead.
    */
   readonly native?: string | false;
+  /**
+   * The launcher speaks the native one's additions: it passes a job's stdout on only once
+   * it outgrew the receipt (LaunchSpec stdout "spill") and writes `input` to the job's
+   * stdin itself; default: when it is the native one (tests give a script that does).
+   */
+  readonly nativeProtocol?: boolean;
   /** node flags of the Node launcher (default: a small young generation). */
   readonly nodeFlags?: readonly string[];
   /** Program of the Node launcher (tests use a broken one). */
@@ -89,7 +103,7 @@ export const LAUNCHER_NAME = "slotbroker-job-launcher";
  * The protocol version the native launcher must answer `--check` with: one built from an
  * older native/job-launcher.c (a stale dist/native/) is not used, rather than failing jobs.
  */
-const LAUNCHER_PROTOCOL = "protocol 4";
+const LAUNCHER_PROTOCOL = "protocol 5";
 
 /** The native launcher's fd of the reaper's pipe (see native/job-launcher.c). */
 const REAPER_FD = 4;
@@ -163,6 +177,8 @@ export class JobLauncher {
   #child: ChildProcess | undefined;
   // The reaper the native launcher registers jobs' groups with, if it was given one.
   #reaper: number | undefined;
+  // The launcher running speaks the native one's additions (stdout spill, input).
+  #native = false;
   #answered = false;
   #unavailableUntil = 0;
   #nextId = 1;
@@ -207,8 +223,10 @@ export class JobLauncher {
         this.#log.warn({ pid: child.pid }, "the job launcher did not answer; replacing it");
         child.kill("SIGKILL");
       }, this.#options.launchTimeoutMs ?? 10_000);
-      const stdin = spec.stdin ?? true;
-      const stdout = spec.stdout ?? true;
+      const input = spec.input && this.#native && (spec.stdin ?? true) ? spec.input : undefined;
+      const stdin = !input && (spec.stdin ?? true);
+      const spill = spec.stdout === "spill" && this.#native;
+      const stdout = spec.stdout === "spill" ? !spill : (spec.stdout ?? true);
       this.#pending.set(id, { resolve, timer, handles: [], stdin, stdout, pid: undefined });
       this.#refresh();
       const message = {
@@ -218,8 +236,9 @@ export class JobLauncher {
         args: spec.args,
         cwd: spec.cwd,
         env: spec.env,
-        stdin,
-        ...(stdout ? {} : { stdout }),
+        stdin: stdin || !!input,
+        ...(input ? { input: Buffer.from(input.buffer, input.byteOffset, input.byteLength).toString("hex") } : {}),
+        ...(spill ? { stdout: "spill" } : stdout ? {} : { stdout }),
         ...(spec.dir ? { dir: true } : {}),
         ...this.#takeRemovals(),
       };
@@ -319,8 +338,9 @@ export class JobLauncher {
     if (Date.now() < this.#unavailableUntil) return undefined;
     let child: ChildProcess;
     let reaper: ReturnType<typeof reaperPipe>;
+    let native: string | false | undefined;
     try {
-      const native = this.#options.native ?? nativeLauncherPath();
+      native = this.#options.native ?? nativeLauncherPath();
       const flags = this.#options.nodeFlags ?? DEFAULT_NODE_FLAGS;
       // No execArgv, no NODE_OPTIONS (env is empty): plain node, nothing of tsx or loaders.
       const [file, args] = native ? [native, []] : [process.execPath, [...flags, "-e", this.#options.script ?? LAUNCHER_SCRIPT]];
@@ -351,6 +371,7 @@ export class JobLauncher {
     child.unref();
     this.#child = child;
     this.#reaper = reaper?.generation;
+    this.#native = this.#options.nativeProtocol ?? !!native;
     this.#answered = false;
     this.#refresh();
     return child;
@@ -364,8 +385,18 @@ export class JobLauncher {
     }
     if (m.rmn !== undefined || m.left !== undefined) this.#removed(m);
     const id = typeof m.id === "number" ? m.id : -1;
-    // Only an "fd" message carries a handle.
-    if (handle && m.t !== "fd") handle.destroy();
+    // Only an "fd" or "spill" message carries a handle.
+    if (handle && m.t !== "fd" && m.t !== "spill") handle.destroy();
+    if (m.t === "spill") {
+      const job = this.#running.get(id) ?? this.#stderrOpen.get(id);
+      const head = hexBytes(m.out, STDOUT_BUFFER_LIMIT + 1);
+      if (job && handle && head.length > 0) job.spilled(handle, head);
+      else {
+        handle?.destroy();
+        job?.spilled(undefined, NO_BYTES);
+      }
+      return;
+    }
     if (m.t === "exit") {
       const job = this.#running.get(id);
       if (!job) return;

@@ -20,14 +20,19 @@ const NO_OUTPUT: LauncherOutput = { err: NO_BYTES, out: NO_BYTES, outn: 0 };
 /**
  * A job started by the job launcher, seen like a ChildProcess by the runner: the execserver
  * holds the job's stdin and stdout itself (passed over the launcher's IPC channel), or the
- * launcher reads stdout (`stdout` null: no stream to upload it to) and sends its first
- * bytes with the exit; the launcher reads its stderr and sends the last line's bytes with
- * the exit status, or after it when another process still held a pipe it reads open at
- * the exit. Events: "exit" and "close" (code, signal) as on a ChildProcess, and "lost"
- * (message) when the launcher died while the job ran, after its group was killed.
+ * launcher reads stdout (`stdout` null) and sends its first bytes with the exit, or, when
+ * it outgrew them, passes it on with the bytes it read ("spill"); the launcher reads its
+ * stderr and sends the last line's bytes with the exit status, or after it when another
+ * process still held a pipe it reads open at the exit. Events: "exit" and "close" (code,
+ * signal) as on a ChildProcess, "spill" when `stdout` was set (see stdoutHead; still null:
+ * the launcher could not pass it), and "lost" (message) when the launcher died while the
+ * job ran, after its group was killed.
  */
 export class LaunchedProcess extends EventEmitter {
   readonly stderr = null;
+  #stdout: Socket | null;
+  #head: Buffer | undefined;
+  #closed = false;
   #exit: [number | null, NodeJS.Signals | null] | undefined;
   #stdoutOpen: boolean;
   // undefined until the launcher sent the end of the pipes it reads (or the runner stopped waiting).
@@ -44,15 +49,24 @@ export class LaunchedProcess extends EventEmitter {
     readonly pid: number,
     /** null when the job reads /dev/null (spawned without stdin). */
     readonly stdin: Socket | null,
-    /** null when the launcher reads stdout itself (see stdoutKept). */
-    readonly stdout: Socket | null,
+    /** null when the launcher reads stdout itself (see stdoutKept), until it spills. */
+    stdout: Socket | null,
     /** The reaper the launcher registered the job's group with (see GroupWatchdog). */
     readonly watchedBy: number | undefined,
   ) {
     super();
+    this.#stdout = stdout;
+    this.#stdoutOpen = false;
+    if (stdout) this.#hold(stdout);
+  }
+
+  get stdout(): Socket | null {
+    return this.#stdout;
+  }
+
+  #hold(stdout: Socket): void {
     // An empty output may have ended (and closed) before the exit message arrived.
-    this.#stdoutOpen = stdout !== null && !stdout.closed;
-    if (!stdout) return;
+    this.#stdoutOpen = !stdout.closed;
     // Errors surface to the runner as an early end of the stream; never as a crash.
     stdout.on("error", () => {});
     if (this.#stdoutOpen)
@@ -60,6 +74,28 @@ export class LaunchedProcess extends EventEmitter {
         this.#stdoutOpen = false;
         this.#maybeClose();
       });
+  }
+
+  /**
+   * The launcher passed stdout on, with the bytes it had read of it (`head`, before the
+   * socket's); `stdout` undefined: it sent them without the handle, so the rest is lost.
+   */
+  spilled(stdout: Socket | undefined, head: Buffer): void {
+    if (this.#stdout || this.#head || this.#abandoned || this.#closed) {
+      stdout?.destroy();
+      return;
+    }
+    this.#head = head;
+    if (stdout) {
+      this.#stdout = stdout;
+      this.#hold(stdout);
+    }
+    this.emit("spill");
+  }
+
+  /** The bytes of stdout the launcher read before it passed `stdout` on. */
+  stdoutHead(): Buffer | undefined {
+    return this.#head;
   }
 
   /** True until the exit status arrived (or the job was lost). */
@@ -129,6 +165,9 @@ export class LaunchedProcess extends EventEmitter {
   }
 
   #maybeClose(): void {
-    if (this.#exit && !this.#stdoutOpen && this.#output !== undefined) this.emit("close", ...this.#exit);
+    if (this.#exit && !this.#stdoutOpen && this.#output !== undefined && !this.#closed) {
+      this.#closed = true;
+      this.emit("close", ...this.#exit);
+    }
   }
 }

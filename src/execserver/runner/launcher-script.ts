@@ -17,6 +17,10 @@
  *        the reaper already (the native launcher, given the reaper's pipe; never here)
  * - stdout read here (stdout: false): its first STDOUT_BUFFER_LIMIT bytes are kept and all
  *        counted, sent as "out" (hex; absent: none) and "outn" (the count) where "err" goes
+ * - stdout: "spill" (read here until it outgrows STDOUT_BUFFER_LIMIT, then passed on with
+ *        the bytes read: {t:"spill", id, out} and the handle) and input (the job's stdin,
+ *        hex, written here) are the native launcher's alone; this one is never asked them
+ *        (JobLauncherOptions.nativeProtocol)
  * - stderr stays here: the launcher reads it and keeps its last non-empty line as
  *        LastLineTracker does (stderr-line.ts; at most STDERR_LINE_LIMIT bytes, the first
  *        ones of a longer line), sent as "err", the line's raw bytes in hex (absent: none);

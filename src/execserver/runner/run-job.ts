@@ -116,8 +116,11 @@ async function runIn(dir: JobDir, request: RunRequest, log: Logger, hostPath: st
   const [file = "", ...fixedArgs] = request.command;
   // A job without stdin reads /dev/null: empty either way, and one pipe and its stream fewer.
   const stdin = request.stdin !== undefined || !!request.stdinUrl || !!request.stdinInline?.byteLength;
-  // Output with nowhere to go but the receipt is read by the launcher: no stdout handle to pass.
-  const stdout = request.stdout !== undefined || !!request.stdoutUrl;
+  // The launcher reads stdout: all of it when it has nowhere to go but the receipt, else until
+  // it outgrows the receipt (then it passes the pipe on): most jobs print little.
+  const stdout = request.stdout !== undefined || !!request.stdoutUrl ? ("spill" as const) : false;
+  // Inline stdin (when no stream comes first) is written by the native launcher: no handle.
+  const input = request.stdin === undefined && request.stdinInline?.byteLength ? request.stdinInline : undefined;
   const args = [...fixedArgs, ...request.args];
   const env = childEnv(request.env, hostPath);
   const onWatchError = (err: Error): void => log.warn({ err }, "cannot watch the job's process group");
@@ -127,7 +130,7 @@ async function runIn(dir: JobDir, request: RunRequest, log: Logger, hostPath: st
     if (launcher && launcher.ready()) {
       const cwd = dir.name();
       forked = watchForkIn(cwd, onWatchError);
-      const launched = launcher.launch({ file, args, cwd, env, stdin, stdout, dir: true });
+      const launched = launcher.launch({ file, args, cwd, env, stdin, stdout, input, dir: true });
       started = launched && (await launched);
       // Not started there, nothing made there: the directory is made here, the job started again.
       if (!started || ("error" in started && started.dir)) {
@@ -140,7 +143,7 @@ async function runIn(dir: JobDir, request: RunRequest, log: Logger, hostPath: st
     if (!started) {
       const cwd = dir.make();
       forked = watchForkIn(cwd, onWatchError);
-      const spec = { file, args, cwd, env, stdin, stdout };
+      const spec = { file, args, cwd, env, stdin, stdout, input };
       const launched = launcher && launcher.launch(spec);
       started = launched ? await launched : await spawnHere(spec);
     }

@@ -82,9 +82,16 @@ export class RunningJob {
     try {
       const closed = this.#closed();
       this.#child.stderr?.on("data", (chunk: Buffer) => this.#stderr.push(chunk));
+      let drained = this.#drainStdout();
+      // The launcher passes stdout on (before the "close") once it outgrew the receipt; a
+      // spill without the pipe (no stdout, but its head) may have come before this listened.
+      const spilledEarly = !this.#child.stdout && this.#child.stdoutHead?.() !== undefined;
+      if (!this.#child.stdout && !spilledEarly) this.#child.once("spill", () => (drained = this.#spilled()));
       this.#startStdin();
       if (signal.aborted) onAbort();
-      const [[exitCode, exitSignal]] = await Promise.all([closed, this.#drainStdout()]);
+      if (spilledEarly) drained = this.#spilled();
+      const [exitCode, exitSignal] = await closed;
+      await drained;
       const stdout = this.#child.stdout ? { prefix: this.#stdout.prefix(), total: this.#stdout.total } : (this.#child.stdoutKept?.() ?? NO_STDOUT);
       // The leader is reaped: kill stragglers now, while its group id is still the job's
       // (the watchdog first, so it never signals a group id that could be reused later).
@@ -124,7 +131,7 @@ export class RunningJob {
 
   #startStdin(): void {
     const stdin = this.#child.stdin;
-    if (!stdin) return; // no source: the job reads /dev/null
+    if (!stdin) return; // no source (the job reads /dev/null), or the launcher writes it (input)
     // Writes to a child that has exited fail with EPIPE; never let that crash the process.
     stdin.on("error", (err) => this.#log.debug({ err }, "child stdin error"));
     const onFail = (message: string): void => this.fail(ErrorKind.PIPE_FAILED, message);
@@ -145,17 +152,33 @@ export class RunningJob {
     this.#stdin = pipeStdin(url, stdin, onFail, this.#log, this.#request.pipeCa);
   }
 
+  #spilled(): Promise<void> {
+    if (!this.#child.stdout) this.fail(ErrorKind.PIPE_FAILED, "the job launcher could not pass the job's stdout on");
+    return this.#drainStdout();
+  }
+
   /**
-   * Reads stdout to its end. Pausing while an upload write is pending is the backpressure:
-   * while the receiver is slow, stdout is not read and the child blocks on its full pipe.
+   * Reads stdout to its end, after the bytes the launcher read of it if it passed it on.
+   * Pausing while an upload write is pending is the backpressure: while the receiver is
+   * slow, stdout is not read and the child blocks on its full pipe.
    * Plain "data" events: an async iterator over the stream cost ~0.1 ms per job.
    */
   #drainStdout(): Promise<void> {
     const stdout = this.#child.stdout;
     const upload = this.#upload;
-    // Read by the launcher; only after #abandonPipes; or (launcher) an empty output that ended before it arrived.
-    if (!stdout || stdout.destroyed || stdout.readableEnded) return Promise.resolve();
     let writing: Promise<void> = Promise.resolve();
+    const onData = (chunk: Buffer): void => {
+      const step = this.#stdout.push(chunk);
+      // Without an upload (no stdout URL), output past the buffer is counted and dropped.
+      if (step.kind === "hold" || !upload) return;
+      stdout?.pause();
+      const resume = (): void => void stdout?.resume();
+      writing = upload.write(step.data).then(resume, resume);
+    };
+    const head = this.#child.stdoutHead?.();
+    if (head) onData(head);
+    // Read by the launcher; only after #abandonPipes; or (launcher) an empty output that ended before it arrived.
+    if (!stdout || stdout.destroyed || stdout.readableEnded) return writing;
     return new Promise((resolve) => {
       let ended = false;
       let finished = false;
@@ -166,14 +189,6 @@ export class RunningJob {
         // The receipt explains the job's end; a stream destroyed by #abandonPipes ends here too.
         if (!ended) this.#log.debug("stdout closed abruptly");
         void writing.then(resolve, resolve);
-      };
-      const onData = (chunk: Buffer): void => {
-        const step = this.#stdout.push(chunk);
-        // Without an upload (no stdout URL), output past the buffer is counted and dropped.
-        if (step.kind === "hold" || !upload) return;
-        stdout.pause();
-        const resume = (): void => void stdout.resume();
-        writing = upload.write(step.data).then(resume, resume);
       };
       stdout.on("data", onData);
       stdout.on("error", (err) => this.#log.debug({ err }, "stdout failed"));

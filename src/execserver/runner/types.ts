@@ -78,6 +78,8 @@ export interface JobProcess extends EventEmitter {
   abandonPipes?(): void;
   /** The stdout of a job whose `stdout` is null, once "close" was emitted: first bytes, count. */
   stdoutKept?(): { readonly prefix: Uint8Array; readonly total: number };
+  /** The bytes of stdout the job launcher read before it passed `stdout` on (see "spill"). */
+  stdoutHead?(): Buffer | undefined;
   /** The reaper that was told of the job's process group already (see GroupWatchdog). */
   readonly watchedBy?: number;
 }

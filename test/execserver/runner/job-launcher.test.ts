@@ -196,4 +196,37 @@ describe("runner: the job launcher's messages are untrusted", function () {
     expect(receipt.stderrLine).to.equal("");
     expect(receipt.exitCode).to.equal(undefined);
   });
+  // A launcher that passes stdout on with the bytes it "read" of it (abc), after spills
+  // for nobody and before one too many; or ("bad" jobs) with bytes that cannot be right.
+  const spiller = String.raw`
+    const { spawn } = require("node:child_process");
+    process.on("message", (m) => {
+      if (!m || m.t !== "spawn") return;
+      const child = spawn("sh", ["-c", "printf def"], { stdio: ["ignore", "pipe", "ignore"], detached: true });
+      child.stdout._handle.readStop();
+      process.send({ t: "started", id: m.id, pid: child.pid });
+      for (const bad of [{ t: "spill" }, { t: "spill", id: 999, out: "61" }, { t: "spill", id: m.id + 1, out: "61" }, { t: "spill", id: [m.id] }])
+        process.send(bad);
+      const out = m.file === "bad" ? ["zz", "61".repeat(4002), 5, ""][m.args.length] : "616263";
+      process.send({ t: "spill", id: m.id, out }, child.stdout);
+      process.send({ t: "spill", id: m.id, out: "61" });
+      child.on("exit", (code) => process.send({ t: "exit", id: m.id, code, signal: null, out: "7a7a", outn: 2 }));
+    });
+    process.stdin.on("end", () => process.exit(0));
+    process.stdin.resume();
+  `;
+
+  it("takes a spilled stdout's first bytes before the rest, and fails the job when a spill cannot be right", async () => {
+    const launcher = new JobLauncher({ native: false, script: spiller, nativeProtocol: true });
+    const runJob = createRunJob({ launcher });
+    const receipt = await runWith(runJob, { command: ["good"], stdoutUrl: "http://127.0.0.1:9/never-opened" });
+    expect(receipt.error).to.equal(ErrorKind.UNSPECIFIED, receipt.errorMessage);
+    expect(Buffer.from(receipt.stdoutPrefix).toString()).to.equal("abcdef");
+    expect(receipt.stdoutBytes).to.equal(6n);
+    for (const args of [[], ["1"], ["1", "2"], ["1", "2", "3"]]) {
+      const bad = await runWith(runJob, { command: ["bad"], args, stdoutUrl: "http://127.0.0.1:9/never-opened" });
+      expect(bad.error, args.join()).to.equal(ErrorKind.PIPE_FAILED);
+      expect(bad.errorMessage).to.equal("the job launcher could not pass the job's stdout on");
+    }
+  });
 });

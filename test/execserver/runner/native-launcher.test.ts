@@ -95,7 +95,7 @@ describe("runner: the native job launcher on the wire", function () {
   });
 
   it("answers --check (the execserver's test whether the binary runs here), and refuses to run without an IPC channel", () => {
-    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok protocol 4\n");
+    expect(execFileSync(path, ["--check"], { encoding: "utf8" })).to.equal("slotbroker-job-launcher ok protocol 5\n");
     const run = spawnSync(path, [], { encoding: "utf8", env: {} });
     expect(run.status).to.equal(2);
     expect(run.stderr).to.contain("no IPC channel (NODE_CHANNEL_FD)");
@@ -282,6 +282,40 @@ describe("runner: the native job launcher on the wire", function () {
     await wire.next();
     expect(await wire.next()).to.deep.equal({ t: "exit", id: 5, code: 0, signal: null, out: hex("before\n"), outn: 7, open: true });
     expect(await wire.next()).to.deep.equal({ t: "stderr", id: 5, out: hex("before\nafter\n"), outn: 13 });
+  });
+
+  it('reads stdout with "stdout":"spill" while it fits 4000 bytes, and passes it on with the first 4001 once it outgrows them', async () => {
+    wire = startLauncher(path);
+    const fits = "head -c 4000 /dev/zero | tr '\\0' a";
+    wire.write(spawnLine({ id: 1, file: "sh", args: ["-c", fits], stdin: false, stdout: "spill" }));
+    expect(await wire.next()).to.deep.include({ t: "started", id: 1 });
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null, out: hex("a".repeat(4000)), outn: 4000 });
+    // 4000 bytes, a pause, then more: the launcher reads no further than one byte over.
+    wire.write(spawnLine({ id: 2, file: "sh", args: ["-c", `${fits}; sleep 0.1; printf bcd`], stdin: false, stdout: "spill" }));
+    expect(await wire.next()).to.deep.include({ t: "started", id: 2 });
+    const spill = await wire.next();
+    expect(spill).to.deep.equal({ cmd: "NODE_HANDLE", type: "net.Socket", msg: { t: "spill", id: 2, out: hex(`${"a".repeat(4000)}b`) } });
+    // Nothing else goes out while the handle waits for its ack; then the exit, without "out".
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 2, code: 0, signal: null });
+    // A background child spills after the exit: the spill, then the end of the pipes.
+    wire.write(spawnLine({ id: 3, file: "sh", args: ["-c", `printf x; (sleep 0.2; ${fits}) &`], stdin: false, stdout: "spill" }));
+    expect(await wire.next()).to.deep.include({ t: "started", id: 3 });
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 3, code: 0, signal: null, out: hex("x"), outn: 1, open: true });
+    expect((await wire.next()).msg).to.deep.equal({ t: "spill", id: 3, out: hex(`x${"a".repeat(4000)}`) });
+    wire.write('{"cmd":"NODE_HANDLE_ACK"}\n');
+    expect(await wire.next()).to.deep.equal({ t: "stderr", id: 3 });
+  });
+
+  it('writes "input" to the job\'s stdin itself and passes no stdin handle; refuses input that is not hex', async () => {
+    wire = startLauncher(path);
+    wire.write(spawnLine({ id: 1, file: "cat", stdout: false, input: hex("in\u0000put\n") }));
+    expect(await wire.next()).to.deep.include({ t: "started", id: 1 });
+    expect(await wire.next()).to.deep.equal({ t: "exit", id: 1, code: 0, signal: null, out: hex("in\u0000put\n"), outn: 7 });
+    for (const [id, input] of [[2, "abc"], [3, "zz"], [4, 5]] as const) {
+      wire.write(spawnLine({ id, file: "cat", stdout: false, input }));
+      expect(await wire.next()).to.deep.include({ t: "failed", id, code: "EINVAL", message: 'invalid spawn request: bad or missing field "input"' });
+    }
   });
 
   it("sends the exit at once when a background child holds stderr open, its line when stderr closes, and nothing after a drop", async () => {

@@ -96,6 +96,95 @@ describe(`runner: runJob, ${mode}`, () => {
       }
     });
 
+    it("streams stdout byte-exact around the receipt's 4000 bytes, binary and in pieces, and keeps smaller output in the receipt", async () => {
+      const pipes = await startPipeServer();
+      const dir = await mkdtemp(join(tmpdir(), "run-job-bytes-"));
+      try {
+        const cases: [string, Buffer][] = [];
+        for (const size of [1, 3999, 4000, 4001, 4002, 8001, 65537, 1 << 20]) {
+          const body = randomBytes(size);
+          body[0] = 0; // NULs included
+          body[size - 1] = 0;
+          const file = join(dir, `b${size}`);
+          await writeFile(file, body);
+          cases.push([`cat ${file}`, body]);
+        }
+        // Pieces: the launcher's reads end inside and right at the limit, and one byte at a time.
+        const piece = (n: number, c: string): string => `head -c ${n} /dev/zero | tr '\\0' '${c}'`;
+        cases.push([`${piece(3000, "a")}; sleep 0.05; ${piece(3000, "b")}`, Buffer.concat([Buffer.alloc(3000, "a"), Buffer.alloc(3000, "b")])]);
+        cases.push([`${piece(4000, "a")}; sleep 0.05; printf b; sleep 0.05; ${piece(5000, "c")}`, Buffer.concat([Buffer.alloc(4000, "a"), Buffer.from("b"), Buffer.alloc(5000, "c")])]);
+        cases.push([`${piece(4000, "a")}; sleep 0.05; printf b`, Buffer.concat([Buffer.alloc(4000, "a"), Buffer.from("b")])]);
+        const ones = randomBytes(4100);
+        await writeFile(join(dir, "ones"), ones);
+        cases.push([`dd if=${join(dir, "ones")} bs=1 2>/dev/null`, ones]);
+        for (const [script, body] of cases) {
+          const uploads = pipes.uploads.length;
+          const receipt = await run({ command: ["sh", "-c", script], stdoutUrl: pipes.stdoutUrl });
+          const what = `${script} (${body.length} bytes)`;
+          expect(receipt.error, what).to.equal(ErrorKind.UNSPECIFIED, receipt.errorMessage);
+          expect(receipt.exitCode, what).to.equal(0);
+          expect(receipt.stdoutBytes, what).to.equal(BigInt(body.length));
+          expect(Buffer.from(receipt.stdoutPrefix).equals(body.subarray(0, 4000)), what).to.equal(true);
+          expect(receipt.stdoutStreamed, what).to.equal(body.length > 4000);
+          expect(pipes.uploads.length - uploads, what).to.equal(body.length > 4000 ? 1 : 0);
+          if (body.length <= 4000) continue;
+          const upload = await pipes.uploads[uploads]!;
+          expect(upload, what).to.include({ outcome: "complete", bytes: body.length, sha256: sha256(body) });
+        }
+      } finally {
+        await pipes.close();
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+
+    it("streams what a background child writes past 4000 bytes after the job exited", async () => {
+      const pipes = await startPipeServer();
+      try {
+        const receipt = await run({ command: ["sh", "-c", "printf start; (sleep 0.2; head -c 100000 /dev/zero) &"], stdoutUrl: pipes.stdoutUrl });
+        expect(receipt.exitCode).to.equal(0);
+        expect(receipt.stdoutBytes).to.equal(100005n);
+        expect(receipt.stdoutStreamed).to.equal(true);
+        const upload = await pipes.uploads[0]!;
+        expect(upload).to.include({ outcome: "complete", bytes: 100005, sha256: sha256(Buffer.concat([Buffer.from("start"), Buffer.alloc(100000)])) });
+      } finally {
+        await pipes.close();
+      }
+    });
+
+    it("aborts the upload of a job killed mid-output, and of one timed out after it", async () => {
+      const pipes = await startPipeServer();
+      try {
+        const endless = await run({ command: ["sh", "-c", "yes"], stdoutUrl: pipes.stdoutUrl, timeoutMs: 300, killGraceMs: 100 });
+        expect(endless.error).to.equal(ErrorKind.TIMEOUT);
+        expect(Buffer.from(endless.stdoutPrefix).toString()).to.equal("y\n".repeat(2000));
+        expect(endless.stdoutBytes > 4000n).to.equal(true);
+        expect(endless.stdoutStreamed).to.equal(true);
+        expect(await pipes.uploads[0]!).to.include({ outcome: "aborted" });
+        const quiet = await run({ command: ["sh", "-c", "head -c 5000 /dev/zero; sleep 30"], stdoutUrl: pipes.stdoutUrl, timeoutMs: 300, killGraceMs: 100 });
+        expect(quiet.error).to.equal(ErrorKind.TIMEOUT);
+        expect(quiet.stdoutBytes).to.equal(5000n);
+        expect(await pipes.uploads[1]!).to.include({ outcome: "aborted", bytes: 5000 });
+      } finally {
+        await pipes.close();
+      }
+    });
+
+    it("writes inline stdin byte-exact, to a slow reader too, and does not blame a job that reads none of it", async () => {
+      for (const size of [1, 4096, 65536, 1 << 20]) {
+        const body = randomBytes(size);
+        body[0] = 0;
+        const receipt = await run({ command: ["sh", "-c", "sleep 0.05; sha256sum"], stdinInline: body });
+        expect(receipt.error, `${size}`).to.equal(ErrorKind.UNSPECIFIED, receipt.errorMessage);
+        expect(Buffer.from(receipt.stdoutPrefix).toString().split(" ")[0], `${size}`).to.equal(sha256(body));
+      }
+      const unread = await run({ command: ["true"], stdinInline: randomBytes(1 << 20) });
+      expect(unread.error).to.equal(ErrorKind.UNSPECIFIED, unread.errorMessage);
+      expect(unread.exitCode).to.equal(0);
+      const partly = await run({ command: ["head", "-c", "10"], stdinInline: Buffer.alloc(1 << 20, "x") });
+      expect(partly.error).to.equal(ErrorKind.UNSPECIFIED, partly.errorMessage);
+      expect(Buffer.from(partly.stdoutPrefix).toString()).to.equal("x".repeat(10));
+    });
+
     it("aborts the upload when the command fails after passing 4000 bytes", async () => {
       // The command fails only once the upload has carried more than 4000 bytes (its stdin
       // ends then): otherwise, on a busy machine, it may fail before the upload's request is sent.
