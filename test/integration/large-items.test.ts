@@ -1,7 +1,7 @@
 // Inputs and outputs of any size through the whole queue, with real processes: a
 // `slotbroker execserver` child, `slotbroker fylr` children, the `slotbroker` CLI, raw
-// HTTP clients, one Postgres. The size is LARGE_ITEM_SIZE (default 48MiB in `npm test`);
-// `.ci/run` runs this file once more with LARGE_ITEM_SIZE=1GiB.
+// HTTP clients, one Postgres. The size is LARGE_ITEM_SIZE (default 48MiB in `npm test`;
+// LARGE_ITEM_SIZE=1GiB on a workstation takes several minutes on 2 cores).
 import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { closeSync, createReadStream, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
