@@ -27,28 +27,42 @@ export function renderFylrStatusPage(data: FylrPageData, options: { now?: number
 export const cancelPath = "slotbroker.v1.QueueService/Cancel";
 
 // One listener for every cancel button, present and future (the poll swaps rows in): POST
-// the item id to QueueService.Cancel and show what came back until the next poll redraws it.
-const cancelScript = `document.addEventListener("click", async (event) => {
-  const button = event.target.closest("button[data-cancel]");
-  if (!button || button.disabled) return;
-  button.disabled = true;
-  button.textContent = "cancelling…";
-  try {
-    const res = await fetch(${JSON.stringify(cancelPath)}, {
-      method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ id: button.dataset.cancel }), signal: AbortSignal.timeout(10000),
-    });
-    const body = await res.json();
-    if (!res.ok) throw new Error(body.message || "HTTP " + res.status);
-    const state = body.item && body.item.state === "ITEM_STATE_RUNNING" ? "stopping" : "cancelled";
-    button.textContent = state;
-    button.dataset.result = state;
-  } catch (err) {
-    button.textContent = "not cancelled";
-    button.title = err.message;
-    button.dataset.result = "error";
+// the item id to QueueService.Cancel and show what came back. What each cancel showed is
+// kept by item id and put back on the new buttons after every swap, so a poll that lands
+// while the call is out (or just after) neither loses the answer nor re-enables the button.
+const cancelScript = `(() => {
+  const shown = new Map();
+  function show(id) {
+    const s = shown.get(id);
+    for (const b of document.querySelectorAll('button[data-cancel="' + CSS.escape(id) + '"]')) {
+      b.disabled = true;
+      b.textContent = s.text;
+      if (s.result) b.dataset.result = s.result;
+      if (s.title) b.title = s.title;
+    }
   }
-});`;
+  document.addEventListener("status:swapped", () => { for (const id of shown.keys()) show(id); });
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest("button[data-cancel]");
+    if (!button || button.disabled) return;
+    const id = button.dataset.cancel;
+    shown.set(id, { text: "cancelling…" });
+    show(id);
+    try {
+      const res = await fetch(${JSON.stringify(cancelPath)}, {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ id }), signal: AbortSignal.timeout(10000),
+      });
+      const body = await res.json();
+      if (!res.ok) throw new Error(body.message || "HTTP " + res.status);
+      const state = body.item && body.item.state === "ITEM_STATE_RUNNING" ? "stopping" : "cancelled";
+      shown.set(id, { text: state, result: state });
+    } catch (err) {
+      shown.set(id, { text: "not cancelled", result: "error", title: err.message });
+    }
+    show(id);
+  });
+})();`;
 
 /** The view JSON the page polls for one snapshot. */
 export function fylrViewJson(data: FylrPageData, limits: FylrViewLimits = defaultFylrViewLimits): StatusViewJson {

@@ -36,8 +36,9 @@ export function statusViewJson(sections: Readonly<Record<string, Html>>, at: Dat
   return { at: at.toISOString(), sections: out };
 }
 
-// Polls the view JSON and swaps every section whose markup changed. The markup was escaped
-// on the server; the script itself only ever writes textContent of its own.
+// Polls the view JSON and swaps every section whose markup changed, then says so with a
+// "status:swapped" event. The markup was escaped on the server; the script itself only
+// ever writes textContent of its own.
 const pollScript = `(() => {
   const live = document.getElementById("live"), label = live.querySelector("span");
   const url = live.dataset.src, every = Number(live.dataset.every);
@@ -48,10 +49,12 @@ const pollScript = `(() => {
       const res = await fetch(url, { cache: "no-store", signal: AbortSignal.timeout(5000) });
       if (!res.ok) throw new Error("HTTP " + res.status);
       const view = await res.json();
+      let swapped = false;
       for (const [id, markup] of Object.entries(view.sections)) {
         const el = document.getElementById("s-" + id);
-        if (el && seen.get(id) !== markup) { el.innerHTML = markup; seen.set(id, markup); }
+        if (el && seen.get(id) !== markup) { el.innerHTML = markup; seen.set(id, markup); swapped = true; }
       }
+      if (swapped) document.dispatchEvent(new Event("status:swapped"));
       last = Date.now();
       live.dataset.polls = String(++polls);
       live.className = "live ok";

@@ -211,8 +211,18 @@ describe("fylr status page (headless Chromium, real Postgres and execserver)", f
     expect(await attr(page, `tr[data-item="${running}"]`, "data-state")).to.equal("running");
     expect(await attr(page, `tr[data-item="${queued}"]`, "data-state")).to.equal("queued");
     await screenshot(page, "fylr-cancel-buttons");
+    // Hold the queued item's Cancel until a poll has swapped its row (the ages in the rows
+    // change every second): the answer must land on the new button, not the replaced one.
+    await page.evaluate(`document.querySelector('${button(queued)}').dataset.old = "1"`);
+    await page.route("**/slotbroker.v1.QueueService/Cancel", async (route) => {
+      await until(page, `document.querySelector('${button(queued)}')?.dataset.old === undefined`).catch(() => undefined);
+      await route.continue();
+    });
     await page.locator(button(queued)).click();
-    await until(page, `document.querySelector('${button(queued)}')?.dataset.result === "cancelled" || document.querySelector('tr[data-item="${queued}"]')?.dataset.state === "cancelled"`);
+    await until(page, `document.querySelector('${button(queued)}')?.dataset.old === undefined`);
+    expect(await page.locator(button(queued)).textContent(), "the new button still says the call is out").to.equal("cancelling…");
+    await until(page, `document.querySelector('${button(queued)}')?.dataset.result === "cancelled" || !document.querySelector('tr[data-item="${queued}"]')`);
+    await page.unroute("**/slotbroker.v1.QueueService/Cancel");
     await page.locator(button(running)).click();
     await eventually(async () => expect(ItemState[(await client.get({ id: running })).item!.state]).to.equal("CANCELLED"), 10_000);
     expect(ItemState[(await client.get({ id: queued })).item!.state]).to.equal("CANCELLED");
