@@ -149,9 +149,13 @@ export const profiles: Record<ProfileName, Profile> = {
       JOIN2_AT: 60,
       JOIN_N: 5,
       LEAVE_N: 5,
-      MAX_DEVIATION: 0.25,
+      // On this 2-core machine today a window holds only 14-17 claims for the least busy
+      // fylr (one claim is 6-7 %): the deviation came out 0.22-0.27 on both the previous
+      // and the current build, and the slowest of ten newcomers took 4.4-5.8 s. The CI bounds
+      // leave that room; the local profile keeps 0.25 and 5 s.
+      MAX_DEVIATION: 0.3,
       MIN_WINDOW_CLAIMS: 10,
-      NEWCOMER_MS: 5000,
+      NEWCOMER_MS: 8000,
     },
   },
   local: {
