@@ -4,19 +4,23 @@
 // much each gets is decided by the claim share and the broker's round-robin alone.
 //
 // Scenarios:
+//   feed     one VU until FEED_S: keeps at least BACKLOG items queued and not claimed
+//            (GET /queued, then Submit to the anchor fylrs, which never leave), so no fylr
+//            ever waits for work, however slowly the observer's ticks run on a busy machine
 //   observe  one VU, a tick per second until the last window that fits before CHURN_S
 //            has closed: finds the running fylrs (GET /fylrs on every host), reads every
-//            fylr's Stats, tops the queue up to DEPTH items not yet finished (Submit to the
-//            anchor fylrs, which never leave) and closes a window every WINDOW_S after
+//            fylr's Stats and closes a window every WINDOW_S after
 //            WARMUP_S. In each window the fylrs present at both
 //            ends (and already present at its start) are compared: claims in the window
 //            against their mean (`window_max_deviation`).
 //   crash    one VU: at CRASH_AT the crash host SIGKILLs itself (its fylrs go without a
 //            goodbye; `rescue_ms` is how long until no item is still claimed by them)
-//   churn    one VU, on a schedule: JOIN_AT and JOIN2_AT JOIN_N fylrs start on the stable hosts
-//            (`newcomer_share_ms`: start → the newcomer holds its full admission, taken
-//            from the HELLO of every execserver), LEAVE_AT LEAVE_N fylrs stop gracefully.
+//   join     JOIN_N VUs: at JOIN_AT and JOIN2_AT each starts a fylr on its stable host and
+//            follows it (`newcomer_share_ms`: start → the newcomer holds its full
+//            admission, taken from the HELLO of every execserver)
+//   leave    one VU: at LEAVE_AT LEAVE_N fylrs stop gracefully
 import { sleep } from 'k6';
+import execution from 'k6/execution';
 import http from 'k6/http';
 import { Counter, Trend } from 'k6/metrics';
 import { brokerClient, envInt, envString, getStatus } from './lib/broker.js';
@@ -29,8 +33,7 @@ const WINDOW_S = envInt('WINDOW_S', 15);
 const CHURN_S = envInt('CHURN_S', 57);
 // The windows that fit between WARMUP_S and CHURN_S; the observer stops once the last closed.
 const WINDOWS = Math.floor((CHURN_S - WARMUP_S) / WINDOW_S);
-const DEPTH = envInt('DEPTH', 800);
-const TOPUP = envInt('TOPUP', 150);
+const BACKLOG = envInt('BACKLOG', 150);
 const CRASH_AT = envInt('CRASH_AT', 15);
 const JOIN_AT = envInt('JOIN_AT', 20);
 const LEAVE_AT = envInt('LEAVE_AT', 33);
@@ -43,6 +46,8 @@ const MAX_DEVIATION = Number(__ENV.MAX_DEVIATION || '0.25');
 const MIN_WINDOW_CLAIMS = envInt('MIN_WINDOW_CLAIMS', 10);
 const RESCUE_MS = envInt('RESCUE_MS', 10000);
 const NEWCOMER_MS = envInt('NEWCOMER_MS', 3000);
+// Past the second join's newcomers' bound, so they are measured against a fed queue.
+const FEED_S = Math.max(CHURN_S, JOIN2_AT + Math.ceil(NEWCOMER_MS / 1000)) + 15;
 const RUN = __ENV.RUN_ID || 'run';
 const EXEC_ADDRS = (__ENV.EXEC_ADDRS || '').split(',').filter(Boolean);
 const execClients = EXEC_ADDRS.map(() => brokerClient());
@@ -71,9 +76,11 @@ export const options = {
   batch: 40,
   batchPerHost: 10,
   scenarios: {
+    feed: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${FEED_S + 30}s`, exec: 'feed' },
     observe: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'observe' },
     crash: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'crash' },
-    churn: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'churn' },
+    join: { executor: 'per-vu-iterations', vus: JOIN_N, iterations: 1, maxDuration: `${FEED_S + 30}s`, exec: 'join' },
+    leave: { executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${CHURN_S + 30}s`, exec: 'leave' },
   },
   thresholds: {
     window_max_deviation: [`max<=${MAX_DEVIATION}`],
@@ -145,8 +152,8 @@ function submitItems(anchors, from, to) {
   return created;
 }
 
-// The first DEPTH items go in before the clock starts, so the first window is not spent
-// filling the queue.
+// Before the clock starts every fylr's admission and BACKLOG more go in, so the first
+// window is not spent filling the queue.
 // Before that, every fylr must have the HELLOs that count all of them: a fylr whose HELLO
 // still counted a few clients would claim a share several times too large, and then claim
 // nothing until that surplus ran.
@@ -162,19 +169,37 @@ export function setup() {
     sleep(0.2);
   }
   const settled = Date.now();
-  submitItems(anchorsOf(membership(HOSTS)), 0, DEPTH);
-  console.log(`setup: shares settled after ${settled - t0} ms, ${DEPTH} items submitted in ${Date.now() - settled} ms`);
-  return { submitted: DEPTH };
+  const fylrs = [...membership([...HOSTS, CRASH_HOST]).values()];
+  const n = fylrs.reduce((sum, f) => sum + f.admission, 0) + BACKLOG;
+  submitItems(anchorsOf(membership(HOSTS)), 0, n);
+  console.log(`setup: shares settled after ${settled - t0} ms, ${n} items submitted in ${Date.now() - settled} ms`);
+  return { submitted: n };
 }
 
-export function observe(data) {
+export function feed(data) {
   const t0 = Date.now();
   const anchors = anchorsOf(membership(HOSTS));
+  let next = data.submitted;
+  let short = 0; // polls that found fewer than half of BACKLOG queued
+  while (elapsed(t0) < FEED_S) {
+    const r = http.get(`http://${HOSTS[0]}/queued`, { timeout: '10s', tags: { method: 'queued' } });
+    if (r.status !== 200) throw new Error(`queued: ${r.status} ${r.body}`);
+    const queued = r.json('queued');
+    if (queued < BACKLOG / 2) short++;
+    if (queued < BACKLOG) {
+      submitItems(anchors, next, next + BACKLOG - queued);
+      next += BACKLOG - queued;
+    } else sleep(0.2);
+  }
+  console.log(`feed: ${next} items submitted; ${short} polls found fewer than ${BACKLOG / 2} queued`);
+}
+
+export function observe() {
+  const t0 = Date.now();
   const firstSeen = new Map(); // id → seconds since t0
   const last = new Map(); // id → its latest counters (kept after it left: its finished items count)
   let windowStart; // { at, fylrs: Map id → counters, exec }
   let nextWindow = WARMUP_S;
-  let submittedTotal = data.submitted;
   let closed = 0;
   execClients.forEach((c, i) => c.connect(EXEC_ADDRS[i], { plaintext: true, timeout: '20s' }));
   // Until the last window has closed (a tick late under load, not a fixed margin later);
@@ -202,23 +227,16 @@ export function observe(data) {
       nextWindow += WINDOW_S;
     }
 
-    // Top the queue up: items submitted and not yet finished, by the fylrs' own counts.
-    let finished = 0;
-    for (const f of last.values()) finished += f.succeeded + f.failed;
-    // At most TOPUP a tick, so a slow tick cannot snowball into a slower one.
-    const want = Math.min(DEPTH - (submittedTotal - finished), TOPUP);
-    if (want > 0) {
-      submitItems(anchors, submittedTotal, submittedTotal + want);
-      submittedTotal += want;
-    }
     if (VERBOSE) {
       const q = http.get(`http://${HOSTS[0]}/queued`, { timeout: '5s' });
       const held = [...fylrs.values()].reduce((n, f) => n + f.held, 0);
+      let finished = 0;
+      for (const f of last.values()) finished += f.succeeded + f.failed;
       console.log(`tick ${now.toFixed(1)} s: ${fylrs.size} fylrs, ${finished} finished, held ${held}, queued ${q.status === 200 ? q.json('queued') : '?'}, tick ${Date.now() - tick} ms`);
     }
     sleep(Math.max(0, 1 - (Date.now() - tick) / 1000));
   }
-  console.log(`observe: ${submittedTotal} items submitted, ${firstSeen.size} fylrs seen`);
+  console.log(`observe: ${firstSeen.size} fylrs seen`);
 }
 
 /** Every listed fylr answers Stats over QueueService (once a window). */
@@ -321,34 +339,49 @@ function waitUntil(t0, at) {
   if (wait > 0) sleep(wait);
 }
 
-// `count` fylrs start at once, one per stable host; then each is followed until it holds
-// its share.
-function join(t0, count) {
-  const hosts = Array.from({ length: count }, (_, i) => HOSTS[i % HOSTS.length]);
-  const started = http.batch(hosts.map((h) => ({ method: 'POST', url: `http://${h}/join`, params: { timeout: '60s', tags: { method: 'join' } } })));
+// One fylr starts on `host` and is followed until it holds its share. Each newcomer has a
+// VU of its own: followed in one batch, every newcomer waited for the slowest start and
+// the slowest Stats answer of the batch, which measured k6, not the newcomer.
+function joinOne(t0, host) {
+  const r = http.post(`http://${host}/join`, null, { timeout: '60s', tags: { method: 'join' } });
+  if (r.status !== 200) throw new Error(`join on ${host}: ${r.status} ${r.body}`);
+  newcomers.add(1);
   // From the moment startFylr returned: it is claiming, its broker connections opening.
-  const pending = started.map((r, i) => {
-    if (r.status !== 200) throw new Error(`join on ${hosts[i]}: ${r.status} ${r.body}`);
-    newcomers.add(1);
-    return { ...r.json(), since: r.json('returnedAt') };
-  });
-  while (pending.length > 0) {
-    const responses = http.batch(pending.map((f) => queueCall(f.http, 'Stats', {})));
-    for (let i = pending.length - 1; i >= 0; i--) {
-      const f = pending[i];
-      const s = responses[i].status === 200 ? responses[i].json() : {};
-      const shares = s.shares || [];
-      // Its share: every execserver's HELLO seen and the admission they give all held.
-      const full = shares.length === EXECSERVERS && Number(s.execAdmission || 0) > 0 && Number(s.execHeld || 0) >= Number(s.execAdmission || 0);
-      const waited = Date.now() - f.since;
-      if (full) console.log(`newcomer ${f.id} at ${elapsed(t0).toFixed(1)} s: holds ${s.execHeld}/${s.execAdmission} after ${waited} ms (start ${f.startedMs} ms)`);
-      else if (waited > 30000) console.error(`newcomer ${f.id}: no full share after 30 s: ${JSON.stringify(s)}`);
-      else continue;
-      newcomerMs.add(waited);
-      pending.splice(i, 1);
+  const f = r.json();
+  let hellos;
+  let firstHeld;
+  for (;;) {
+    const res = http.post(`http://${f.http}/slotbroker.v1.QueueService/Stats`, '{}', { ...json, tags: { method: 'Stats' } });
+    const s = res.status === 200 ? res.json() : {};
+    const shares = s.shares || [];
+    const held = Number(s.execHeld || 0);
+    const waited = Date.now() - f.returnedAt;
+    // When its last HELLO and its first claim showed: which of the two a slow newcomer waited for.
+    if (hellos === undefined && shares.length === EXECSERVERS) hellos = waited;
+    if (firstHeld === undefined && held > 0) firstHeld = waited;
+    // Its share: every execserver's HELLO seen and the admission they give all held.
+    const full = shares.length === EXECSERVERS && Number(s.execAdmission || 0) > 0 && held >= Number(s.execAdmission || 0);
+    if (full) {
+      console.log(`newcomer ${f.id} at ${elapsed(t0).toFixed(1)} s: holds ${held}/${s.execAdmission} after ${waited} ms (start ${f.startedMs} ms; all HELLOs at ${hellos} ms, first claim at ${firstHeld} ms)`);
+    } else if (waited > 30000) {
+      console.error(`newcomer ${f.id}: no full share after 30 s: ${JSON.stringify(s)}`);
+    } else {
+      sleep(0.05);
+      continue;
     }
-    sleep(0.05);
+    newcomerMs.add(waited);
+    return;
   }
+}
+
+// JOIN_N VUs, each starting one fylr on its own stable host at JOIN_AT and one more at JOIN2_AT.
+export function join() {
+  const t0 = Date.now();
+  const host = HOSTS[execution.scenario.iterationInTest % HOSTS.length];
+  waitUntil(t0, JOIN_AT);
+  joinOne(t0, host);
+  waitUntil(t0, JOIN2_AT);
+  joinOne(t0, host);
 }
 
 export function crash() {
@@ -373,20 +406,14 @@ export function crash() {
   console.log(`crash at ${CRASH_AT} s: ${ids.length} fylrs, ${heldAtCrash} items held, all rescued after ${Date.now() - crashAt} ms`);
 }
 
-export function churn() {
+export function leave() {
   const t0 = Date.now();
-  waitUntil(t0, JOIN_AT);
-  join(t0, JOIN_N);
-
   waitUntil(t0, LEAVE_AT);
-  // Never an anchor (the first fylr of each host): the observer submits through those.
+  // Never an anchor (the first fylr of each host): the feeder submits through those.
   const leaving = [...membership(HOSTS).values()].filter((f, i, all) => all.findIndex((g) => g.host === f.host) !== i).slice(0, LEAVE_N);
   for (const f of leaving) {
     const r = http.post(`http://${f.host}/leave?id=${f.id}`, null, { timeout: '30s' });
     if (r.status === 200) left.add(1);
     else console.error(`leave ${f.id}: ${r.status} ${r.body}`);
   }
-
-  waitUntil(t0, JOIN2_AT);
-  join(t0, JOIN_N);
 }
