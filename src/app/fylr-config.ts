@@ -18,24 +18,13 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { z } from "zod";
-import {
-  dispatcherConfigSchema,
-  queueConfigSchema,
-  storeConfigSchema,
-  type DispatcherConfig,
-  type QueueConfig,
-  type StoreConfig,
-} from "../dispatcher/index.js";
-import {
-  apiAuthSchema,
-  brokerConfigSchema,
-  compileApiAuth,
-  compileBrokerConfig,
-  fylrTlsSchema,
-  type ApiAuthConfig,
-  type BrokerConfig,
-  type FylrTlsConfig,
-} from "../fylr/index.js";
+// The config modules themselves, not the dispatcher's and the fylr's indexes: a config
+// error is reported before the engines (pg, grpc-js, Connect) are loaded.
+import { storeConfigSchema, type StoreConfig } from "../dispatcher/blobs/store-config.js";
+import { dispatcherConfigSchema, type DispatcherConfig } from "../dispatcher/config.js";
+import { queueConfigSchema, type QueueConfig } from "../dispatcher/queue/queue-config.js";
+import { apiAuthSchema, compileApiAuth, fylrTlsSchema, type ApiAuthConfig, type FylrTlsConfig } from "../fylr/auth/config.js";
+import { brokerConfigSchema, compileBrokerConfig, type BrokerConfig } from "../fylr/broker/config.js";
 import { applyEnvOverrides, durationMs, listenAddress, parseConfig, readYamlFile } from "../shared/config-parsing.js";
 import { ConfigError } from "../shared/errors.js";
 import { httpLimitsSchema, type HttpLimits } from "../shared/http-limits.js";

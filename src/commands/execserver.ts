@@ -1,7 +1,7 @@
 // The exec host's entry: it imports the execserver's assembly alone, never src/app/index.ts
 // (which loads the dispatcher and pg).
-import { startExecserver, type ExecserverHandle } from "../app/execserver.js";
-import { loadExecserverConfig } from "../execserver/index.js";
+import type { ExecserverHandle } from "../app/execserver.js";
+import { loadExecserverConfig } from "../execserver/config.js";
 import { ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { createLogger } from "../shared/log.js";
 import { startTracing } from "../shared/tracing/index.js";
@@ -37,8 +37,11 @@ export async function run(argv: string[]): Promise<number> {
   let handle: ExecserverHandle;
   let stopTracing: (() => Promise<void>) | undefined;
   try {
+    const config = loadExecserverConfig(configPath);
     stopTracing = await startTracing("slotbroker-execserver", { logger });
-    handle = await startExecserver(loadExecserverConfig(configPath), { logger });
+    // Loaded once the config is good: a bad one is named in a fraction of a second.
+    const { startExecserver } = await import("../app/execserver.js");
+    handle = await startExecserver(config, { logger });
   } catch (err) {
     await stopTracing?.();
     const e = SlotbrokerError.from(err);

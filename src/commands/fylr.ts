@@ -1,4 +1,5 @@
-import { loadFylrConfig, startFylr, type FylrHandle } from "../app/index.js";
+import { loadFylrConfig } from "../app/fylr-config.js";
+import type { FylrHandle } from "../app/fylr.js";
 import { ConfigError, SlotbrokerError } from "../shared/errors.js";
 import { createLogger } from "../shared/log.js";
 import { startTracing } from "../shared/tracing/index.js";
@@ -36,8 +37,11 @@ export async function run(argv: string[]): Promise<number> {
   let handle: FylrHandle;
   let stopTracing: (() => Promise<void>) | undefined;
   try {
+    const config = loadFylrConfig(configPath);
     stopTracing = await startTracing("slotbroker-fylr", { logger });
-    handle = await startFylr(loadFylrConfig(configPath), { logger });
+    // Loaded once the config is good: a bad one is named in a fraction of a second.
+    const { startFylr } = await import("../app/fylr.js");
+    handle = await startFylr(config, { logger });
   } catch (err) {
     await stopTracing?.();
     const e = SlotbrokerError.from(err);

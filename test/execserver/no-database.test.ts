@@ -18,16 +18,23 @@ const databaseModule = /\/node_modules\/(pg|pg-pool|pg-protocol|pg-connection-st
 describe("an exec host loads no database code", function () {
   this.timeout(120_000);
 
-  it("importing the execserver command (and with it startExecserver) loads neither pg nor the dispatcher", async () => {
-    const { esm, cjs } = await loadedBy("src/commands/execserver.ts");
-    expect(esm.some((url) => url.endsWith("/src/app/execserver.ts")), "the entry was followed").to.equal(true);
+  // The command loads its config modules first and startExecserver once the config is good.
+  for (const entry of ["src/commands/execserver.ts", "src/app/execserver.ts"]) {
+    it(`importing ${entry} loads neither pg nor the dispatcher`, async () => {
+      const { esm, cjs } = await loadedBy(entry);
+      expect(esm.some((url) => url.endsWith("/src/execserver/config.ts")), "the entry was followed").to.equal(true);
+      expect(esm.filter((url) => databaseModule.test(url))).to.deep.equal([]);
+      expect(cjs.filter((path) => databaseModule.test(path))).to.deep.equal([]);
+    });
+  }
+
+  it("the assembly the command starts is the execserver's server", async () => {
+    const { esm } = await loadedBy("src/app/execserver.ts");
     expect(esm.some((url) => url.endsWith("/src/execserver/server.ts"))).to.equal(true);
-    expect(esm.filter((url) => databaseModule.test(url))).to.deep.equal([]);
-    expect(cjs.filter((path) => databaseModule.test(path))).to.deep.equal([]);
   });
 
   it("the same check sees pg when a fylr is imported (it can fail)", async () => {
-    const { esm, cjs } = await loadedBy("src/commands/fylr.ts");
+    const { esm, cjs } = await loadedBy("src/app/fylr.ts");
     expect(cjs.some((path) => /\/node_modules\/pg\//.test(path))).to.equal(true);
     expect(esm.some((url) => /\/src\/dispatcher\//.test(url))).to.equal(true);
   });

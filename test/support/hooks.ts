@@ -10,6 +10,23 @@ process.env.SLOTBROKER_LOG_LEVEL ??= "silent";
 
 const TIMING_ENV = "SLOTBROKER_TEST_TIMINGS";
 let fileStartedAt = 0;
+let fileCpuAtStart = 0;
+
+/**
+ * CPU seconds of this worker and of the children it has reaped (fylrs, execservers, CLIs,
+ * jobs): what a file costs on a machine where the files run side by side. The shared
+ * Postgres is not in it.
+ */
+function cpuSeconds(): number {
+  try {
+    const fields = readFileSync("/proc/self/stat", "utf8").split(") ")[1]!.split(" ");
+    // utime, stime, cutime, cstime: fields 14-17 of stat(5), in clock ticks (100 a second).
+    return (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / 100;
+  } catch {
+    const u = process.cpuUsage();
+    return (u.user + u.system) / 1e6;
+  }
+}
 
 /**
  * Once per run, in mocha's main process before any worker starts: one build of the
@@ -28,12 +45,18 @@ export async function mochaGlobalTeardown(): Promise<void> {
   removeBuild();
   const dir = process.env[TIMING_ENV];
   if (!dir) return;
-  const rows = readdirSync(dir).map((f) => JSON.parse(readFileSync(join(dir, f), "utf8")) as { file: string; ms: number });
+  const rows = readdirSync(dir).map((f) => JSON.parse(readFileSync(join(dir, f), "utf8")) as { file: string; ms: number; cpu: number });
   rmSync(dir, { recursive: true, force: true });
   if (rows.length < 2) return;
-  rows.sort((a, b) => b.ms - a.ms);
-  const lines = rows.slice(0, 10).map((r) => `  ${(r.ms / 1000).toFixed(1).padStart(6)} s  ${r.file}`);
-  process.stdout.write(`\n  slowest files (of ${rows.length}, wall time each):\n${lines.join("\n")}\n`);
+  const line = (r: { file: string; ms: number; cpu: number }): string => `  ${(r.ms / 1000).toFixed(1).padStart(6)} s  ${r.cpu.toFixed(1).padStart(6)} s  ${r.file}`;
+  const slowest = [...rows].sort((a, b) => b.ms - a.ms).slice(0, 10);
+  // The files run side by side on few cores: the run's length follows the CPU they take.
+  const costliest = [...rows].sort((a, b) => b.cpu - a.cpu).slice(0, 10);
+  const total = rows.reduce((sum, r) => sum + r.cpu, 0);
+  process.stdout.write(
+    `\n  slowest files (of ${rows.length}; wall, CPU with children):\n${slowest.map(line).join("\n")}\n` +
+      `\n  costliest files (CPU with children; ${total.toFixed(0)} s over all files):\n${costliest.map(line).join("\n")}\n`,
+  );
 }
 
 /**
@@ -51,6 +74,7 @@ export async function mochaGlobalTeardown(): Promise<void> {
 export const mochaHooks = {
   beforeAll(): void {
     fileStartedAt = Date.now();
+    fileCpuAtStart = cpuSeconds();
   },
   beforeEach(this: Context): void {
     beginTest(this.currentTest?.fullTitle() ?? "");
@@ -73,5 +97,5 @@ function recordFileTime(context: Context): void {
   const file = context.test?.parent?.suites[0]?.file;
   if (!dir || !file) return;
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, `${process.pid}-${Date.now()}-${Math.random().toString(36).slice(2)}.json`), JSON.stringify({ file: relative(projectRoot, file), ms: Date.now() - fileStartedAt }));
+  writeFileSync(join(dir, `${process.pid}-${Date.now()}-${Math.random().toString(36).slice(2)}.json`), JSON.stringify({ file: relative(projectRoot, file), ms: Date.now() - fileStartedAt, cpu: cpuSeconds() - fileCpuAtStart }));
 }

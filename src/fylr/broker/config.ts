@@ -4,8 +4,36 @@ import { durationMs, listenAddress, parseConfig } from "../../shared/config-pars
 import { formatDuration } from "../../shared/duration.js";
 import { ConfigError } from "../../shared/errors.js";
 import type { BrokerTlsOptions } from "./channel-setup.js";
-import { defaultConnectionTimings as timing, type ConnectionTimings } from "./connection.js";
+import type { RetryPolicy } from "../../shared/retry.js";
 import type { GrowthPolicy } from "./pool-policy.js";
+
+/** Liveness and reconnect timings of a broker connection. */
+export interface ConnectionTimings {
+  /** gRPC keepalive: HTTP/2 PING interval (half-open detection below the stream). */
+  readonly keepaliveTimeMs: number;
+  /** gRPC keepalive: how long a PING may go unanswered before the transport is dropped. */
+  readonly keepaliveTimeoutMs: number;
+  /** Application Ping interval while ready. */
+  readonly pingIntervalMs: number;
+  /** An application Ping unanswered this long restarts the stream. */
+  readonly pingTimeoutMs: number;
+  /** A stream that shows no HELLO this long after opening is restarted. */
+  readonly helloTimeoutMs: number;
+  /** Reconnect delays (jittered, so many fylrs do not reconnect in lockstep). */
+  readonly backoff: RetryPolicy;
+}
+
+/** Defaults for ConnectionTimings; the broker config's defaults are these (one source). */
+export const defaultConnectionTimings: ConnectionTimings = {
+  keepaliveTimeMs: 300_000,
+  keepaliveTimeoutMs: 20_000,
+  pingIntervalMs: 10_000,
+  pingTimeoutMs: 5_000,
+  helloTimeoutMs: 10_000,
+  backoff: { initialMs: 100, maxMs: 10_000, multiplier: 2, jitter: 0.5 },
+};
+
+const timing = defaultConnectionTimings;
 
 /** How the fylr treats an address that does not serve BrokerService. */
 export interface PollingPolicy {

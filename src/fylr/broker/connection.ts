@@ -18,7 +18,6 @@ import {
 } from "../../../gen/slotbroker/v1/broker_pb.js";
 import { Code, SlotbrokerError } from "../../shared/errors.js";
 import { silentLogger, type Logger } from "../../shared/log.js";
-import type { RetryPolicy } from "../../shared/retry.js";
 import { openConnectStream, translateStreamError, type BrokerTlsOptions, type ConnectCall } from "./channel-setup.js";
 import { checkTransition, laterHelloProblem, ParkedWants, Pings, ReconnectBackoff, type ConnectionState, type ParkedWantInfo } from "./connection-state.js";
 import { encodeCancel, encodeDecline, encodeJob, encodeQuery, encodeUnwant, encodeWant } from "./frames.js";
@@ -26,31 +25,9 @@ import { resolveLocalAddress, type LocalAddress } from "./local-address.js";
 
 export type { BrokerTlsOptions } from "./channel-setup.js";
 
-/** Liveness and reconnect timings of a broker connection. */
-export interface ConnectionTimings {
-  /** gRPC keepalive: HTTP/2 PING interval (half-open detection below the stream). */
-  readonly keepaliveTimeMs: number;
-  /** gRPC keepalive: how long a PING may go unanswered before the transport is dropped. */
-  readonly keepaliveTimeoutMs: number;
-  /** Application Ping interval while ready. */
-  readonly pingIntervalMs: number;
-  /** An application Ping unanswered this long restarts the stream. */
-  readonly pingTimeoutMs: number;
-  /** A stream that shows no HELLO this long after opening is restarted. */
-  readonly helloTimeoutMs: number;
-  /** Reconnect delays (jittered, so many fylrs do not reconnect in lockstep). */
-  readonly backoff: RetryPolicy;
-}
-
-/** Defaults for ConnectionTimings; the broker config's defaults are these (one source). */
-export const defaultConnectionTimings: ConnectionTimings = {
-  keepaliveTimeMs: 300_000,
-  keepaliveTimeoutMs: 20_000,
-  pingIntervalMs: 10_000,
-  pingTimeoutMs: 5_000,
-  helloTimeoutMs: 10_000,
-  backoff: { initialMs: 100, maxMs: 10_000, multiplier: 2, jitter: 0.5 },
-};
+// The timings live with the broker config, so reading a config loads no gRPC.
+import { defaultConnectionTimings, type ConnectionTimings } from "./config.js";
+export { defaultConnectionTimings, type ConnectionTimings };
 
 /** Everything one broker connection needs. */
 export interface BrokerConnectionOptions {
