@@ -34,16 +34,17 @@ describe("execserver mutual TLS with a slotbroker fylr", function () {
     // Signed by a CA the execserver does not trust.
     rogueCert = makeCa(dir, "other-ca").client("rogue");
     databaseUrl = await createTestDatabase("mtls");
-  });
-  after(() => dir && rmSync(dir, { recursive: true, force: true }));
-  beforeEach(async () => {
+    // One execserver for the file: no test changes it, each brings its own fylr.
     exec = await spawnExecserver({
       tls: { certFile: serverCert.cert, keyFile: serverCert.key, clientCaFile: ca.cert },
       waitgroups: { text: { processes: 2 } },
       services: { sha256sum: { waitgroup: "text", command: ["sha256sum"] } },
     });
   });
-  afterEach(() => release(exec));
+  after(async () => {
+    await release(exec);
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
 
   const fylrConfig = (tls: Record<string, string>) =>
     fastFylrConfig(databaseUrl, [exec.grpcAddress], { execserver: { addresses: [exec.grpcAddress], tls: { caFile: ca.cert, ...tls } } });

@@ -2,8 +2,8 @@
 // `slotbroker execserver` child, `slotbroker fylr` children, the `slotbroker` CLI, raw
 // HTTP clients, one Postgres. The size is LARGE_ITEM_SIZE: every test moves that much when
 // it is set (1GiB on a workstation takes several minutes on 2 cores); unset, `npm test`
-// moves 48 MiB through the memory test and 16 MiB through the others, where the size adds
-// chunks, not cases.
+// moves 48 MiB through the memory test and the kill mid-output (which needs the time) and
+// 16 MiB through the others, where the size adds chunks, not cases.
 import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { closeSync, createReadStream, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
@@ -290,9 +290,11 @@ describe(`large items through the queue (${Math.round(bigSize / MiB)} MiB, ${Mat
   it("a fylr killed mid-output leaves nothing stranded: a survivor reruns the item and only its input and output stay", async () => {
     const a = await startFylr("fa");
     const submitted = join(dir, "submit-kill.txt");
-    const s = await cliToFile(["submit", "--api", a.url, "--service", "cat", "--stdin", input.path], submitted, slow);
+    const s = await cliToFile(["submit", "--api", a.url, "--service", "cat", "--stdin", bigInput.path], submitted, slow);
     expect(s.code, s.stderr).to.equal(0);
     const id = readFileSync(submitted, "utf8").trim();
+    // The full size here: the kill must land while the output is written, and 16 MiB can
+    // be through before a poll sees the writes open.
     // Its output is being written when the store has two transactions open (reading the input, writing the output).
     await waitFor("the output being written", async () => (await storeState(pool)).openWrites >= 2, slow);
     await a.stop("SIGKILL");
@@ -303,14 +305,14 @@ describe(`large items through the queue (${Math.round(bigSize / MiB)} MiB, ${Mat
       "SELECT role, size, item_id IS NOT NULL AS owned, expires_at IS NOT NULL AS expires FROM blobs ORDER BY role",
     )).rows;
     expect(rows).to.deep.equal([
-      { role: "input", size: String(size), owned: true, expires: false },
-      { role: "output", size: String(size), owned: true, expires: false },
+      { role: "input", size: String(bigSize), owned: true, expires: false },
+      { role: "output", size: String(bigSize), owned: true, expires: false },
     ]);
     // Two blobs of the default 256 KiB chunks, and not one chunk more.
-    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blob_chunks")).rows[0]!.n).to.equal(2 * Math.ceil(size / (256 * 1024)));
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blob_chunks")).rows[0]!.n).to.equal(2 * Math.ceil(bigSize / (256 * 1024)));
     const out = join(dir, "rerun.bin");
     const o = await cliToFile(["output", "--api", b.url, id, "-o", out], join(dir, "rerun.stdout"), slow);
     expect(o.code, o.stderr).to.equal(0);
-    expect(await sha256File(out)).to.equal(input.sha256);
+    expect(await sha256File(out)).to.equal(bigInput.sha256);
   });
 });

@@ -52,12 +52,10 @@ describe("reliability: hostile input at the fylr's doors", () => {
   let fylr: FylrProcess | undefined;
   const sockets: Socket[] = [];
 
+  // One execserver for the file (no test leaves a job behind: the fylr's close ends them);
+  // each test gets its own fylr and empty tables.
   before(async () => {
     databaseUrl = await createTestDatabase("hostile_input");
-  });
-  beforeEach(async () => {
-    pool = openPool(databaseUrl);
-    await pool.query("DROP SCHEMA public CASCADE; CREATE SCHEMA public");
     exec = await spawnExecserver({
       instanceId: "exec-hostile",
       waitgroups: { w: { processes: 4 } },
@@ -68,10 +66,19 @@ describe("reliability: hostile input at the fylr's doors", () => {
       },
     });
   });
+  after(async () => {
+    await closeAll(exec);
+    exec = undefined;
+  });
+  beforeEach(async () => {
+    pool = openPool(databaseUrl);
+    // The first fylr migrates; later tests start from empty tables.
+    await pool.query("DO $$ BEGIN IF to_regclass('queue_items') IS NOT NULL THEN TRUNCATE queue_items, fylrs CASCADE; END IF; END $$");
+  });
   afterEach(async () => {
     for (const s of sockets.splice(0)) s.destroy();
-    await closeAll(fylr, exec, pool);
-    fylr = exec = undefined;
+    await closeAll(fylr, pool);
+    fylr = undefined;
   });
 
   const start = async (extra: Parameters<typeof fastFylrConfig>[2] = {}): Promise<FylrProcess> =>

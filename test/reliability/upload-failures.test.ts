@@ -39,6 +39,8 @@ function expectAlive(fylr: FylrProcess): void {
 describe("reliability: aborted uploads and contradicting receipts never crash a fylr", () => {
   let databaseUrl: string;
   let pool: pg.Pool;
+  // One execserver for the file, started before the tests (the leak check closes what a
+  // test leaves running); a test's jobs end with its fylr. Some tests talk to a fake.
   let exec: ExecserverProcess | undefined;
   let fylr: FylrProcess | undefined;
   let interceptor: Server | undefined;
@@ -46,21 +48,7 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
 
   before(async () => {
     databaseUrl = await createTestDatabase("upload_failures");
-  });
-  beforeEach(async () => {
-    pool = openPool(databaseUrl);
-    await pool.query("DROP SCHEMA public CASCADE; CREATE SCHEMA public");
-  });
-  afterEach(async () => {
-    await closeAll(fylr, exec, pool);
-    await fake?.close();
-    fake = undefined;
-    if (interceptor) await new Promise((done) => interceptor!.close(() => done(undefined)));
-    fylr = exec = interceptor = undefined;
-  });
-
-  const startExec = async (): Promise<ExecserverProcess> =>
-    (exec = await spawnExecserver({
+    exec = await spawnExecserver({
       instanceId: "exec-uploads",
       waitgroups: { w: { processes: 4 } },
       services: {
@@ -68,7 +56,23 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
         "big-then-hang": { waitgroup: "w", command: bigThenHang, timeout: "1s" },
         "big-and-fine": { waitgroup: "w", command: bigAndFine },
       },
-    }));
+    });
+  });
+  after(async () => {
+    await closeAll(exec);
+    exec = undefined;
+  });
+  beforeEach(async () => {
+    pool = openPool(databaseUrl);
+    await pool.query("DROP SCHEMA public CASCADE; CREATE SCHEMA public");
+  });
+  afterEach(async () => {
+    await closeAll(fylr, pool);
+    await fake?.close();
+    fake = undefined;
+    if (interceptor) await new Promise((done) => interceptor!.close(() => done(undefined)));
+    fylr = interceptor = undefined;
+  });
 
   // A listener on 127.0.0.2 at the fylr's own port, where pipe URLs with pipeHost 127.0.0.2
   // land: it learns the path of the first PUT and holds every socket. Bound after the fylr,
@@ -91,7 +95,6 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
 
   it("finding 1: a job that prints 200 KB and exits 3 fails with its exit code; the fylr stays up", async function () {
     this.timeout(90_000);
-    await startExec();
     fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress]), "f-fail");
     const { item } = await fylr.client.submit({ calls: [{ service: "big-then-fail" }], maxAttempts: 2 });
     const done = await finalItem(fylr, item!.id);
@@ -104,7 +107,6 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
 
   it("finding 1: the exec client collecting stdout in memory returns the failed receipt of a job that printed 200 KB", async function () {
     this.timeout(60_000);
-    await startExec();
     const replica = await startReplica({ addresses: [exec!.grpcAddress], connectTimeout: "30s" }, "collector");
     try {
       for (const service of ["big-then-fail", "big-then-hang"]) {
@@ -119,7 +121,6 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
 
   it("finding 2: the exec client collecting stdout in memory survives a receipt that says stdout streamed to a pipe never opened", async function () {
     this.timeout(60_000);
-    await startExec();
     // Nothing listens on 127.0.0.2: the execserver cannot open the out-pipe, yet its
     // receipt says the output was streamed.
     const replica = await startReplica({ addresses: [exec!.grpcAddress], connectTimeout: "30s", pipeHost: "127.0.0.2" }, "unreachable");
@@ -137,7 +138,6 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
 
   it("finding 1: a job killed by its timeout after printing 200 KB fails as timed out; the fylr stays up", async function () {
     this.timeout(90_000);
-    await startExec();
     fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress]), "f-timeout");
     const { item } = await fylr.client.submit({ calls: [{ service: "big-then-hang" }], maxAttempts: 1 });
     const done = await finalItem(fylr, item!.id);
@@ -149,7 +149,6 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
 
   it("finding 1: a bare chunked PUT of 4 KiB to a live out-pipe, then a closed socket, fails that attempt only", async function () {
     this.timeout(90_000);
-    await startExec();
     // The fylr's pipe URLs name 127.0.0.2: the execserver's upload lands on this test's
     // listener, which learns the live out-pipe id and holds the execserver's upload.
     fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress], { execserver: { addresses: [exec!.grpcAddress], pipeHost: "127.0.0.2" } }), "f-bare-put");
@@ -178,7 +177,6 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
 
   it("finding 7: a second concurrent PUT to one out-pipe is a 409; the first upload goes on", async function () {
     this.timeout(90_000);
-    await startExec();
     fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress], { execserver: { addresses: [exec!.grpcAddress], pipeHost: "127.0.0.2" } }), "f-second-put");
     const { port, held, pipePath } = await interceptUploads(fylr);
     await fylr.client.submit({ calls: [{ service: "big-and-fine" }], maxAttempts: 1 });
@@ -199,7 +197,6 @@ describe("reliability: aborted uploads and contradicting receipts never crash a 
 
   it("finding 2: a receipt saying stdout was streamed to an out-pipe nobody opened fails the attempt; the fylr stays up", async function () {
     this.timeout(90_000);
-    await startExec();
     // Nothing listens on 127.0.0.2 at the fylr's port: the execserver cannot open the out-pipe.
     fylr = await spawnFylr(fastFylrConfig(databaseUrl, [exec!.grpcAddress], { execserver: { addresses: [exec!.grpcAddress], pipeHost: "127.0.0.2" } }), "f-unreachable");
     const { item } = await fylr.client.submit({ calls: [{ service: "big-and-fine" }], maxAttempts: 2 });
