@@ -66,8 +66,8 @@ export const fylrChurn: Scenario = {
     ]);
     const fylr: Omit<FylrConfigInput, "name" | "listen"> = {
       databaseUrl,
-      // Two per fylr (the least allowed) plus its LISTEN connection: 65 fylrs stay well
-      // under the embedded server's max_connections of 300.
+      // Two per fylr (the least allowed), plus its heartbeat and LISTEN connections: the
+      // runner's Postgres allows 500 (see servers.ts).
       databasePoolSize: 2,
       // One stream per execserver: each address is one instance, and the execservers take
       // turns per connection, so a fylr whose pool grew would get more turns than the rest.

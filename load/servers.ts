@@ -83,7 +83,9 @@ export function runPostgres(sup: Supervisor): () => Promise<string> {
       const dir = sup.tempDir("pg");
       chmodSync(dir, 0o755); // as root the server runs as the "postgres" user
       const { startEmbeddedPostgres } = await import("../src/shared/embedded-postgres.js");
-      const server = await startEmbeddedPostgres({ dataDir: join(dir, "data"), persistent: false });
+      // fylr-churn's local profile runs up to 72 fylrs of four connections each (pool of 2,
+      // heartbeat, LISTEN), plus a migration client each while they start together.
+      const server = await startEmbeddedPostgres({ dataDir: join(dir, "data"), persistent: false, maxConnections: 500 });
       sup.onStop("postgres", () => server.stop());
       return server.url;
     })());

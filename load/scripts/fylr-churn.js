@@ -183,7 +183,12 @@ export function feed(data) {
   let short = 0; // polls that found fewer than half of BACKLOG queued
   while (elapsed(t0) < FEED_S) {
     const r = http.get(`http://${HOSTS[0]}/queued`, { timeout: '10s', tags: { method: 'queued' } });
-    if (r.status !== 200) throw new Error(`queued: ${r.status} ${r.body}`);
+    // A failed count must not end the feed (the queue would run dry): say so and ask again.
+    if (r.status !== 200) {
+      console.error(`feed: queued: ${r.status} ${r.body}`);
+      sleep(0.5);
+      continue;
+    }
     const queued = r.json('queued');
     if (queued < BACKLOG / 2) short++;
     if (queued < BACKLOG) {

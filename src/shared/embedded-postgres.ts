@@ -32,11 +32,13 @@ export interface EmbeddedPostgresOptions {
   logger?: Logger;
   /** The binaries to run (default: the platform package's, copied to a reachable cache). */
   binaries?: PostgresBinaries;
+  /** The server's max_connections (default 300). */
+  maxConnections?: number;
 }
 
 const user = "postgres";
 const password = "slotbroker";
-const flags = ["-c", "max_connections=300", "-c", "fsync=off", "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="];
+const flags = (maxConnections: number): string[] => ["-c", `max_connections=${maxConnections}`, "-c", "fsync=off", "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="];
 // Messages are matched in English, whatever the machine's locale.
 const childEnv = (): NodeJS.ProcessEnv => ({ ...process.env, LC_ALL: "C", LANG: "C" });
 
@@ -64,8 +66,8 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   if (!existsSync(join(dataDir, "PG_VERSION"))) await initialise(binaries.initdb, dataDir, runAs, log);
   // A port of our own pick that was taken before the server bound it: pick another.
   const { port, child } = options.port
-    ? { port: options.port, child: await startServer(binaries.postgres, dataDir, options.port, runAs, log) }
-    : await withFreePort(async (free) => ({ port: free, child: await startServer(binaries.postgres, dataDir, free, runAs, log) }));
+    ? { port: options.port, child: await startServer(binaries.postgres, dataDir, options.port, runAs, log, options.maxConnections ?? 300) }
+    : await withFreePort(async (free) => ({ port: free, child: await startServer(binaries.postgres, dataDir, free, runAs, log, options.maxConnections ?? 300) }));
   const urlFor = (database: string): string =>
     `postgres://${user}:${password}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
   // If this process exits without stopping the server, the server must not outlive it.
@@ -143,9 +145,9 @@ function runToEnd(file: string, args: string[], runAs: ServerUser | undefined, l
   });
 }
 
-function startServer(file: string, dataDir: string, port: number, runAs: ServerUser | undefined, log: Logger | undefined): Promise<ChildProcess> {
+function startServer(file: string, dataDir: string, port: number, runAs: ServerUser | undefined, log: Logger | undefined, maxConnections: number): Promise<ChildProcess> {
   return new Promise((resolveStart, reject) => {
-    const child = spawn(file, ["-D", dataDir, "-p", String(port), ...flags], { ...runAs, env: childEnv(), stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(file, ["-D", dataDir, "-p", String(port), ...flags(maxConnections)], { ...runAs, env: childEnv(), stdio: ["ignore", "ignore", "pipe"] });
     let output = "";
     let ready = false;
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
