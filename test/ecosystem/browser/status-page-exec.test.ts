@@ -162,7 +162,12 @@ describe("execserver status page (headless Chromium)", function () {
     await grants(delta, "noop2", 7, "d");
     beta.job("b0", held.offerToken, { args: ["60"] });
     await beta.ping();
-    await until(page, `document.querySelector('.bars[data-name="grants"] .bar-row')?.getAttribute("data-key") === "delta"`);
+    // Until the top bar is delta with all seven: a poll between its sixth and seventh grant
+    // already puts delta on top (6 > beta's 5).
+    await until(
+      page,
+      `(() => { const row = document.querySelector('.bars[data-name="grants"] .bar-row'); return row?.getAttribute("data-key") === "delta" && row.getAttribute("data-value") === "7"; })()`,
+    );
     const after = await barRows(page, '.bars[data-name="grants"]');
     expect(after[0]).to.include({ key: "delta", value: 7 });
     await until(page, `document.querySelectorAll('[data-waitgroup="slow"] .box[data-state="running"]').length === 3`);
