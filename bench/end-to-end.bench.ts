@@ -204,7 +204,7 @@ async function main(): Promise<void> {
     await runMigrations({ connectionString: gwUrl, logger: undefined });
     await runMigrations({ connectionString: floorDb.url, logger: undefined });
     if (runtime === "tsx") delete process.env[BUILD_ENV];
-    else if (!process.env[BUILD_ENV]) await buildChildren();
+    else if (!process.env[BUILD_ENV]) await buildChildren({ bundle: false });
     const execConfig = join(dir, "exec.yaml");
     writeFileSync(
       execConfig,

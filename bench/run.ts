@@ -41,8 +41,9 @@ const { commit, dirty } = gitState(root);
 const command = commandLine(args, process.env);
 if (dirty) process.stderr.write("note: the working tree differs from the commit; the run is recorded as dirty\n");
 
-// Every bench and its children run from one build of the project's JavaScript.
-await buildChildren();
+// Every bench and its children run from one build of the project's JavaScript, file by
+// file as a deployment runs it (no bundle).
+await buildChildren({ bundle: false });
 const figures: Figure[] = [];
 const failed: string[] = [];
 for (const name of benches) {

@@ -118,8 +118,9 @@ describe("fairness keys across fylr processes", function () {
   it("keeps a key's limit right when the fylr holding its items dies", async () => {
     exec = await startExec(4);
     const [victim] = await startFylrs(1);
-    // Long enough that the victim still holds its two when it dies, after the survivor started.
-    for (let i = 0; i < 4; i++) await victim!.client.submit({ calls: [{ service: "sleep", args: ["6"] }], fairnessKey: "L", fairnessLimit: 2, maxAttempts: 3 });
+    // The first two (oldest first: the victim's) long enough that the victim still holds
+    // them when it dies, after the survivor started; the other two wait for the limit.
+    for (const seconds of ["6", "6", "1", "1"]) await victim!.client.submit({ calls: [{ service: "sleep", args: [seconds] }], fairnessKey: "L", fairnessLimit: 2, maxAttempts: 3 });
     await waitFor("the victim holding L's limit", async () => (await heldOf(pool, "L")) === 2);
     const [survivor] = await startFylrs(1);
     expect(await victim!.stop("SIGKILL")).to.equal(null);
