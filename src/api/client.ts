@@ -72,8 +72,13 @@ export async function followItem(client: QueueClient, id: string, options: Follo
   const retries = options.retries ?? 30;
   let failures = 0;
   for (;;) {
+    // Leaving the stream at the end state, before the server's end of it was read, leaves
+    // the HTTP/1.1 request open: its socket would keep a CLI alive until the server's
+    // keep-alive timeout (5 s). Aborting closes it.
+    const done = new AbortController();
+    const signal = options.signal ? AbortSignal.any([options.signal, done.signal]) : done.signal;
     try {
-      for await (const update of client.watch({ id }, { signal: options.signal })) {
+      for await (const update of client.watch({ id }, { signal })) {
         failures = 0;
         options.onUpdate?.(update);
         if (update.item && itemFinished(update.item)) return update.item;
@@ -87,6 +92,8 @@ export async function followItem(client: QueueClient, id: string, options: Follo
       if (e.code === Code.NotFound || e.code === Code.InvalidArgument || ++failures > retries) throw e;
       options.onRetry?.(e, failures);
       await sleep(options.retryDelayMs ?? 1000, options.signal);
+    } finally {
+      done.abort();
     }
   }
 }
