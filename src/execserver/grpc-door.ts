@@ -8,11 +8,10 @@ import { readFileSync } from "node:fs";
 import * as net from "node:net";
 import * as tls from "node:tls";
 import * as grpc from "@grpc/grpc-js";
-import type { HealthImplementation } from "grpc-health-check";
 import { BrokerService, type ConnectRequest, type ConnectResponse, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
 import { splitHostPort } from "../shared/config-parsing.js";
 import { ConfigError } from "../shared/errors.js";
-import { addHealth, addReflection } from "../shared/grpc.js";
+import { addHealth, addReflection, type HealthService } from "../shared/grpc.js";
 import type { Logger } from "../shared/log.js";
 import type { ExecserverConfig } from "./config.js";
 import { serverServiceDefinition } from "./frames.js";
@@ -208,7 +207,7 @@ export interface BrokerHandlers {
 }
 
 /** The execserver's gRPC server (BrokerService, health, reflection), not yet bound. */
-export function createGrpcServer(handlers: BrokerHandlers): { server: grpc.Server; health: HealthImplementation } {
+export function createGrpcServer(handlers: BrokerHandlers): { server: grpc.Server; health: HealthService } {
   const server = new grpc.Server({
     "grpc.max_receive_message_length": limits.maxFrameBytes,
     // A connection carries a few streams (one broker stream, status and health calls);

@@ -1,7 +1,6 @@
 import { performance } from "node:perf_hooks";
 import { create, toBinary } from "@bufbuild/protobuf";
 import type * as grpc from "@grpc/grpc-js";
-import type { HealthImplementation } from "grpc-health-check";
 import {
   HelloSchema,
   type ConnectRequest,
@@ -13,7 +12,7 @@ import { AbortReason } from "../shared/abort.js";
 import { Events } from "../shared/typed-events.js";
 import { isLoopbackHost, splitHostPort } from "../shared/config-parsing.js";
 import { Code, ConfigError, SlotbrokerError } from "../shared/errors.js";
-import { toGrpcError } from "../shared/grpc.js";
+import { toGrpcError, type HealthService } from "../shared/grpc.js";
 import { Transitions } from "../shared/lifecycle.js";
 import { LogBudget, type Logger } from "../shared/log.js";
 import { AdminServer } from "./admin-server.js";
@@ -75,7 +74,7 @@ export class Execserver implements SessionHost {
   private stateValue: ExecserverState = "created";
   private readonly io: BrokerIo;
   private readonly grpcServer: grpc.Server;
-  private readonly health: HealthImplementation;
+  private readonly health: HealthService;
   private readonly auth: BearerAuth;
   private readonly sessions = new Set<Session>();
   // Aborted when the server stops; every session listens and ends its stream.

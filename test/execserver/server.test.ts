@@ -25,6 +25,17 @@ function checkHealth(address: string, service: string): Promise<string> {
   );
 }
 
+/** A Health Watch on `service`: the statuses it received so far. */
+function watchHealth(address: string, service: string): string[] {
+  const client = closeLater(track(new HealthClient(address, grpc.credentials.createInsecure()), "health client", (c) => c.close()));
+  const seen: string[] = [];
+  const call = (client as unknown as { watch: (r: object) => grpc.ClientReadableStream<{ status: string }> }).watch({ service });
+  call.on("data", (res: { status: string }) => seen.push(res.status));
+  call.on("error", () => undefined);
+  closeLater(track(call, "health watch", (c) => c.cancel()));
+  return seen;
+}
+
 // A reflection client from the .proto that ships with @grpc/reflection.
 function listServices(address: string): Promise<string[]> {
   const require = createRequire(import.meta.url);
@@ -103,6 +114,10 @@ describe("execserver server", () => {
     const server = await startTestServer();
     expect(await checkHealth(server.grpcAddress, "")).to.equal("SERVING");
     expect(await checkHealth(server.grpcAddress, "slotbroker.v1.BrokerService")).to.equal("SERVING");
+    const unknown = await checkHealth(server.grpcAddress, "no.such.Service").catch((err: grpc.ServiceError) => err);
+    expect(unknown).to.include({ code: grpc.status.NOT_FOUND });
+    const watched = watchHealth(server.grpcAddress, "no.such.Service");
+    await eventually(() => expect(watched).to.deep.equal(["SERVICE_UNKNOWN"]));
     const services = await listServices(server.grpcAddress);
     expect(services).to.include("slotbroker.v1.BrokerService");
   });
@@ -135,10 +150,13 @@ describe("execserver server", () => {
     const offer = await a.next("offer");
     a.job("nap", offer.offerToken, { args: ["0.5"] });
     await eventually(() => expect(server.status().waitgroups.find((w) => w.name === "slow")!.running).to.equal(1));
+    const watched = watchHealth(server.grpcAddress, "");
+    await eventually(() => expect(watched).to.deep.equal(["SERVING"]));
     const closed = server.close();
     expect((await a.next("hello")).draining).to.equal(true);
     expect(await checkHealth(server.grpcAddress, "")).to.equal("NOT_SERVING");
     expect(await checkHealth(server.grpcAddress, "slotbroker.v1.BrokerService")).to.equal("NOT_SERVING");
+    await eventually(() => expect(watched).to.deep.equal(["SERVING", "NOT_SERVING"]));
     expect((await get(`${server.adminUrl}/healthz`)).status).to.equal(503);
     a.want("late", "noop");
     expect((await a.next("reject")).code).to.equal(RejectCode.DRAINING);

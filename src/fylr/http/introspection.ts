@@ -36,10 +36,13 @@ export interface HealthOptions {
  * Adds grpc.health.v1.Health and server reflection for every service already on `router`.
  * Call it after the other services are registered.
  */
-export function registerIntrospection(router: ConnectRouter, health: HealthOptions): ReflectionIndex {
+export function registerIntrospection(router: ConnectRouter, health: HealthOptions): void {
   const own = [...new Set(router.handlers.map((h) => h.service.typeName))];
   const healthNames = new Set(["", ...own]);
-  const index = new ReflectionIndex([...own, healthServiceName, ...reflectionServiceNames]);
+  // Built at the first reflection request: reading the descriptors costs ~0.1 s of CPU,
+  // which every start would pay for a tool that may never ask.
+  let built: ReflectionIndex | undefined;
+  const index = (): ReflectionIndex => (built ??= new ReflectionIndex([...own, healthServiceName, ...reflectionServiceNames]));
   const status = (service: string): ServingStatus => {
     if (!healthNames.has(service)) return ServingStatus.SERVICE_UNKNOWN;
     return !health.closing.aborted && health.serving() ? ServingStatus.SERVING : ServingStatus.NOT_SERVING;
@@ -65,7 +68,7 @@ export function registerIntrospection(router: ConnectRouter, health: HealthOptio
   });
   router.service(ReflectionV1, {
     async *serverReflectionInfo(requests) {
-      for await (const request of requests) yield index.answer(request);
+      for await (const request of requests) yield index().answer(request);
     },
   });
   // The same wire format under another name: answered by re-reading the bytes as v1.
@@ -73,11 +76,10 @@ export function registerIntrospection(router: ConnectRouter, health: HealthOptio
     async *serverReflectionInfo(requests) {
       for await (const request of requests) {
         const v1 = fromBinary(ServerReflectionRequestSchema, toBinary(ReflectionV1alpha.method.serverReflectionInfo.input, request));
-        yield fromBinary(AlphaResponseSchema, toBinary(ReflectionV1.method.serverReflectionInfo.output, index.answer(v1)));
+        yield fromBinary(AlphaResponseSchema, toBinary(ReflectionV1.method.serverReflectionInfo.output, index().answer(v1)));
       }
     },
   });
-  return index;
 }
 
 // Resolves after `ms`, or as soon as the call or the server is done.
