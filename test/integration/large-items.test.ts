@@ -2,12 +2,13 @@
 // `slotbroker execserver` child, `slotbroker fylr` children, the `slotbroker` CLI, raw
 // HTTP clients, one Postgres. The size is LARGE_ITEM_SIZE: every test moves that much when
 // it is set (1GiB on a workstation takes several minutes on 2 cores); unset, `npm test`
-// moves 48 MiB through the memory test and the kill mid-output (which needs the time) and
-// 16 MiB through the others, where the size adds chunks, not cases.
+// moves 48 MiB through the memory test and 16 MiB through the others, where the size adds
+// chunks, not cases.
 import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { closeSync, createReadStream, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
 import * as net from "node:net";
+import { Readable } from "node:stream";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "chai";
@@ -72,13 +73,17 @@ function peakRss(pid: number): number {
   return Number(m?.[1] ?? 0) * 1024;
 }
 
-/** Stored rows, and the store's transactions still open on the server. */
-async function storeState(pool: pg.Pool): Promise<{ blobs: number; chunks: number; openWrites: number }> {
-  const r = await pool.query<{ blobs: number; chunks: number; open: number }>(`
-    SELECT (SELECT count(*)::int FROM blobs) AS blobs, (SELECT count(*)::int FROM blob_chunks) AS chunks,
-           (SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE 'slotbroker-store%' AND xact_start IS NOT NULL) AS open`);
+/**
+ * Stored rows, the store's transactions still open on the server, and those of them
+ * writing chunks (their last statement an INSERT INTO blob_chunks).
+ */
+async function storeState(pool: pg.Pool): Promise<{ blobs: number; chunks: number; openWrites: number; writingChunks: number }> {
+  const r = await pool.query<{ blobs: number; chunks: number; open: number; writing: number }>(`
+    SELECT (SELECT count(*)::int FROM blobs) AS blobs, (SELECT count(*)::int FROM blob_chunks) AS chunks, open.n AS open, open.writing
+    FROM (SELECT count(*)::int AS n, count(*) FILTER (WHERE query LIKE 'INSERT INTO blob_chunks%')::int AS writing
+          FROM pg_stat_activity WHERE application_name LIKE 'slotbroker-store%' AND xact_start IS NOT NULL) open`);
   const row = r.rows[0]!;
-  return { blobs: row.blobs, chunks: row.chunks, openWrites: row.open };
+  return { blobs: row.blobs, chunks: row.chunks, openWrites: row.open, writingChunks: row.writing };
 }
 
 /**
@@ -155,27 +160,32 @@ describe(`large items through the queue (${Math.round(bigSize / MiB)} MiB, ${Mat
     input = makeFile(dir, "input.bin", size);
     bigInput = bigSize === size ? input : makeFile(dir, "big-input.bin", bigSize);
     databaseUrl = await createTestDatabase("large");
-  });
-  after(() => rmSync(dir, { recursive: true, force: true }));
-  beforeEach(async () => {
-    pool = openPool(databaseUrl);
-    // The first fylr migrates; later tests start from empty tables.
-    await pool.query("DO $$ BEGIN IF to_regclass('blob_reservations') IS NOT NULL THEN TRUNCATE queue_items, fylrs, blobs, blob_reservations CASCADE; END IF; END $$");
+    // One execserver for the file; each test starts its own fylrs on empty tables.
     exec = await spawnExecserver({
       instanceId: "exec-large",
       waitgroups: { files: { processes: 4 } },
       services: {
         cat: { waitgroup: "files", command: ["cat"], timeout: "30m" },
+        // cat with a 2 s pause halfway: a window in which the output is being written.
+        pausecat: { waitgroup: "files", command: ["sh", "-c", `dd bs=1048576 count=${Math.floor(size / 2 / MiB)} iflag=fullblock status=none && sleep 2 && exec cat`], timeout: "30m" },
         sha256sum: { waitgroup: "files", command: ["sha256sum"], timeout: "30m" },
         gzip: { waitgroup: "files", command: ["gzip", "-1"], timeout: "30m" },
         gunzip: { waitgroup: "files", command: ["gunzip"], timeout: "30m" },
       },
     });
   });
+  after(async () => {
+    await closeAll(exec);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  beforeEach(async () => {
+    pool = openPool(databaseUrl);
+    // The first fylr migrates; later tests start from empty tables.
+    await pool.query("DO $$ BEGIN IF to_regclass('blob_reservations') IS NOT NULL THEN TRUNCATE queue_items, fylrs, blobs, blob_reservations CASCADE; END IF; END $$");
+  });
   afterEach(async () => {
-    await closeAll(...fylrs, exec, pool);
+    await closeAll(...fylrs, pool);
     fylrs = [];
-    exec = undefined;
   });
 
   const startFylr = async (name: string, addresses = [exec!.grpcAddress], store: Record<string, unknown> = {}): Promise<FylrProcess> => {
@@ -260,7 +270,7 @@ describe(`large items through the queue (${Math.round(bigSize / MiB)} MiB, ${Mat
       const now = await storeState(pool);
       return now.openWrites === 0 ? now : undefined;
     }, 30_000);
-    expect(state).to.deep.equal({ blobs: 0, chunks: 0, openWrites: 0 });
+    expect(state).to.deep.equal({ blobs: 0, chunks: 0, openWrites: 0, writingChunks: 0 });
     expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM queue_items")).rows[0]!.n).to.equal(0);
     await expectChunkFilesBackTo(pool, before + MiB);
   });
@@ -276,43 +286,50 @@ describe(`large items through the queue (${Math.round(bigSize / MiB)} MiB, ${Mat
     const fylr = await startFylr("fa");
     await waitFor("the schema", async () => (await pool.query<{ t: string | null }>("SELECT to_regclass('blob_chunks') AS t")).rows[0]!.t !== null);
     const before = (await chunkBytesOnDisk(pool)).bytes;
-    const upload = fetch(`${fylr.url}/queue/inputs`, { method: "POST", body: createReadStream(input.path) as never, duplex: "half" }).catch((e: unknown) => e);
-    await waitFor("the upload writing", async () => (await storeState(pool)).openWrites > 0, 30_000);
-    // Let the upload run on for a moment, so the kill lands mid-stream with chunks written.
-    await new Promise((r) => setTimeout(r, 300));
+    // 4 MiB, then the sender holds the rest back: the kill lands mid-stream with chunks written.
+    const block = randomBytes(MiB);
+    const body = Readable.from((async function* () {
+      for (let i = 0; i < 4; i++) yield block;
+      await new Promise(() => undefined);
+    })());
+    const upload = fetch(`${fylr.url}/queue/inputs`, { method: "POST", body: body as never, duplex: "half" }).catch((e: unknown) => e);
+    await waitFor("the upload writing chunks", async () => (await storeState(pool)).writingChunks > 0, 30_000);
     await fylr.stop("SIGKILL");
     expect(await upload).to.be.instanceOf(Error);
     await waitFor("the server rolled the write back", async () => (await storeState(pool)).openWrites === 0, 30_000);
-    expect(await storeState(pool)).to.deep.equal({ blobs: 0, chunks: 0, openWrites: 0 });
+    expect(await storeState(pool)).to.deep.equal({ blobs: 0, chunks: 0, openWrites: 0, writingChunks: 0 });
     await expectChunkFilesBackTo(pool, before + MiB);
   });
 
   it("a fylr killed mid-output leaves nothing stranded: a survivor reruns the item and only its input and output stay", async () => {
     const a = await startFylr("fa");
     const submitted = join(dir, "submit-kill.txt");
-    const s = await cliToFile(["submit", "--api", a.url, "--service", "cat", "--stdin", bigInput.path], submitted, slow);
+    const s = await cliToFile(["submit", "--api", a.url, "--service", "pausecat", "--stdin", input.path], submitted, slow);
     expect(s.code, s.stderr).to.equal(0);
     const id = readFileSync(submitted, "utf8").trim();
-    // The full size here: the kill must land while the output is written, and 16 MiB can
-    // be through before a poll sees the writes open.
-    // Its output is being written when the store has two transactions open (reading the input, writing the output).
-    await waitFor("the output being written", async () => (await storeState(pool)).openWrites >= 2, slow);
+    // Its output is being written when the store has two transactions open (reading the
+    // input, writing the output); pausecat holds them open for 2 s halfway through.
+    await waitFor("the output being written", async () => (await storeState(pool)).writingChunks >= 1, slow);
     await a.stop("SIGKILL");
     await waitFor("the killed fylr's writes rolled back", async () => (await storeState(pool)).openWrites === 0, 30_000);
     const b = await startFylr("fb");
-    await waitFor("the item rerun by the survivor", async () => (await b.client.get({ id })).item?.state === ItemState.SUCCEEDED, slow);
+    const rerun = await waitFor("the item rerun by the survivor", async () => {
+      const { item } = await b.client.get({ id });
+      return item?.state === ItemState.SUCCEEDED ? item : undefined;
+    }, slow);
+    expect(rerun.attempts, "the killed attempt and the survivor's").to.equal(2);
     const rows = (await pool.query<{ role: string; size: string; owned: boolean; expires: boolean }>(
       "SELECT role, size, item_id IS NOT NULL AS owned, expires_at IS NOT NULL AS expires FROM blobs ORDER BY role",
     )).rows;
     expect(rows).to.deep.equal([
-      { role: "input", size: String(bigSize), owned: true, expires: false },
-      { role: "output", size: String(bigSize), owned: true, expires: false },
+      { role: "input", size: String(size), owned: true, expires: false },
+      { role: "output", size: String(size), owned: true, expires: false },
     ]);
     // Two blobs of the default 256 KiB chunks, and not one chunk more.
-    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blob_chunks")).rows[0]!.n).to.equal(2 * Math.ceil(bigSize / (256 * 1024)));
+    expect((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM blob_chunks")).rows[0]!.n).to.equal(2 * Math.ceil(size / (256 * 1024)));
     const out = join(dir, "rerun.bin");
     const o = await cliToFile(["output", "--api", b.url, id, "-o", out], join(dir, "rerun.stdout"), slow);
     expect(o.code, o.stderr).to.equal(0);
-    expect(await sha256File(out)).to.equal(bigInput.sha256);
+    expect(await sha256File(out)).to.equal(input.sha256);
   });
 });
