@@ -84,7 +84,7 @@ export function withBadBodyAsInvalidArgument(handler: UniversalHandler): Univers
 const OVER_LIMIT = /\bis larger than configured readMaxBytes (\d+)/;
 
 /** What the caller is told instead of Connect's "message size … readMaxBytes N". */
-function tooLargeMessage(limit: string): string {
+export function tooLargeMessage(limit: string): string {
   return `request body: larger than the ${limit} bytes a request message may have here (http.maxRequestBytes)`;
 }
 

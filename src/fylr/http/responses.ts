@@ -19,6 +19,16 @@ export function sendText(res: HttpResponse, status: number, text: string, extraH
   res.end(body);
 }
 
+/** Answers with a JSON body (unless the response already started), e.g. a Connect error. */
+export function sendJson(res: HttpResponse, status: number, value: unknown, extraHeaders: OutgoingHttpHeaders = {}): void {
+  const headers = { ...extraHeaders };
+  if (res.headersSent || isGone(res)) return;
+  if ("stream" in res) delete headers.connection;
+  const body = JSON.stringify(value);
+  writeHead(res, status, { "content-type": "application/json", "content-length": Buffer.byteLength(body), "cache-control": "no-store", ...headers });
+  res.end(body);
+}
+
 /** `res.writeHead` for either protocol (their overloads do not unify in TypeScript). */
 export function writeHead(res: HttpResponse, status: number, headers: OutgoingHttpHeaders): void {
   (res as { writeHead(status: number, headers: OutgoingHttpHeaders): unknown }).writeHead(status, headers);

@@ -10,7 +10,7 @@ import { defaultHttpLimits, type HttpLimits } from "../../shared/http-limits.js"
 import { LogBudget, silentLogger, type Logger } from "../../shared/log.js";
 import type { PipeRegistry } from "../pipes/index.js";
 import type { AccessControl, AccessRefusal, HttpRequest, HttpResponse, RawRoute } from "./http-types.js";
-import { connectAdapter } from "./connect-adapter.js";
+import { connectAdapter, tooLargeMessage } from "./connect-adapter.js";
 import { answerUnknownRoute, registerIntrospection } from "./introspection.js";
 import { nodeRequestContext } from "./node-request.js";
 import { pipeRawRoutes } from "./pipe-routes.js";
@@ -18,7 +18,7 @@ import { registerPipeService } from "./pipe-service.js";
 import { sniffProtocol, type WireProtocol } from "./protocol-sniff.js";
 import { answerRefusal } from "./refusal.js";
 import { matchPath } from "./route-match.js";
-import { sendText } from "./responses.js";
+import { sendJson, sendText } from "./responses.js";
 import { urlHost } from "./pipe-urls.js";
 
 /** What `/healthz` reports; a failing check answers 503. */
@@ -175,6 +175,13 @@ export async function startFylrHttpServer(options: FylrHttpServerOptions): Promi
       return;
     }
     if (!admitted(req, res, options.procedureScopes?.get(path.split("?", 1)[0]!))) return;
+    if (expectContinue && unaryBodyOverLimit(req, limits.maxRequestBytes)) {
+      // Refused instead of "100 Continue": the client never sends the body. After a 100,
+      // a client still sending when the 413 came and the connection closed saw a broken
+      // pipe instead of the answer.
+      sendJson(res, 413, { code: "resource_exhausted", message: tooLargeMessage(String(limits.maxRequestBytes)) }, { connection: "close" });
+      return;
+    }
     if (expectContinue) res.writeContinue();
     connectHandler(req, res);
   };
@@ -350,4 +357,11 @@ async function waitUntil(done: () => boolean, timeoutMs: number): Promise<boolea
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   return true;
+}
+
+/** A Connect unary call (JSON or binary) that says it brings more than `limit` bytes. */
+function unaryBodyOverLimit(req: HttpRequest, limit: number): boolean {
+  const contentType = String(req.headers["content-type"] ?? "").toLowerCase();
+  if (!contentType.startsWith("application/json") && !contentType.startsWith("application/proto")) return false;
+  return Number(req.headers["content-length"] ?? 0) > limit;
 }
