@@ -1,10 +1,10 @@
 // The queue API: QueueService (Submit, Get, Watch, Position, Stats) over Connect, the
 // position of an item merged from the database, this fylr and the execservers, ETA hints.
 export { changeKey, getItem, isFinished, snapshot, type ItemSnapshot, type ItemViewDeps } from "./item-view.js";
-export { buildPosition, estimateMs, formatMs, summaryWithoutTimes, type ExecLoadSource, type PositionFacts, type ServiceLoad } from "./position.js";
+export { buildPosition, estimateMs, summaryWithoutTimes, type ExecLoadSource, type PositionFacts, type ServiceLoad } from "./position.js";
 export { queueServiceImpl, registerQueueService, type QueueApiOptions } from "./queue-service.js";
 export { measuredBackend, RuntimeMeans } from "./runtime-means.js";
-export { describeEvent, formatSince, formatStep, timelineRows, timelineText, type TimelineRow } from "./timeline.js";
+export { describeEvent, formatMs, formatSince, formatStep, timelineRows, timelineText, type TimelineRow } from "./timeline.js";
 export { watchItem, type WatchOptions } from "./watch.js";
 export {
   authorizationHeaders,

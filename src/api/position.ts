@@ -12,6 +12,7 @@ import { PositionState, type Position } from "../../gen/slotbroker/v1/broker_pb.
 import { QueuePositionSchema, type QueuePosition } from "../../gen/slotbroker/v1/queue_pb.js";
 import { itemStateToProto, type ItemKind, type ItemState, type LiveItem } from "../dispatcher/index.js";
 import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
+import { formatMs } from "./timeline.js";
 
 /** The execservers' figures for the waitgroup of one service (from GetStatus). */
 export interface ServiceLoad {
@@ -154,12 +155,3 @@ export function estimateMs(ahead: number, running: number, capacity: number, mea
   return Math.round((meanMs * (ahead - free + 1)) / capacity);
 }
 
-/** "850ms", "12s", "2m 30s", "1h 5m". */
-export function formatMs(ms: number): string {
-  if (ms < 1000) return `${Math.round(ms)}ms`;
-  const s = Math.round(ms / 1000);
-  if (s < 60) return `${s}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return s % 60 ? `${m}m ${s % 60}s` : `${m}m`;
-  return m % 60 ? `${Math.floor(m / 60)}h ${m % 60}m` : `${Math.floor(m / 60)}h`;
-}

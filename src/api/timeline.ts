@@ -6,7 +6,6 @@
 import { durationMs, timestampDate } from "@bufbuild/protobuf/wkt";
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
 import { ItemEventKind, type HistoryResponse, type ItemEvent } from "../../gen/slotbroker/v1/queue_pb.js";
-import { formatMs } from "./position.js";
 
 /** One step of the timeline. */
 export interface TimelineRow {
@@ -94,4 +93,14 @@ export function timelineText(history: HistoryResponse): string[] {
   });
   const dropped = history.eventsDropped > 0 ? [`      (${history.eventsDropped} earlier events no longer kept)`] : [];
   return [`   #  time (UTC)    +since    event`, ...dropped, ...lines];
+}
+
+/** "850ms", "12s", "2m 30s", "1h 5m". */
+export function formatMs(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)}ms`;
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return s % 60 ? `${m}m ${s % 60}s` : `${m}m`;
+  return m % 60 ? `${Math.floor(m / 60)}h ${m % 60}m` : `${Math.floor(m / 60)}h`;
 }

@@ -5,7 +5,7 @@
 import type * as grpc from "@grpc/grpc-js";
 import { BrokerService, type GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
 import type { ExecLoadSource, ServiceLoad } from "../api/index.js";
-import { callMetadata, channelCredentials, type BrokerTlsOptions } from "../fylr/index.js";
+import { callMetadata, channelCredentials, type BrokerTlsOptions } from "../fylr/broker/channel-setup.js";
 import { Code, SlotbrokerError } from "../shared/errors.js";
 import { grpcClientConstructor } from "../shared/grpc.js";
 import { durationMs } from "@bufbuild/protobuf/wkt";

@@ -14,19 +14,5 @@ export { createFylrMetrics } from "./fylr-metrics.js";
 export { metricsRoute, statusRoute, type FylrStatusJson } from "./fylr-routes.js";
 export { ifRangeHolds, INPUTS_PATH, parseRange, storeRoutes, type UploadAnswer } from "./store-routes.js";
 export { demoExecserverConfig, onPath } from "./demo-services.js";
-export {
-  checkPortsFree,
-  readUpState,
-  removeUpState,
-  resolveApi,
-  stackDataDir,
-  startLocalStack,
-  upStateFile,
-  writeUpState,
-  type ApiTarget,
-  type LocalStack,
-  type LocalStackOptions,
-  type LocalStackPorts,
-  type PortClaim,
-  type UpState,
-} from "./local-stack.js";
+export { checkPortsFree, stackDataDir, startLocalStack, type LocalStack, type LocalStackOptions, type LocalStackPorts, type PortClaim } from "./local-stack.js";
+export { readUpState, removeUpState, resolveApi, upStateFile, writeUpState, type ApiTarget, type UpState } from "./up-state.js";

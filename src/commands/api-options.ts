@@ -5,8 +5,8 @@
  */
 import { readFileSync } from "node:fs";
 import { Code } from "@connectrpc/connect";
-import type { ApiCredentials } from "../api/index.js";
-import { resolveApi } from "../app/index.js";
+import type { ApiCredentials } from "../api/client.js";
+import { resolveApi } from "../app/up-state.js";
 import { toConnectError } from "../shared/errors.js";
 
 /** parseArgs options of the connection flags. */

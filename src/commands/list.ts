@@ -2,7 +2,7 @@
 import { parseArgs } from "node:util";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { ItemState, type Item } from "../../gen/slotbroker/v1/queue_pb.js";
-import { createQueueClient } from "../api/index.js";
+import { createQueueClient } from "../api/client.js";
 import { apiOptions, apiOptionsHelp, describeApiError, resolveApiConnection, type ApiConnection, type ApiFlags } from "./api-options.js";
 import { stateName } from "./submit-progress.js";
 

@@ -2,7 +2,8 @@ import { createWriteStream } from "node:fs";
 import { rename, rm } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { ItemState } from "../../gen/slotbroker/v1/queue_pb.js";
-import { createQueueClient, downloadOutput } from "../api/index.js";
+import { createQueueClient } from "../api/client.js";
+import { downloadOutput } from "../api/store-client.js";
 import { apiOptions, apiOptionsHelp, describeApiError, resolveApiConnection, type ApiConnection } from "./api-options.js";
 
 const help = `usage: slotbroker output ID [-o FILE] [--api URL]

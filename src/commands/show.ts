@@ -6,7 +6,8 @@
 import { parseArgs } from "node:util";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { HistoryResponse, Item } from "../../gen/slotbroker/v1/queue_pb.js";
-import { createQueueClient, formatStep, timelineText } from "../api/index.js";
+import { createQueueClient } from "../api/client.js";
+import { formatStep, timelineText } from "../api/timeline.js";
 import { apiOptions, apiOptionsHelp, describeApiError, resolveApiConnection, type ApiConnection, type ApiFlags } from "./api-options.js";
 import { stateName } from "./submit-progress.js";
 

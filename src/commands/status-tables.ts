@@ -1,7 +1,7 @@
 /** The text tables of `slotbroker status`, pure: statuses in, aligned lines out. */
 import type { GetStatusResponse } from "../../gen/slotbroker/v1/broker_pb.js";
-import type { FylrStatusJson } from "../app/index.js";
-import { formatMs } from "../api/index.js";
+import type { FylrStatusJson } from "../app/fylr-routes.js";
+import { formatMs } from "../api/timeline.js";
 import { durationMs } from "@bufbuild/protobuf/wkt";
 
 type Cell = string | number | bigint;

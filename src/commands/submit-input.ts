@@ -5,7 +5,8 @@
  */
 import { createReadStream, readFileSync, statSync } from "node:fs";
 import { Readable } from "node:stream";
-import { uploadInput, type ApiCredentials, type StoredUpload } from "../api/index.js";
+import type { ApiCredentials } from "../api/client.js";
+import { uploadInput, type StoredUpload } from "../api/store-client.js";
 
 /** Inputs up to this size ride inside the Submit (under the fylr's 4 MiB inline default). */
 export const INLINE_INPUT_BYTES = 1 << 20;

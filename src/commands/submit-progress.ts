@@ -1,7 +1,7 @@
 /** What `slotbroker submit --wait` shows, pure: the progress line and the receipt lines. */
 import { ErrorKind } from "../../gen/slotbroker/v1/broker_pb.js";
 import { ItemState, type Item, type WatchResponse } from "../../gen/slotbroker/v1/queue_pb.js";
-import { formatMs } from "../api/index.js";
+import { formatMs } from "../api/timeline.js";
 import { durationMs } from "@bufbuild/protobuf/wkt";
 
 const stateNames: Record<ItemState, string> = {

@@ -1,7 +1,8 @@
 import { toJson } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ItemSchema, ItemState, type Item, type SubmitRequest, type WatchResponse } from "../../gen/slotbroker/v1/queue_pb.js";
-import { createQueueClient, downloadOutput, followItem } from "../api/index.js";
+import { createQueueClient, followItem } from "../api/client.js";
+import { downloadOutput } from "../api/store-client.js";
 import { apiOptionsHelp, describeApiError, resolveApiConnection, type ApiConnection } from "./api-options.js";
 import { parseSubmitArgs, withStdin, type SubmitPlan } from "./submit-args.js";
 import { prepareInput, type PreparedInput } from "./submit-input.js";
