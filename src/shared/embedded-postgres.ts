@@ -65,9 +65,10 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   }
   if (!existsSync(join(dataDir, "PG_VERSION"))) await initialise(binaries.initdb, dataDir, runAs, log);
   // A port of our own pick that was taken before the server bound it: pick another.
+  const maxConnections = options.maxConnections ?? 300;
   const { port, child } = options.port
-    ? { port: options.port, child: await startServer(binaries.postgres, dataDir, options.port, runAs, log, options.maxConnections ?? 300) }
-    : await withFreePort(async (free) => ({ port: free, child: await startServer(binaries.postgres, dataDir, free, runAs, log, options.maxConnections ?? 300) }));
+    ? { port: options.port, child: await startServer(binaries.postgres, dataDir, options.port, runAs, log, maxConnections) }
+    : await withFreePort(async (free) => ({ port: free, child: await startServer(binaries.postgres, dataDir, free, runAs, log, maxConnections) }));
   const urlFor = (database: string): string =>
     `postgres://${user}:${password}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
   // If this process exits without stopping the server, the server must not outlive it.

@@ -14,7 +14,7 @@ import {
   type ServerReflectionResponse,
 } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { Code, SlotbrokerError } from "./errors.js";
-import { healthServiceName, ReflectionIndex, reflectionServiceNames } from "./reflection.js";
+import { lazyReflectionIndex, reflectionServiceNames } from "./reflection.js";
 
 /**
  * A grpc-js service definition whose (de)serializers are the protobuf-es codecs of the
@@ -56,9 +56,7 @@ function asBuffer(bytes: Uint8Array): Buffer {
  * and k6 can discover and call everything without the .proto files on disk.
  */
 export function addReflection(server: grpc.Server, services: readonly string[]): void {
-  // Built at the first request: reading the descriptors costs ~0.1 s of CPU at every start.
-  let built: ReflectionIndex | undefined;
-  const index = (): ReflectionIndex => (built ??= new ReflectionIndex([...services, healthServiceName, ...reflectionServiceNames]));
+  const index = lazyReflectionIndex(services);
   // v1alpha is the same wire format under another name: one codec serves both paths.
   const method = grpcServiceDefinition(ServerReflection).serverReflectionInfo!;
   const handler = (call: grpc.ServerDuplexStream<ServerReflectionRequest, ServerReflectionResponse>): void => {

@@ -41,6 +41,16 @@ export function descriptorFiles(): ReadonlyMap<string, FileDescriptorProto> {
 }
 
 /**
+ * The index for a server offering `services` (health and reflection added), built at the
+ * first call: reading the descriptors costs ~0.1 s of CPU, which every start would pay for
+ * a tool that may never ask.
+ */
+export function lazyReflectionIndex(services: readonly string[]): () => ReflectionIndex {
+  let built: ReflectionIndex | undefined;
+  return () => (built ??= new ReflectionIndex([...services, healthServiceName, ...reflectionServiceNames]));
+}
+
+/**
  * The files, symbols and services one server exposes: the files that define its services
  * and everything they import, nothing else. Immutable once built; share it across streams.
  */

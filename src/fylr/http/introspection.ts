@@ -18,7 +18,7 @@ import {
   ServerReflectionResponseSchema as AlphaResponseSchema,
 } from "../../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { linkedAbortController, sleep, workOver } from "../../shared/abort.js";
-import { healthServiceName, ReflectionIndex, reflectionServiceNames } from "../../shared/reflection.js";
+import { lazyReflectionIndex } from "../../shared/reflection.js";
 import type { HttpRequest, HttpResponse } from "./http-types.js";
 import { sendText, writeHead } from "./responses.js";
 
@@ -39,10 +39,7 @@ export interface HealthOptions {
 export function registerIntrospection(router: ConnectRouter, health: HealthOptions): void {
   const own = [...new Set(router.handlers.map((h) => h.service.typeName))];
   const healthNames = new Set(["", ...own]);
-  // Built at the first reflection request: reading the descriptors costs ~0.1 s of CPU,
-  // which every start would pay for a tool that may never ask.
-  let built: ReflectionIndex | undefined;
-  const index = (): ReflectionIndex => (built ??= new ReflectionIndex([...own, healthServiceName, ...reflectionServiceNames]));
+  const index = lazyReflectionIndex(own);
   const status = (service: string): ServingStatus => {
     if (!healthNames.has(service)) return ServingStatus.SERVICE_UNKNOWN;
     return !health.closing.aborted && health.serving() ? ServingStatus.SERVING : ServingStatus.NOT_SERVING;

@@ -5,27 +5,20 @@ import type { HttpRequest, HttpResponse } from "./http-types.js";
 
 /** Answers with a one-line plain-text reason (unless the response already started). */
 export function sendText(res: HttpResponse, status: number, text: string, extraHeaders: OutgoingHttpHeaders = {}): void {
-  const headers = { ...extraHeaders };
-  if (res.headersSent || isGone(res)) return;
-  // Connection-specific headers are illegal in HTTP/2 (Node throws on them).
-  if ("stream" in res) delete headers.connection;
-  const body = `${text.replace(/[\r\n]+/g, " ")}\n`;
-  writeHead(res, status, {
-    "content-type": "text/plain; charset=utf-8",
-    "content-length": Buffer.byteLength(body),
-    "cache-control": "no-store",
-    ...headers,
-  });
-  res.end(body);
+  sendBody(res, status, "text/plain; charset=utf-8", `${text.replace(/[\r\n]+/g, " ")}\n`, extraHeaders);
 }
 
 /** Answers with a JSON body (unless the response already started), e.g. a Connect error. */
 export function sendJson(res: HttpResponse, status: number, value: unknown, extraHeaders: OutgoingHttpHeaders = {}): void {
-  const headers = { ...extraHeaders };
+  sendBody(res, status, "application/json", JSON.stringify(value), extraHeaders);
+}
+
+function sendBody(res: HttpResponse, status: number, contentType: string, body: string, extraHeaders: OutgoingHttpHeaders): void {
   if (res.headersSent || isGone(res)) return;
+  const headers = { ...extraHeaders };
+  // Connection-specific headers are illegal in HTTP/2 (Node throws on them).
   if ("stream" in res) delete headers.connection;
-  const body = JSON.stringify(value);
-  writeHead(res, status, { "content-type": "application/json", "content-length": Buffer.byteLength(body), "cache-control": "no-store", ...headers });
+  writeHead(res, status, { "content-type": contentType, "content-length": Buffer.byteLength(body), "cache-control": "no-store", ...headers });
   res.end(body);
 }
 
